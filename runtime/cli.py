@@ -1,0 +1,82 @@
+"""The `seq2onnx` command. Each subcommand lives beside the code it drives and is imported
+only when it runs, so `seq2onnx translate` never loads torch and a missing extra is reported
+in one line."""
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from typing import List, Optional
+
+from .errors import Seq2OnnxError
+
+# name -> (module, function, one-line help, extra that provides its dependencies)
+COMMANDS = {
+    "data": ("seq2onnx.training.commands", "data_main", "write a built-in parallel data set (numbers en->de)", "train"),
+    "train": ("seq2onnx.training.commands", "train_main", "train a Transformer on parallel data", "train"),
+    "average": ("seq2onnx.training.commands", "average_main", "average the last K checkpoints of a run", "train"),
+    "export": ("seq2onnx.export.commands", "export_main", "export a checkpoint to an ONNX model package", "train"),
+    "translate": ("seq2onnx.runtime.commands", "translate_main", "translate lines with a model package", None),
+    "info": ("seq2onnx.runtime.commands", "info_main", "describe a model package", None),
+}
+
+# third-party modules an extra brings; importing one that is missing means the extra is missing
+EXTRA_MODULES = {"torch", "onnx", "onnxscript", "sacrebleu", "tqdm", "num2words", "onnx_ir"}
+
+
+def usage() -> str:
+    lines = ["usage: seq2onnx COMMAND [options]   (seq2onnx COMMAND --help for its options)", "", "commands:"]
+    lines += [f"  {name:<10} {help_}" for name, (_, _, help_, _) in COMMANDS.items()]
+    return "\n".join(lines)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage())
+        return 0 if argv else 2
+    if argv[0] == "--version":
+        from . import __version__
+        print(f"seq2onnx {__version__}")
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(f"seq2onnx: error: unknown command {name!r}; choose one of {', '.join(COMMANDS)}", file=sys.stderr)
+        return 2
+    module, func, _, extra = COMMANDS[name]
+    try:
+        return getattr(importlib.import_module(module), func)(rest) or 0
+    except ModuleNotFoundError as e:
+        top = (e.name or "").split(".")[0]
+        if top in EXTRA_MODULES and extra:
+            print(f"seq2onnx {name}: error: this command needs the '{top}' package: "
+                  f"pip install 'seq2onnx[{extra}]'", file=sys.stderr)
+            return 2
+        return _internal_error(name, e)
+    except Seq2OnnxError as e:
+        print(f"seq2onnx {name}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"seq2onnx {name}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # the reader of our stdout went away (e.g. `| head`): not an error of ours
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return 0
+    except Exception as e:  # noqa: BLE001 - the CLI's promise: no tracebacks
+        return _internal_error(name, e)
+
+
+def _internal_error(name: str, e: BaseException) -> int:
+    if os.environ.get("SEQ2ONNX_DEBUG"):
+        raise e
+    print(f"seq2onnx {name}: error: {type(e).__name__}: {e} (set SEQ2ONNX_DEBUG=1 to see the traceback)",
+          file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

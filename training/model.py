@@ -1,0 +1,259 @@
+"""The Transformer of "Attention Is All You Need" (Vaswani et al., 2017), in one file.
+
+Notation: B batch, S source length, T target length, P cached (past) target length,
+D = d_model, H heads, Dh = D / H (= d_k = d_v), V vocabulary size.
+
+The model exposes the cut the ONNX export follows:
+    encode(src_ids, src_mask)            -> memory [B, S, D]
+    cross_kv(memory)                     -> per decoder layer (K, V) [B, H, S, Dh], computed once
+    decode_step(ids, src_mask, past, cross) -> log-probs of the next token, new self-attention cache
+and the full teacher-forced forward() used in training. decode_step over a growing cache
+computes exactly what forward() computes for the last position (tests/test_model.py).
+"""
+from __future__ import annotations
+
+import math
+from typing import List, Optional, Tuple
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from seq2onnx.runtime.config import ModelConfig
+
+KV = Tuple[torch.Tensor, torch.Tensor]  # (keys, values), each [B, H, len, Dh]
+
+
+def sinusoidal_positions(n_positions: int, d_model: int) -> torch.Tensor:
+    """PE[pos, 2i] = sin(pos / 10000^(2i/d)),  PE[pos, 2i+1] = cos(pos / 10000^(2i/d)).  -> [n, D]"""
+    if d_model % 2:
+        raise ValueError(f"d_model must be even for sinusoidal positions, got {d_model}")
+    pos = torch.arange(n_positions, dtype=torch.float64)[:, None]             # [n, 1]
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)[None, :]         # [1, D/2]
+    angle = pos / torch.pow(10000.0, two_i / d_model)                         # [n, D/2]
+    pe = torch.zeros(n_positions, d_model, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(angle)
+    pe[:, 1::2] = torch.cos(angle)
+    return pe.float()
+
+
+def padding_bias(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Key-padding mask [B, S] (1 = token, 0 = pad) -> additive bias [B, 1, 1, S].
+
+    Masked keys get the dtype's most negative finite value (never -inf, never a constant
+    that overflows fp16), so a row never turns into NaN.
+    """
+    neg = torch.finfo(dtype).min
+    zero = torch.zeros((), dtype=dtype, device=mask.device)
+    return torch.where(mask[:, None, None, :].bool(), zero, torch.full((), neg, dtype=dtype, device=mask.device))
+
+
+def causal_bias(t: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """[1, 1, T, T]: position i may attend to positions <= i."""
+    allowed = torch.ones(t, t, dtype=torch.bool, device=device).tril()
+    return torch.zeros(t, t, dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)[None, None]
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[torch.Tensor],
+              dropout_p: float = 0.0) -> torch.Tensor:
+    """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k) + bias) V.   q [B,H,Tq,Dh], k/v [B,H,Tk,Dh]."""
+    if torch.onnx.is_in_onnx_export():
+        # the plain equation: a graph onnxruntime's optimizer recognises and fuses
+        scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(q.shape[-1])   # [B,H,Tq,Tk]
+        if bias is not None:
+            scores = scores + bias
+        return torch.matmul(torch.softmax(scores, dim=-1), v)
+    # same function; on CUDA it runs flash / memory-efficient kernels
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p)
+
+
+class MultiHeadAttention(nn.Module):
+    """MultiHead(Q,K,V) = Concat(head_1..head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V).
+
+    The h heads split the feature dimension D into h slices of Dh, one per head.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, attention_dropout: float):
+        super().__init__()
+        self.n_heads = n_heads
+        self.head_dim = d_model // n_heads
+        self.attention_dropout = attention_dropout
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, d_model)
+        self.v_proj = nn.Linear(d_model, d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def _split(self, x: torch.Tensor) -> torch.Tensor:   # [B, T, D] -> [B, H, T, Dh]
+        b, t, _ = x.shape
+        return x.view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
+
+    def project_kv(self, x: torch.Tensor) -> KV:          # [B, T, D] -> 2 x [B, H, T, Dh]
+        return self._split(self.k_proj(x)), self._split(self.v_proj(x))
+
+    def forward(self, x: torch.Tensor, kv: KV, bias: Optional[torch.Tensor]) -> torch.Tensor:
+        q = self._split(self.q_proj(x))                                       # [B, H, Tq, Dh]
+        p = self.attention_dropout if self.training else 0.0
+        out = attention(q, kv[0], kv[1], bias, p)                             # [B, H, Tq, Dh]
+        b, _, t, _ = out.shape
+        return self.out_proj(out.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim))
+
+
+class FeedForward(nn.Module):
+    """FFN(x) = max(0, x W1 + b1) W2 + b2, applied at each position."""
+
+    def __init__(self, d_model: int, d_ff: int):
+        super().__init__()
+        self.w1 = nn.Linear(d_model, d_ff)
+        self.w2 = nn.Linear(d_ff, d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w2(F.relu(self.w1(x)))
+
+
+class SubLayer(nn.Module):
+    """Residual + LayerNorm around a sub-layer.
+
+    post-norm (paper): LayerNorm(x + Dropout(Sublayer(x)))
+    pre-norm:          x + Dropout(Sublayer(LayerNorm(x)))
+    """
+
+    def __init__(self, d_model: int, dropout: float, norm_first: bool, eps: float):
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model, eps=eps)
+        self.dropout = nn.Dropout(dropout)
+        self.norm_first = norm_first
+
+    def input(self, x: torch.Tensor) -> torch.Tensor:
+        """What the sub-layer itself reads."""
+        return self.norm(x) if self.norm_first else x
+
+    def output(self, x: torch.Tensor, sublayer_out: torch.Tensor) -> torch.Tensor:
+        y = x + self.dropout(sublayer_out)
+        return y if self.norm_first else self.norm(y)
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff)
+        self.sub_attn = SubLayer(cfg.d_model, cfg.dropout, cfg.norm_first, cfg.layer_norm_eps)
+        self.sub_ffn = SubLayer(cfg.d_model, cfg.dropout, cfg.norm_first, cfg.layer_norm_eps)
+
+    def forward(self, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:   # x [B, S, D]
+        h = self.sub_attn.input(x)
+        x = self.sub_attn.output(x, self.self_attn(h, self.self_attn.project_kv(h), bias))
+        return self.sub_ffn.output(x, self.ffn(self.sub_ffn.input(x)))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
+        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff)
+        args = (cfg.d_model, cfg.dropout, cfg.norm_first, cfg.layer_norm_eps)
+        self.sub_self, self.sub_cross, self.sub_ffn = SubLayer(*args), SubLayer(*args), SubLayer(*args)
+
+    def forward(self, x: torch.Tensor, past: Optional[KV], self_bias: Optional[torch.Tensor],
+                cross: KV, cross_bias: torch.Tensor) -> Tuple[torch.Tensor, KV]:
+        """x [B, T, D]; past (K, V) [B, H, P, Dh] or None -> (x [B, T, D], present [B, H, P+T, Dh])."""
+        h = self.sub_self.input(x)
+        k, v = self.self_attn.project_kv(h)
+        if past is not None:
+            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+        x = self.sub_self.output(x, self.self_attn(h, (k, v), self_bias))
+        x = self.sub_cross.output(x, self.cross_attn(self.sub_cross.input(x), cross, cross_bias))
+        x = self.sub_ffn.output(x, self.ffn(self.sub_ffn.input(x)))
+        return x, (k, v)
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        d = cfg.d_model
+        self.src_embed = nn.Embedding(cfg.vocab_size, d, padding_idx=cfg.pad_id)
+        self.tgt_embed = self.src_embed if cfg.share_embeddings else nn.Embedding(cfg.vocab_size, d, padding_idx=cfg.pad_id)
+        self.register_buffer("pe", sinusoidal_positions(cfg.max_positions, d), persistent=False)
+        self.embed_dropout = nn.Dropout(cfg.dropout)
+        self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.encoder_layers))
+        self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
+        # pre-norm stacks end with a LayerNorm; post-norm outputs are normalised already
+        self.encoder_norm = nn.LayerNorm(d, eps=cfg.layer_norm_eps) if cfg.norm_first else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(d, eps=cfg.layer_norm_eps) if cfg.norm_first else nn.Identity()
+        self.output_projection = nn.Linear(d, cfg.vocab_size, bias=False)
+        self._init_weights()
+        if cfg.tie_output_embedding:
+            self.output_projection.weight = self.tgt_embed.weight
+
+    def _init_weights(self) -> None:
+        for name, p in self.named_parameters():
+            if name.endswith("bias"):
+                nn.init.zeros_(p)
+            elif p.dim() > 1 and "embed" not in name:
+                nn.init.xavier_uniform_(p)
+        # N(0, D^-1/2): times sqrt(D) in embed() the token vectors have unit variance
+        for emb in {id(self.src_embed): self.src_embed, id(self.tgt_embed): self.tgt_embed}.values():
+            nn.init.normal_(emb.weight, mean=0.0, std=self.cfg.d_model ** -0.5)
+            with torch.no_grad():
+                emb.weight[self.cfg.pad_id].zero_()
+
+    # --- building blocks -----------------------------------------------------------------
+    def _embed(self, table: nn.Embedding, ids: torch.Tensor, offset=0) -> torch.Tensor:
+        """Embedding(ids) * sqrt(D) + PE[offset : offset + T].   ids [B, T] -> [B, T, D]"""
+        t = ids.shape[1]
+        x = table(ids) * math.sqrt(self.cfg.d_model) + self.pe[offset:offset + t]
+        return self.embed_dropout(x)
+
+    def encode(self, src_ids: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
+        """src_ids [B, S] int64, src_mask [B, S] (1 = token) -> memory [B, S, D]"""
+        x = self._embed(self.src_embed, src_ids)
+        bias = padding_bias(src_mask, x.dtype)
+        for layer in self.encoder_layers:
+            x = layer(x, bias)
+        return self.encoder_norm(x)
+
+    def cross_kv(self, memory: torch.Tensor) -> List[KV]:
+        """Encoder-decoder attention keys/values of every decoder layer, computed once per source."""
+        return [layer.cross_attn.project_kv(memory) for layer in self.decoder_layers]
+
+    def _decode(self, x: torch.Tensor, src_mask: torch.Tensor, cross: List[KV],
+                past: Optional[List[KV]], self_bias: Optional[torch.Tensor]) -> Tuple[torch.Tensor, List[KV]]:
+        cross_bias = padding_bias(src_mask, x.dtype)
+        present = []
+        for i, layer in enumerate(self.decoder_layers):
+            x, kv = layer(x, None if past is None else past[i], self_bias, cross[i], cross_bias)
+            present.append(kv)
+        return self.decoder_norm(x), present
+
+    # --- training: teacher forcing over the whole target -------------------------------------
+    def forward(self, src_ids: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        """src_ids/src_mask [B, S], tgt_in [B, T] (BOS + target) -> logits [B, T, V]"""
+        memory = self.encode(src_ids, src_mask)
+        x = self._embed(self.tgt_embed, tgt_in)
+        x, _ = self._decode(x, src_mask, self.cross_kv(memory), None,
+                            causal_bias(tgt_in.shape[1], x.dtype, x.device))
+        return self.output_projection(x)
+
+    # --- inference: one target position at a time --------------------------------------------
+    def decode_step(self, input_ids: torch.Tensor, src_mask: torch.Tensor, past: List[KV],
+                    cross: List[KV]) -> Tuple[torch.Tensor, List[KV]]:
+        """input_ids [B, 1] (the previous token), past (K, V) [B, H, P, Dh] per layer (P may be 0).
+
+        The position of input_ids is P, read from the cache. Returns float32 log-probs of the
+        next token [B, V] and the present cache [B, H, P+1, Dh] per layer.
+        """
+        offset = past[0][0].shape[2]
+        x = self._embed(self.tgt_embed, input_ids, offset)
+        x, present = self._decode(x, src_mask, cross, past, None)   # one query sees all P+1 keys
+        logits = self.output_projection(x[:, -1])                    # [B, V]
+        return torch.log_softmax(logits.float(), dim=-1), present
+
+    def empty_cache(self, batch: int, device=None, dtype=torch.float32) -> List[KV]:
+        shape = (batch, self.cfg.n_heads, 0, self.cfg.head_dim)
+        return [(torch.zeros(shape, device=device, dtype=dtype), torch.zeros(shape, device=device, dtype=dtype))
+                for _ in self.decoder_layers]
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())

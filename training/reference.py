@@ -1,0 +1,182 @@
+"""Reference decoding in PyTorch: greedy and beam search over encode() / decode_step().
+
+This is the definition the ONNX runtime (runtime/decoding.py) matches token for token.
+
+Conventions (shared with the runtime, see docs/CONTRACTS.md):
+  * a source is its subword ids followed by EOS; decoding starts from BOS.
+  * a "step" runs the decoder once and appends one token. At most `max_length` steps run,
+    so a hypothesis holds at most `max_length` tokens (EOS included while it is being decided).
+  * PAD and BOS are never generated (their log-probs are set to -inf before selection).
+  * EOS is forbidden (log-prob -inf) while fewer than `min_length` tokens have been generated.
+  * score = sum of the log-probs of the generated tokens, EOS included when it was generated.
+    length = number of generated tokens, EOS included. normalized_score = score / length**length_penalty
+    (score itself when length is 0). Hypotheses are ranked by normalized_score.
+  * Ties between equal scores go to the lower index: the lower beam, then the lower token id
+    (a stable descending sort of the flattened [beam, vocab] candidates).
+
+Beam search (per sentence, K = beam_size), as in fairseq:
+  * step 0 expands beam 0 only (the K beams start identical).
+  * each step ranks the K*V candidates cum_score[beam] + log_prob[beam, token] and takes the best 2K.
+    An EOS candidate among the best K is finished (it leaves the beam); the first K non-EOS
+    candidates of the 2K continue.
+  * the sentence is done once K hypotheses have finished. If `max_length` steps pass first, the
+    live beams are finished as they are (without EOS).
+  * the result is the best `num_hypotheses` finished hypotheses by normalized score.
+Greedy search is beam search with K = 1: the argmax token each step (lowest id on ties), until EOS.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import List, Sequence, Tuple
+
+import torch
+
+from .model import Transformer
+
+
+@dataclass
+class Hypothesis:
+    tokens: List[int]                # generated ids, without EOS
+    score: float                     # sum of log-probs (EOS included when generated)
+    normalized_score: float          # score / length ** length_penalty
+    finished: bool = True            # ended with EOS (False: stopped by max_length)
+
+
+def normalize(score: float, length: int, length_penalty: float) -> float:
+    return score / (length ** length_penalty) if length > 0 else score
+
+
+def pad_batch(seqs: Sequence[Sequence[int]], pad_id: int, device=None) -> Tuple[torch.Tensor, torch.Tensor]:
+    """List of id lists -> (ids [B, S] int64 right-padded, mask [B, S] int64, 1 = token)."""
+    s = max(1, max(len(x) for x in seqs))
+    ids = torch.full((len(seqs), s), pad_id, dtype=torch.long, device=device)
+    mask = torch.zeros((len(seqs), s), dtype=torch.long, device=device)
+    for i, x in enumerate(seqs):
+        ids[i, :len(x)] = torch.tensor(list(x), dtype=torch.long)
+        mask[i, :len(x)] = 1
+    return ids, mask
+
+
+@torch.no_grad()
+def beam_search(model: Transformer, sources: Sequence[Sequence[int]], beam_size: int = 4,
+                num_hypotheses: int = 1, length_penalty: float = 1.0, max_length: int = 256,
+                min_length: int = 0) -> List[List[Hypothesis]]:
+    """sources: id lists ending with EOS. Returns, per source, `num_hypotheses` hypotheses, best first."""
+    if beam_size < 1 or not 1 <= num_hypotheses <= beam_size:
+        raise ValueError("need beam_size >= 1 and 1 <= num_hypotheses <= beam_size")
+    cfg = model.cfg
+    model.eval()
+    device = next(model.parameters()).device
+    max_length = min(max_length, cfg.max_positions)
+    k, v_size, eos = beam_size, cfg.vocab_size, cfg.eos_id
+    src_ids, src_mask = pad_batch(sources, cfg.pad_id, device)
+    b = src_ids.shape[0]
+
+    # encode once, then repeat every source K times: row = sentence * K + beam
+    memory = model.encode(src_ids, src_mask)
+    cross = [(kk.repeat_interleave(k, 0), vv.repeat_interleave(k, 0)) for kk, vv in model.cross_kv(memory)]
+    mask_k = src_mask.repeat_interleave(k, 0)
+    past = model.empty_cache(b * k, device)
+
+    cum = torch.full((b, k), -math.inf, dtype=torch.float32, device=device)
+    cum[:, 0] = 0.0
+    seqs = torch.zeros((b * k, 0), dtype=torch.long, device=device)        # [B*K, step]
+    last = torch.full((b * k, 1), cfg.bos_id, dtype=torch.long, device=device)
+    finished: List[List[Hypothesis]] = [[] for _ in range(b)]
+    done = [False] * b
+
+    for step in range(max_length):
+        logp, past = model.decode_step(last, mask_k, past, cross)            # [B*K, V]
+        logp[:, [cfg.pad_id, cfg.bos_id]] = -math.inf
+        if step < min_length:
+            logp[:, eos] = -math.inf
+        cand = (cum[:, :, None] + logp.view(b, k, v_size)).view(b, k * v_size)
+        order = torch.sort(cand, dim=1, descending=True, stable=True).indices[:, :2 * k]   # [B, 2K]
+        next_rows, next_tokens, next_cum = [], [], []
+        for i in range(b):
+            kept = []
+            for rank, flat in enumerate(order[i].tolist()):
+                beam, tok = divmod(flat, v_size)
+                score = cand[i, flat].item()
+                if tok == eos:
+                    if rank < k and not done[i] and score > -math.inf:
+                        finished[i].append(Hypothesis(seqs[i * k + beam].tolist(), score,
+                                                      normalize(score, step + 1, length_penalty)))
+                    continue
+                kept.append((beam, tok, score))
+                if len(kept) == k:
+                    break
+            if len(finished[i]) >= k:
+                done[i] = True
+            for beam, tok, score in kept:
+                next_rows.append(i * k + beam)
+                next_tokens.append(tok)
+                next_cum.append(score)
+        if all(done):
+            break
+        rows = torch.tensor(next_rows, device=device)
+        toks = torch.tensor(next_tokens, device=device)
+        cum = torch.tensor(next_cum, dtype=torch.float32, device=device).view(b, k)
+        seqs = torch.cat([seqs[rows], toks[:, None]], dim=1)
+        past = [(pk[rows], pv[rows]) for pk, pv in past]
+        last = toks[:, None]
+    else:
+        # max_length steps ran: the live beams of unfinished sentences end here, without EOS
+        for i in range(b):
+            if done[i]:
+                continue
+            for beam in range(k):
+                score = cum[i, beam].item()
+                if score > -math.inf:
+                    finished[i].append(Hypothesis(seqs[i * k + beam].tolist(), score,
+                                                  normalize(score, max_length, length_penalty), finished=False))
+
+    results = []
+    for i in range(b):
+        hyps = sorted(finished[i], key=lambda h: -h.normalized_score)      # stable: earlier first on ties
+        if not hyps:                                                       # max_length == 0
+            hyps = [Hypothesis([], 0.0, 0.0, finished=False)]
+        results.append(hyps[:num_hypotheses])
+    return results
+
+
+@torch.no_grad()
+def greedy_search(model: Transformer, sources: Sequence[Sequence[int]], max_length: int = 256,
+                  min_length: int = 0, length_penalty: float = 1.0) -> List[Hypothesis]:
+    """Argmax decoding; identical to beam_search(..., beam_size=1) but without the candidate sort."""
+    cfg = model.cfg
+    model.eval()
+    device = next(model.parameters()).device
+    max_length = min(max_length, cfg.max_positions)
+    src_ids, src_mask = pad_batch(sources, cfg.pad_id, device)
+    b = src_ids.shape[0]
+    cross = model.cross_kv(model.encode(src_ids, src_mask))
+    past = model.empty_cache(b, device)
+    last = torch.full((b, 1), cfg.bos_id, dtype=torch.long, device=device)
+    tokens: List[List[int]] = [[] for _ in range(b)]
+    scores = [0.0] * b
+    ended = [False] * b
+    for step in range(max_length):
+        logp, past = model.decode_step(last, src_mask, past, cross)
+        logp[:, [cfg.pad_id, cfg.bos_id]] = -math.inf
+        if step < min_length:
+            logp[:, cfg.eos_id] = -math.inf
+        best = logp.argmax(dim=-1)                                          # first max on ties
+        for i in range(b):
+            if ended[i]:
+                continue
+            tok = int(best[i])
+            scores[i] += float(logp[i, tok])
+            if tok == cfg.eos_id:
+                ended[i] = True
+            else:
+                tokens[i].append(tok)
+        if all(ended):
+            break
+        last = best[:, None]
+    out = []
+    for i in range(b):
+        length = len(tokens[i]) + (1 if ended[i] else 0)
+        out.append(Hypothesis(tokens[i], scores[i], normalize(scores[i], length, length_penalty), ended[i]))
+    return out

@@ -1,0 +1,279 @@
+"""`seq2onnx export CHECKPOINT OUT_DIR [--int8] [--fp16] [--opset N] [--overwrite]`
+
+Stages, one progress line each:
+  1 trace     the checkpoint's model -> encoder.onnx + decoder_step.onnx (export/onnx_export.py)
+  2 check     onnx.checker, graph I/O names, no unexpected ops, finite constants, loads in onnxruntime
+  3 parity    ONNX vs PyTorch on the fixed parity set (export/parity.py); fails -> nothing is written
+  4 quantise  --int8 / --fp16 variants, each checked against its own thresholds (export/quantize.py)
+  5 write     tokenizer.json, README.md, manifest.json; the folder is renamed into place (export/package.py)
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional
+
+import onnx
+import onnxruntime as ort
+import torch
+
+from seq2onnx.runtime import __version__
+from seq2onnx.runtime.errors import Seq2OnnxError
+from seq2onnx.training.checkpoint import load_checkpoint
+from seq2onnx.training.tokenizer import SPECIAL_TOKENS, tokenizer_from_json
+
+from . import onnx_export, package, parity, quantize
+from .onnx_export import DECODER_FILE, DEFAULT_OPSET, ENCODER_FILE, GraphNames
+
+MIN_OPSET = 18   # the torch.onnx dynamo exporter writes opset 18 and newer
+PARITY_LINES = sum(parity.REAL_BATCH_SIZES)
+VARIANT_FILES = {"int8": ("encoder.int8.onnx", "decoder_step.int8.onnx"),
+                 "fp16": ("encoder.fp16.onnx", "decoder_step.fp16.onnx")}
+
+
+@dataclass
+class ExportOptions:
+    checkpoint: Path
+    out_dir: Path
+    int8: bool = False
+    fp16: bool = False
+    opset: int = DEFAULT_OPSET
+    overwrite: bool = False
+    parity_data: Optional[Path] = None     # source sentences for the parity checks (else synthetic only)
+
+
+@dataclass
+class ExportResult:
+    out_dir: Path
+    manifest: Dict[str, Any]
+    seconds: float
+    stage_seconds: Dict[str, float] = field(default_factory=dict)
+
+
+def parse_args(argv: List[str]) -> ExportOptions:
+    p = argparse.ArgumentParser(prog="seq2onnx export", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("checkpoint", type=Path, help="a .pt checkpoint written by seq2onnx train / average")
+    p.add_argument("out_dir", type=Path, help="the model package folder to write")
+    p.add_argument("--int8", action="store_true", help="also write the int8 (dynamic quantisation) variant")
+    p.add_argument("--fp16", action="store_true", help="also write the float16 variant (for CUDA)")
+    p.add_argument("--opset", type=int, default=DEFAULT_OPSET, help=f"ONNX opset (default {DEFAULT_OPSET})")
+    p.add_argument("--overwrite", action="store_true", help="replace OUT_DIR if it holds a model package")
+    p.add_argument("--parity-data", type=Path, metavar="FILE",
+                   help="source sentences for the parity checks, one per line (a .tsv: its first column); "
+                        f"the first {PARITY_LINES} are used besides the synthetic sources")
+    a = p.parse_args(argv)
+    return ExportOptions(a.checkpoint, a.out_dir, a.int8, a.fp16, a.opset, a.overwrite, a.parity_data)
+
+
+def export_main(argv: List[str]) -> int:
+    opts = parse_args(argv)
+    # progress on stderr, the summary on stdout
+    result = run_export(opts, log=lambda msg: print(msg, file=sys.stderr, flush=True))
+    print(summary(result), flush=True)
+    return 0
+
+
+# --- the pipeline --------------------------------------------------------------------------------------
+def run_export(opts: ExportOptions, log: Callable[[str], None] = lambda msg: None) -> ExportResult:
+    """Checkpoint -> checked model package at opts.out_dir; raises Seq2OnnxError (nothing written) on failure."""
+    start = time.perf_counter()
+    stage_seconds: Dict[str, float] = {}
+    target = Path(opts.out_dir).absolute()
+    max_opset = onnx.defs.onnx_opset_version()
+    if not MIN_OPSET <= opts.opset <= max_opset:
+        raise Seq2OnnxError(f"--opset {opts.opset} is not supported: choose {MIN_OPSET} to {max_opset}")
+    package.check_target(target, opts.overwrite)
+    ckpt = load_checkpoint(opts.checkpoint)
+    model = onnx_export.model_from_checkpoint(ckpt)
+    special_tokens = _special_tokens(ckpt["tokenizer"], model.cfg, opts.checkpoint)
+    batches = parity.parity_batches(model.cfg, _parity_sources(opts.parity_data, ckpt["tokenizer"], model.cfg))
+    for message in package.recover_interrupted(target):
+        log(f"note: {message}")
+
+    staging = package.make_staging(target)
+    try:
+        t = time.perf_counter()
+        enc, dec = onnx_export.export_graphs(model, staging, opts.opset)
+        stage_seconds["trace"] = time.perf_counter() - t
+        log(f"[1/5] trace: {ENCODER_FILE} + {DECODER_FILE} at opset {opts.opset} "
+            f"({stage_seconds['trace']:.1f}s)")
+
+        t = time.perf_counter()
+        names = GraphNames.for_config(model.cfg)
+        _check(enc, names.encoder_inputs, names.encoder_outputs)
+        _check(dec, names.decoder_inputs, names.decoder_outputs)
+        stage_seconds["check"] = time.perf_counter() - t
+        log(f"[2/5] check: onnx.checker, I/O names, ops, finite constants, onnxruntime CPU load: ok "
+            f"({stage_seconds['check']:.1f}s)")
+
+        t = time.perf_counter()
+        fp32 = parity.check_fp32(parity.measure(model, parity.OnnxPair(enc, dec, model.cfg), batches))
+        stage_seconds["parity"] = time.perf_counter() - t
+        log(f"[3/5] parity: max abs diff encoder {fp32.encoder_max_abs_diff:.2g}, log-probs "
+            f"{fp32.decoder_max_abs_diff:.2g}; greedy and beam-4 tokens identical on {fp32.sentences} sentences "
+            f"({fp32.real_sentences} real) ({stage_seconds['parity']:.1f}s)")
+        variants = {"fp32": {"encoder": ENCODER_FILE, "decoder_step": DECODER_FILE, "precision": "float32",
+                             "checked_on": fp32.provider, "parity": fp32.to_dict()}}
+
+        t = time.perf_counter()
+        if opts.int8:
+            variants["int8"] = _int8_variant(model, staging, enc, dec, names, batches)
+        if opts.fp16:
+            variants["fp16"] = _fp16_variant(model, staging, enc, dec, names, batches)
+        stage_seconds["quantise"] = time.perf_counter() - t
+        log("[4/5] quantise: " + (", ".join(_variant_line(k, v) for k, v in variants.items() if k != "fp32")
+                                 or "no --int8 / --fp16 asked") + f" ({stage_seconds['quantise']:.1f}s)")
+
+        t = time.perf_counter()
+        (staging / package.TOKENIZER_FILE).write_text(ckpt["tokenizer"], encoding="utf-8")
+        opset, ir_version = onnx_export.opset_and_ir(enc)
+        manifest = package.build_manifest(
+            config=model.cfg.to_dict(), special_tokens=special_tokens, opset=opset, ir_version=ir_version,
+            graphs={"encoder": onnx_export.graph_io(enc), "decoder_step": onnx_export.graph_io(dec)},
+            variants=variants, exporter=exporter_versions(), source_file=Path(opts.checkpoint).name,
+            train_meta=ckpt.get("train_meta", {}), seq2onnx_version=__version__)
+        manifest = package.finish_package(staging, manifest)
+        package.publish(staging, target, opts.overwrite)
+        stage_seconds["write"] = time.perf_counter() - t
+        log(f"[5/5] write: {target} ({len(manifest['files']) + 1} files, {stage_seconds['write']:.1f}s)")
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    return ExportResult(target, manifest, time.perf_counter() - start, stage_seconds)
+
+
+def _special_tokens(tokenizer_json: str, cfg, checkpoint: Path) -> Dict[str, str]:
+    """{"pad": "<pad>", ...} after checking that the tokenizer gives them the config's ids."""
+    try:
+        tok = tokenizer_from_json(tokenizer_json)
+    except Exception as e:  # noqa: BLE001 - tokenizers raises its own exception types
+        raise Seq2OnnxError(f"{checkpoint} holds a tokenizer that cannot be read ({e}): the file is damaged")
+    out = {}
+    for field_name, token in SPECIAL_TOKENS.items():
+        if tok.token_to_id(token) != getattr(cfg, field_name):
+            raise Seq2OnnxError(f"{checkpoint}: the tokenizer gives {token} id {tok.token_to_id(token)} but the "
+                                f"config says {field_name}={getattr(cfg, field_name)}: the checkpoint is inconsistent")
+        out[field_name[:-3]] = token
+    return out
+
+
+def _parity_sources(path: Optional[Path], tokenizer_json: str, cfg) -> List[List[int]]:
+    """The first PARITY_LINES non-empty lines of `path` (a .tsv: first column) as source ids + EOS."""
+    if path is None:
+        return []
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise Seq2OnnxError(f"cannot read --parity-data {path}: {e}: pass a UTF-8 text file, one sentence a line")
+    texts = [t for t in (line.split("\t")[0].strip() for line in lines) if t][:PARITY_LINES]
+    if not texts:
+        raise Seq2OnnxError(f"--parity-data {path} has no sentences: pass a text file, one source sentence a line")
+    tok = tokenizer_from_json(tokenizer_json)
+    return [tok.encode(t).ids[:cfg.max_positions - 1] + [cfg.eos_id] for t in texts]     # as encode_source
+
+
+def _check(path: Path, inputs: List[str], outputs: List[str]) -> str:
+    try:
+        onnx_export.check_graph(path, inputs, outputs)
+        return parity.session_loads(path)
+    except Exception as e:  # noqa: BLE001 - onnx and onnxruntime raise many kinds
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise Seq2OnnxError(f"check failed for {path.name}: {reason}; the package was not written")
+
+
+def _check_variant(fp32: Path, variant: Path, inputs: List[str], outputs: List[str]) -> None:
+    """A variant passes the checks of the fp32 graph and keeps its I/O exactly (names, float32, axes)."""
+    _check(variant, inputs, outputs)
+    if onnx_export.graph_io(variant) != onnx_export.graph_io(fp32):
+        raise Seq2OnnxError(f"check failed for {variant.name}: its inputs/outputs differ from {fp32.name}'s; "
+                            "the package was not written")
+
+
+def _int8_variant(model, staging: Path, enc: Path, dec: Path, names: GraphNames,
+                  batches: List[parity.ParityBatch]) -> Dict[str, Any]:
+    enc8, dec8 = (staging / f for f in VARIANT_FILES["int8"])
+    quantize.quantize_int8(enc, enc8)
+    quantize.quantize_int8(dec, dec8)
+    _check_variant(enc, enc8, names.encoder_inputs, names.encoder_outputs)
+    _check_variant(dec, dec8, names.decoder_inputs, names.decoder_outputs)
+    report = parity.check_reduced(parity.measure(model, parity.OnnxPair(enc8, dec8, model.cfg), batches), "int8")
+    return {"encoder": enc8.name, "decoder_step": dec8.name, "precision": "int8", "checked_on": report.provider,
+            "quantization": {"tool": "onnxruntime.quantization.quantize_dynamic", "weight_type": "QInt8",
+                             "op_types": list(quantize.QUANTIZED_OPS), "per_channel": quantize.PER_CHANNEL},
+            "thresholds": {"top1_agreement": parity.MIN_TOP1_AGREEMENT,
+                           "greedy_token_match": parity.MIN_GREEDY_TOKEN_MATCH},
+            "parity": report.to_dict()}
+
+
+def cuda_works(model_path: Path) -> bool:
+    """Whether onnxruntime really runs `model_path` on CUDA here (a GPU, and CUDA/cuDNN libraries).
+    onnxruntime-gpu lists the CUDA provider even without a GPU and then falls back to the CPU."""
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        return False
+    ort.set_default_logger_severity(4)      # the failed probe logs an error line otherwise
+    try:
+        return parity.session_loads(model_path, "CUDAExecutionProvider") == "CUDAExecutionProvider"
+    except Exception:  # noqa: BLE001 - any failure to start CUDA means: not available
+        return False
+    finally:
+        ort.set_default_logger_severity(2)  # onnxruntime's default (warnings)
+
+
+def _fp16_variant(model, staging: Path, enc: Path, dec: Path, names: GraphNames,
+                  batches: List[parity.ParityBatch]) -> Dict[str, Any]:
+    enc16, dec16 = (staging / f for f in VARIANT_FILES["fp16"])
+    quantize.convert_fp16(enc, enc16)
+    quantize.convert_fp16(dec, dec16)
+    _check_variant(enc, enc16, names.encoder_inputs, names.encoder_outputs)    # loads on the CPU provider
+    _check_variant(dec, dec16, names.decoder_inputs, names.decoder_outputs)
+    variant = {"encoder": enc16.name, "decoder_step": dec16.name, "precision": "float16"}
+    if cuda_works(dec16):
+        pair = parity.OnnxPair(enc16, dec16, model.cfg, provider="CUDAExecutionProvider")
+        report = parity.check_reduced(parity.measure(model, pair, batches), "fp16")
+        variant.update(checked_on=report.provider, status="checked",
+                       thresholds={"top1_agreement": parity.MIN_TOP1_AGREEMENT,
+                                   "greedy_token_match": parity.MIN_GREEDY_TOKEN_MATCH},
+                       parity=report.to_dict())
+    else:
+        variant.update(checked_on=None, status="unchecked-on-CUDA", parity=None,
+                       note="no CUDA device at export: the graphs were checked to load on the CPU provider only")
+    return variant
+
+
+def _variant_line(name: str, v: Dict[str, Any]) -> str:
+    p = v.get("parity")
+    if p is None:
+        return f"{name} {v.get('status', 'unchecked')}"
+    return f"{name} top-1 agreement {p['top1_agreement']:.4f}, greedy token match {p['greedy_token_match']:.4f}"
+
+
+def exporter_versions() -> Dict[str, str]:
+    import onnxscript
+    return {"torch": str(torch.__version__), "onnx": onnx.__version__, "onnxruntime": ort.__version__,
+            "onnxscript": getattr(onnxscript, "__version__", "unknown")}
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**20:.2f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB"
+
+
+def summary(result: ExportResult) -> str:
+    m = result.manifest
+    lines = [f"exported {result.out_dir} in {result.seconds:.1f}s "
+             f"(opset {m['opset']}, IR {m['ir_version']}, seq2onnx {m['seq2onnx_version']})"]
+    for name, info in m["files"].items():
+        lines.append(f"  {name:<26} {_size(info['bytes']):>10}")
+    for name, v in m["variants"].items():
+        p = v.get("parity")
+        if name == "fp32":
+            lines.append(f"  fp32: encoder max abs diff {p['encoder_max_abs_diff']:.2g}, log-probs "
+                         f"{p['decoder_max_abs_diff']:.2g}, greedy {p['greedy_token_match']:.4f}, "
+                         f"beam-4 {p['beam4_token_match']:.4f}")
+        else:
+            lines.append(f"  {_variant_line(name, v)}")
+    return "\n".join(lines)

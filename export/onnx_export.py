@@ -1,0 +1,233 @@
+"""Trace a Transformer into the two ONNX graphs of docs/CONTRACTS.md.
+
+    encoder.onnx       input_ids, attention_mask [B, S]  ->  cross_key_i, cross_value_i [B, H, S, Dh]
+    decoder_step.onnx  input_ids [B, 1], encoder_attention_mask [B, S],
+                       past_key_i, past_value_i [B, H, P, Dh], cross_key_i, cross_value_i [B, H, S, Dh]
+                       ->  log_probs [B, V], present_key_i, present_value_i [B, H, P+1, Dh]
+
+The cut follows the model's own encode + cross_kv / decode_step methods. Both graphs are exported
+with the torch.onnx dynamo exporter from `.eval()` at a batch of 2 and distinct lengths (S=7, P=3),
+so that no axis is specialised; batch, src_len and past_len are named dynamic axes shared by
+every input and output. Weights are stored inside the .onnx files (no external .data file).
+"""
+from __future__ import annotations
+
+import logging
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Tuple
+
+import numpy as np
+import onnx
+import onnxscript  # noqa: F401 - the dynamo exporter needs it; a missing one is reported by the CLI
+import torch
+import torch.nn as nn
+
+from seq2onnx.runtime.config import ModelConfig
+from seq2onnx.runtime.errors import Seq2OnnxError
+from seq2onnx.training.model import Transformer
+
+DEFAULT_OPSET = 18
+ENCODER_FILE = "encoder.onnx"
+DECODER_FILE = "decoder_step.onnx"
+# trace sizes: batch >= 2 and lengths that differ from each other and from 0/1
+TRACE_BATCH, TRACE_SRC_LEN, TRACE_PAST_LEN = 2, 7, 3
+# ops that would mean the exporter took a path the runtime does not expect
+FORBIDDEN_OPS = {"Attention", "MultiHeadAttention", "ScaledDotProductAttention", "If", "Loop"}
+
+
+# --- graph I/O names -------------------------------------------------------------------------------
+def cache_names(prefix: str, layers: int) -> List[str]:
+    """cache_names("past", 2) -> [past_key_0, past_value_0, past_key_1, past_value_1]"""
+    return [f"{prefix}_{kv}_{i}" for i in range(layers) for kv in ("key", "value")]
+
+
+@dataclass(frozen=True)
+class GraphNames:
+    encoder_inputs: List[str]
+    encoder_outputs: List[str]
+    decoder_inputs: List[str]
+    decoder_outputs: List[str]
+
+    @classmethod
+    def for_config(cls, cfg: ModelConfig) -> "GraphNames":
+        n = cfg.decoder_layers
+        return cls(
+            encoder_inputs=["input_ids", "attention_mask"],
+            encoder_outputs=cache_names("cross", n),
+            decoder_inputs=["input_ids", "encoder_attention_mask"] + cache_names("past", n) + cache_names("cross", n),
+            decoder_outputs=["log_probs"] + cache_names("present", n),
+        )
+
+
+# --- the two graphs as modules -----------------------------------------------------------------------
+class EncoderGraph(nn.Module):
+    """(input_ids [B, S], attention_mask [B, S]) -> (cross_key_0, cross_value_0, ...) each [B, H, S, Dh]"""
+
+    def __init__(self, model: Transformer):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        memory = self.model.encode(input_ids, attention_mask)                  # [B, S, D]
+        return tuple(t for kv in self.model.cross_kv(memory) for t in kv)
+
+
+class DecoderStepGraph(nn.Module):
+    """(input_ids [B, 1], encoder_attention_mask [B, S], *past (2L x [B, H, P, Dh]), *cross (2L x [B, H, S, Dh]))
+    -> (log_probs [B, V], *present (2L x [B, H, P+1, Dh])). Caches are flat: key_0, value_0, key_1, ..."""
+
+    def __init__(self, model: Transformer):
+        super().__init__()
+        self.model = model
+        self.layers = model.cfg.decoder_layers
+
+    def forward(self, input_ids: torch.Tensor, encoder_attention_mask: torch.Tensor,
+                *caches: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        n = self.layers
+        past = [(caches[2 * i], caches[2 * i + 1]) for i in range(n)]
+        cross = [(caches[2 * n + 2 * i], caches[2 * n + 2 * i + 1]) for i in range(n)]
+        log_probs, present = self.model.decode_step(input_ids, encoder_attention_mask, past, cross)
+        return (log_probs,) + tuple(t for kv in present for t in kv)
+
+
+# --- model from a checkpoint -------------------------------------------------------------------------
+def model_from_checkpoint(ckpt: Dict[str, Any]) -> Transformer:
+    """A checkpoint dict (training/checkpoint.py) -> the Transformer in eval mode, on the CPU, fp32."""
+    try:
+        cfg = ModelConfig.from_dict(ckpt["config"])
+    except (TypeError, ValueError) as e:
+        raise Seq2OnnxError(f"the checkpoint's config is invalid ({e}): use a checkpoint written by seq2onnx train")
+    model = Transformer(cfg)
+    try:
+        model.load_state_dict(ckpt["model"])
+    except RuntimeError as e:
+        first = str(e).strip().splitlines()[0]
+        raise Seq2OnnxError(f"the checkpoint's weights do not fit its config ({first}): the file is damaged")
+    return model.float().eval()
+
+
+# --- export ------------------------------------------------------------------------------------------
+def trace_inputs(cfg: ModelConfig, batch: int = TRACE_BATCH, src_len: int = TRACE_SRC_LEN,
+                 past_len: int = TRACE_PAST_LEN) -> Tuple[tuple, tuple]:
+    """Example inputs of (encoder, decoder_step) at the given sizes; the second source row is padded."""
+    g = torch.Generator().manual_seed(0)
+    n_special = 1 + max(cfg.pad_id, cfg.bos_id, cfg.eos_id, cfg.unk_id)
+    ids = torch.randint(n_special, max(cfg.vocab_size, n_special + 1), (batch, src_len), generator=g)
+    mask = torch.ones(batch, src_len, dtype=torch.long)
+    mask[1:, src_len - 2:] = 0
+    ids[mask == 0] = cfg.pad_id
+    h, dh, n = cfg.n_heads, cfg.head_dim, cfg.decoder_layers
+    past = [torch.randn(batch, h, past_len, dh, generator=g) for _ in range(2 * n)]
+    cross = [torch.randn(batch, h, src_len, dh, generator=g) for _ in range(2 * n)]
+    return (ids, mask), (ids[:, :1].clone(), mask, *past, *cross)
+
+
+def _dynamic_shapes(cfg: ModelConfig) -> Tuple[dict, tuple]:
+    Dim = torch.export.Dim
+    batch = Dim("batch", min=1)
+    src_len = Dim("src_len", min=1, max=cfg.max_positions)          # positions of the source
+    # past_len + 1 <= max_positions (the position table); 0 is allowed (first step), see export_graphs
+    past_len = Dim("past_len", min=0, max=cfg.max_positions - 1)
+    n = cfg.decoder_layers
+    encoder = {"input_ids": {0: batch, 1: src_len}, "attention_mask": {0: batch, 1: src_len}}
+    decoder = ({0: batch}, {0: batch, 1: src_len},
+               tuple([{0: batch, 2: past_len}] * (2 * n) + [{0: batch, 2: src_len}] * (2 * n)))
+    return encoder, decoder
+
+
+def _export_one(module: nn.Module, args: tuple, input_names: List[str], output_names: List[str],
+                dynamic_shapes: Any, opset: int, path: Path) -> None:
+    registration_log = logging.getLogger("torch.onnx._internal.exporter._registration")
+    level = registration_log.level
+    with warnings.catch_warnings():
+        # the exporter warns about each axis name it merges with an identical one, and logs each
+        # torchvision op it cannot register: harmless for this model
+        warnings.simplefilter("ignore", UserWarning)
+        warnings.simplefilter("ignore", FutureWarning)
+        registration_log.setLevel(logging.ERROR)
+        try:
+            program = torch.onnx.export(module.eval(), args, input_names=input_names, output_names=output_names,
+                                        dynamic_shapes=dynamic_shapes, dynamo=True, opset_version=opset,
+                                        external_data=False, verbose=False)
+        finally:
+            registration_log.setLevel(level)
+    if program is None:
+        raise RuntimeError("torch.onnx.export returned no program (is the dynamo exporter available?)")
+    program.save(str(path), external_data=False)
+
+
+@torch.no_grad()
+def export_graphs(model: Transformer, out_dir: Path, opset: int = DEFAULT_OPSET) -> Tuple[Path, Path]:
+    """Write encoder.onnx and decoder_step.onnx (fp32, weights inside) into out_dir.
+
+    torch.export assumes dynamic sizes are >= 2 while tracing; the graph traced at P = 3 has no
+    branch on P, and parity checks run it at P = 0 and P = 1 (export/parity.py).
+    """
+    model = model.float().eval()
+    if model.cfg.max_positions <= TRACE_SRC_LEN:
+        raise ValueError(f"max_positions must be > {TRACE_SRC_LEN} to export, got {model.cfg.max_positions}")
+    names = GraphNames.for_config(model.cfg)
+    enc_args, dec_args = trace_inputs(model.cfg)
+    enc_shapes, dec_shapes = _dynamic_shapes(model.cfg)
+    out_dir = Path(out_dir)
+    enc_path, dec_path = out_dir / ENCODER_FILE, out_dir / DECODER_FILE
+    _export_one(EncoderGraph(model), enc_args, names.encoder_inputs, names.encoder_outputs, enc_shapes, opset,
+                enc_path)
+    _export_one(DecoderStepGraph(model), dec_args, names.decoder_inputs, names.decoder_outputs, dec_shapes, opset,
+                dec_path)
+    return enc_path, dec_path
+
+
+# --- static checks of a written graph ------------------------------------------------------------------
+def check_graph(path: Path, expected_inputs: List[str], expected_outputs: List[str]) -> None:
+    """onnx.checker, the I/O names in order, no forbidden op, every float constant finite.
+    Raises ValueError naming the problem."""
+    model = onnx.load(str(path))
+    onnx.checker.check_model(model, full_check=True)
+    inputs = [i.name for i in model.graph.input]
+    outputs = [o.name for o in model.graph.output]
+    if inputs != expected_inputs or outputs != expected_outputs:
+        raise ValueError(f"{path.name}: graph I/O {inputs} -> {outputs}, expected {expected_inputs} -> "
+                         f"{expected_outputs}")
+    ops = {n.op_type for n in model.graph.node}
+    bad = sorted(ops & FORBIDDEN_OPS)
+    if bad:
+        raise ValueError(f"{path.name}: unexpected ops {bad} (the plain attention equation was expected)")
+    for tensor in _constant_tensors(model):
+        if tensor.data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE):
+            arr = onnx.numpy_helper.to_array(tensor)
+            if not np.isfinite(arr).all():
+                raise ValueError(f"{path.name}: constant {tensor.name!r} holds inf/NaN (masks must be finite)")
+
+
+def _constant_tensors(model: onnx.ModelProto):
+    yield from model.graph.initializer
+    for node in model.graph.node:
+        if node.op_type == "Constant":
+            for attr in node.attribute:
+                if attr.type == onnx.AttributeProto.TENSOR:
+                    yield attr.t
+
+
+def graph_io(path: Path) -> Dict[str, List[Dict[str, Any]]]:
+    """{"inputs": [{"name", "dtype", "shape"}], "outputs": [...]} of a graph, as the manifest lists them.
+    A dynamic axis is its name ("batch", "src_len", "past_len", "past_len + 1"), a fixed one an int."""
+    model = onnx.load(str(path), load_external_data=False)
+
+    def describe(value: onnx.ValueInfoProto) -> Dict[str, Any]:
+        t = value.type.tensor_type
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type).name
+        shape = [d.dim_param if d.dim_param else d.dim_value for d in t.shape.dim]
+        return {"name": value.name, "dtype": dtype, "shape": shape}
+
+    return {"inputs": [describe(v) for v in model.graph.input],
+            "outputs": [describe(v) for v in model.graph.output]}
+
+
+def opset_and_ir(path: Path) -> Tuple[int, int]:
+    model = onnx.load(str(path), load_external_data=False)
+    opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+    return opset, model.ir_version
+

@@ -1,0 +1,261 @@
+"""The model package folder: manifest.json, README.md, and writing the folder atomically.
+
+Everything is written into a hidden staging folder beside the target,
+    OUT_DIR/../.NAME.partial-PID-XXXX/
+which becomes OUT_DIR by one rename once every check has passed (manifest.json is its last file).
+Replacing an existing package (--overwrite) renames the old folder away (.NAME.old-PID-XXXX), renames
+the new one in, then deletes the old one. A kill at any moment therefore leaves at OUT_DIR either
+nothing or a complete package (the previous or the new one), never a partial one. Leftovers of a
+killed export are handled by the next export to the same target (`recover_interrupted`).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from seq2onnx.runtime.errors import Seq2OnnxError
+
+MANIFEST = "manifest.json"
+FORMAT = "seq2onnx-model"
+FORMAT_VERSION = 1
+TOKENIZER_FILE = "tokenizer.json"
+README_FILE = "README.md"
+
+
+# --- files ------------------------------------------------------------------------------------------
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def file_entries(folder: Path) -> Dict[str, Dict[str, Any]]:
+    """{file name: {"sha256", "bytes"}} for every file of the folder but manifest.json."""
+    return {p.name: {"sha256": sha256_file(p), "bytes": p.stat().st_size}
+            for p in sorted(folder.iterdir()) if p.is_file() and p.name != MANIFEST}
+
+
+def _fsync_path(path: Path) -> None:
+    """fsync a file or a folder (folders: POSIX only; a no-op where the OS cannot open them)."""
+    try:
+        fd = os.open(str(path), os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_text(path: Path, text: str) -> None:
+    path.write_text(text, encoding="utf-8")
+
+
+# --- the staging folder and its publication -----------------------------------------------------------------
+def _leftover_pattern(target: Path) -> "re.Pattern[str]":
+    return re.compile(r"^\." + re.escape(target.name) + r"\.(partial|old)-(\d+)-")
+
+
+def make_staging(target: Path) -> Path:
+    """A new empty hidden folder beside `target` (same file system, so the final rename is atomic)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-{os.getpid()}-", dir=target.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(staging, 0o777 & ~umask)        # a usual folder, not mkdtemp's private 0700
+    return staging
+
+
+def _process_alive(pid: int) -> bool:
+    if os.name == "nt":          # os.kill(pid, 0) is not a probe on Windows: assume alive, touch nothing
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def recover_interrupted(target: Path) -> List[str]:
+    """Tidy what a killed export to `target` left beside it. -> messages for the log.
+
+    A staging folder (.partial) of a dead process is deleted. A previous package renamed away
+    (.old) by a dead process is put back when `target` is missing, else deleted.
+    """
+    if not target.parent.is_dir():
+        return []
+    pattern, messages = _leftover_pattern(target), []
+    for path in sorted(target.parent.iterdir()):
+        m = pattern.match(path.name)
+        if not m or not path.is_dir() or _process_alive(int(m.group(2))):
+            continue
+        if m.group(1) == "old" and not os.path.lexists(target) and (path / MANIFEST).is_file():
+            os.rename(path, target)
+            messages.append(f"restored the previous package {target} left aside by an interrupted export")
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+            messages.append(f"removed {path.name}, left by an interrupted export")
+    return messages
+
+
+def check_target(target: Path, overwrite: bool) -> None:
+    """Refuse a target that exists without --overwrite, and never replace something that is not a
+    model package (or an empty folder), even with --overwrite."""
+    if not os.path.lexists(target):
+        return
+    if not overwrite:
+        raise Seq2OnnxError(f"output path exists: {target}: pass --overwrite to replace it, or choose another path")
+    if not target.is_dir() or target.is_symlink():
+        raise Seq2OnnxError(f"{target} exists and is not a folder: remove it yourself or choose another path")
+    if any(target.iterdir()) and not _is_package(target):
+        raise Seq2OnnxError(f"{target} exists and is not a seq2onnx model package: --overwrite only replaces "
+                            "packages; remove it yourself or choose another path")
+
+
+def _is_package(folder: Path) -> bool:
+    try:
+        return json.loads((folder / MANIFEST).read_text(encoding="utf-8")).get("format") == FORMAT
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def publish(staging: Path, target: Path, overwrite: bool) -> None:
+    """Make the complete staging folder `target`: fsync its files, then rename it into place."""
+    for p in staging.iterdir():
+        _fsync_path(p)
+    _fsync_path(staging)
+    check_target(target, overwrite)
+    if os.path.lexists(target):
+        old = target.with_name(f".{target.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        os.rename(target, old)               # the old package aside ...
+        os.rename(staging, target)           # ... the new one in ...
+        _fsync_path(target.parent)
+        shutil.rmtree(old, ignore_errors=True)   # ... and the old one deleted
+    else:
+        os.rename(staging, target)
+        _fsync_path(target.parent)
+
+
+# --- manifest and README ---------------------------------------------------------------------------------
+def utc_now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def build_manifest(*, config: Dict[str, Any], special_tokens: Dict[str, str], opset: int,
+                   ir_version: int, graphs: Dict[str, Any], variants: Dict[str, Any], exporter: Dict[str, str],
+                   source_file: str, train_meta: Dict[str, Any], seq2onnx_version: str) -> Dict[str, Any]:
+    """The manifest of docs/CONTRACTS.md; its `files` are filled in by finish_package."""
+    manifest = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "seq2onnx_version": seq2onnx_version,
+        "created": utc_now(),
+        "config": config,
+        "special_tokens": special_tokens,
+        "vocab_size": config["vocab_size"],
+        "tokenizer": TOKENIZER_FILE,
+        "opset": opset,
+        "ir_version": ir_version,
+        "graphs": graphs,
+        "variants": variants,
+        "files": {},
+        "exporter": exporter,
+        "source_checkpoint": {"file": source_file, "train_meta": train_meta},
+    }
+    # train_meta may hold values JSON does not know (paths): store them as text
+    return json.loads(json.dumps(manifest, default=str))
+
+
+def finish_package(folder: Path, manifest: Dict[str, Any]) -> Dict[str, Any]:
+    """Write README.md, list every file with its SHA-256, then write manifest.json: the last file,
+    so a folder without it is not a package. -> the manifest as written."""
+    write_text(folder / README_FILE, render_readme(manifest))
+    manifest = dict(manifest, files=file_entries(folder))
+    for variant in manifest["variants"].values():
+        missing = [v for k, v in variant.items() if k in ("encoder", "decoder_step") and v not in manifest["files"]]
+        if missing:
+            raise RuntimeError(f"the manifest names files that are not in the package: {missing}")
+    write_text(folder / MANIFEST, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+    return manifest
+
+
+def _fmt(x: Optional[float]) -> str:
+    return "n/a" if x is None else (f"{x:.3g}" if isinstance(x, float) else str(x))
+
+
+def render_readme(manifest: Dict[str, Any]) -> str:
+    """README.md of a package, generated from its manifest."""
+    c = manifest["config"]
+    lines = [
+        "# seq2onnx model package",
+        "",
+        f"An encoder-decoder Transformer (Vaswani et al., 2017) exported to ONNX by seq2onnx "
+        f"{manifest['seq2onnx_version']} on {manifest['created']} from `{manifest['source_checkpoint']['file']}`.",
+        "",
+        f"- layers: {c['encoder_layers']} encoder, {c['decoder_layers']} decoder; d_model {c['d_model']}, "
+        f"{c['n_heads']} heads, d_ff {c['d_ff']}, {'pre' if c['norm_first'] else 'post'}-norm",
+        f"- vocabulary: {c['vocab_size']} pieces (`{TOKENIZER_FILE}`, HuggingFace tokenizers); specials "
+        + ", ".join(f"{k} `{v}`" for k, v in manifest["special_tokens"].items()),
+        f"- longest target: {c['max_positions']} tokens; ONNX opset {manifest['opset']}, IR {manifest['ir_version']}",
+        "",
+        "## Run it",
+        "",
+        "```sh",
+        "pip install seq2onnx            # numpy + onnxruntime + tokenizers, no torch",
+        "echo 'some text' | seq2onnx translate THIS_FOLDER",
+        "seq2onnx info THIS_FOLDER       # what is inside",
+        "```",
+        "",
+        "```python",
+        "from seq2onnx.runtime import Translator",
+        "print(Translator('THIS_FOLDER').translate('some text'))",
+        "```",
+        "",
+        "## Variants",
+        "",
+        "| variant | files | parity vs PyTorch |",
+        "|---|---|---|",
+    ]
+    for name, v in manifest["variants"].items():
+        p = v.get("parity")
+        if p is None:
+            figures = v.get("status", "unchecked")
+        elif name == "fp32":
+            figures = (f"max abs diff encoder {_fmt(p['encoder_max_abs_diff'])}, log-probs "
+                       f"{_fmt(p['decoder_max_abs_diff'])}; greedy/beam-4 tokens match "
+                       f"{_fmt(p['greedy_token_match'])}/{_fmt(p['beam4_token_match'])}")
+        else:
+            figures = (f"top-1 agreement {_fmt(p['top1_agreement'])}, greedy token match "
+                       f"{_fmt(p['greedy_token_match'])}")
+        lines.append(f"| {name} ({v['precision']}) | `{v['encoder']}`, `{v['decoder_step']}` | {figures} |")
+    lines += [
+        "",
+        "## Graphs",
+        "",
+        "`encoder.onnx`: `input_ids`, `attention_mask` [batch, src_len] int64 -> `cross_key_i`, `cross_value_i` "
+        "[batch, heads, src_len, head_dim], computed once per source.",
+        "",
+        "`decoder_step.onnx`: `input_ids` [batch, 1], `encoder_attention_mask` [batch, src_len], `past_key_i`, "
+        "`past_value_i` [batch, heads, past_len, head_dim] (past_len 0 at the first step), `cross_key_i`, "
+        "`cross_value_i` -> `log_probs` [batch, vocab] and `present_key_i`, `present_value_i` "
+        "[batch, heads, past_len + 1, head_dim]. Decoding starts from the BOS token; a source is its pieces "
+        "followed by EOS.",
+        "",
+        "`manifest.json` lists every file with its SHA-256, the configuration and the parity figures.",
+        "",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,390 @@
+"""Parity: do the ONNX graphs compute what the PyTorch model computes? Checked before a package is written.
+
+On a fixed set of inputs (`parity_batches`) this compares, ONNX on the CPU provider (or another) against
+the PyTorch model. The set: real source sentences when the user gives some (`seq2onnx export
+--parity-data FILE`: batches of 1, 3, 4 and 8 of its first 16 lines), and always synthetic sources of
+random pieces (fixed seed) in batches of 1, 3 and 4, right-padded, 1 to 64 tokens, plus a left-padded batch:
+  * encoder: every cross_key_i / cross_value_i                      -> encoder_max_abs_diff
+  * decoder: log_probs and present caches over STEPS chained steps   -> decoder_max_abs_diff, cache_max_abs_diff
+    (past lengths 0 .. STEPS-1), each step fed the reference's argmax token (top1_agreement: the share of
+    steps whose argmax agrees)
+  * decoding: greedy and beam-4 (4 hypotheses) from the minimal numpy loops below versus
+    training/reference.py's greedy_search / beam_search                -> greedy_token_match, beam4_token_match
+
+Thresholds. fp32: max abs diff <= FP32_TOLERANCE and identical tokens (match 1.0). Reduced precision
+(int8, fp16): top1_agreement >= MIN_TOP1_AGREEMENT and greedy_token_match >= MIN_GREEDY_TOKEN_MATCH.
+greedy_token_match compares position by position, so after a first differing token the rest of that
+sentence counts as misses: one near-tie flipped in one of the 8 synthetic sentences (random pieces are
+far from what a model was trained on, its top two tokens are often close) costs up to 1/8. Measured on
+the trained tiny test model: int8 per-channel gives top-1 0.996 and greedy 0.949 on the synthetic
+sources alone, 0.997 and 1.0 on 16 real sentences. 0.90 allows about one diverging synthetic sentence.
+A failed check raises ParityError naming the check and the figure.
+
+The loops here are deliberately minimal (one batch, fixed options): the runtime's decoder is
+runtime/decoding.py. They follow the reference's semantics token for token.
+"""
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import onnxruntime as ort
+import torch
+
+from seq2onnx.runtime.errors import Seq2OnnxError
+from seq2onnx.training.model import Transformer
+from seq2onnx.training.reference import Hypothesis, beam_search, greedy_search, normalize, pad_batch
+
+from .onnx_export import GraphNames
+
+FP32_TOLERANCE = 1e-4          # max abs diff of encoder outputs, log-probs and caches at fp32
+MIN_TOP1_AGREEMENT = 0.98      # reduced precision: share of steps whose argmax token agrees
+MIN_GREEDY_TOKEN_MATCH = 0.90  # reduced precision: share of greedy token positions that agree
+STEPS = 24                     # chained decoder steps compared (past lengths 0 .. STEPS-1)
+MAX_LENGTH = 24                # max_length of the greedy / beam comparisons
+BEAM_SIZE = 4
+
+
+class ParityError(Seq2OnnxError):
+    """An exported graph does not compute what the checkpoint computes."""
+
+
+@dataclass
+class ParityReport:
+    """Figures of one variant (all vs the PyTorch fp32 model); written into the manifest."""
+    provider: str
+    encoder_max_abs_diff: float
+    decoder_max_abs_diff: float        # log_probs
+    cache_max_abs_diff: float          # present_key_i / present_value_i
+    top1_agreement: float              # share of (row, step) whose argmax token agrees
+    greedy_token_match: float          # share of greedy token positions (EOS included) that agree
+    greedy_sentence_match: float       # share of sentences with identical greedy tokens
+    beam4_token_match: float           # share of beam-4 hypotheses (4 per sentence) with identical tokens
+    beam4_score_max_abs_diff: float    # of the hypotheses' scores
+    sentences: int                     # decoded: all but the left-padded batch
+    real_sentences: int                # of those, from --parity-data
+    batch_sizes: List[int] = field(default_factory=list)
+    src_lengths: List[int] = field(default_factory=list)
+    past_lengths: List[int] = field(default_factory=list)   # [min, max] compared
+
+    def to_dict(self) -> Dict[str, object]:
+        return asdict(self)
+
+
+# --- the fixed parity inputs ---------------------------------------------------------------------
+@dataclass
+class ParityBatch:
+    sources: List[List[int]]     # id lists ending with EOS
+    left_pad: bool = False       # pad on the left (graph-level comparison only; decoding pads right)
+    real: bool = False           # from --parity-data (else synthetic)
+
+
+REAL_BATCH_SIZES = (1, 3, 4, 8)
+
+
+def parity_batches(cfg, real: Sequence[Sequence[int]] = ()) -> List[ParityBatch]:
+    """Real sources (id lists ending with EOS) in batches of REAL_BATCH_SIZES, then synthetic ones:
+    batch sizes 1, 3, 4 and a left-padded batch of 3; sources of 1 to 64 tokens incl. EOS."""
+    batches, start = [], 0
+    for size in REAL_BATCH_SIZES:
+        if start < len(real):
+            batches.append(ParityBatch([list(s) for s in real[start:start + size]], real=True))
+        start += size
+    rng = np.random.default_rng(1234)
+    special = {cfg.pad_id, cfg.bos_id, cfg.eos_id, cfg.unk_id}
+    words = [i for i in range(cfg.vocab_size) if i not in special] or [cfg.unk_id]
+    longest = max(1, min(64, cfg.max_positions))
+
+    def source(length: int) -> List[int]:
+        length = max(1, min(length, longest))
+        return [int(x) for x in rng.choice(words, size=length - 1)] + [cfg.eos_id]
+
+    return batches + [ParityBatch([source(1)]),
+                      ParityBatch([source(2), source(9), source(31)]),
+                      ParityBatch([source(5), source(5), source(17), source(64)]),
+                      ParityBatch([source(3), source(12), source(7)], left_pad=True)]
+
+
+def batch_arrays(batch: ParityBatch, pad_id: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    """-> ids, mask [B, S] int64 (right-padded, or left-padded when batch.left_pad)."""
+    if not batch.left_pad:
+        return pad_batch(batch.sources, pad_id)
+    ids, mask = pad_batch([list(reversed(s)) for s in batch.sources], pad_id)
+    return ids.flip(1), mask.flip(1)
+
+
+def session_options() -> ort.SessionOptions:
+    """One thread that does not spin: the checks alternate onnxruntime and torch calls, and spinning
+    onnxruntime workers would take the cores torch needs (it slows the checks down many times)."""
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    opts.intra_op_num_threads = 1
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return opts
+
+
+# --- the ONNX pair ---------------------------------------------------------------------------------
+class OnnxPair:
+    """encoder + decoder_step sessions; arrays in, arrays out (numpy)."""
+
+    def __init__(self, encoder: Path, decoder: Path, cfg, provider: str = "CPUExecutionProvider"):
+        self.cfg = cfg
+        self.names = GraphNames.for_config(cfg)
+        opts = session_options()
+        self.encoder = ort.InferenceSession(str(encoder), opts, providers=[provider])
+        self.decoder = ort.InferenceSession(str(decoder), opts, providers=[provider])
+        self.provider = self.decoder.get_providers()[0]
+
+    def encode(self, ids: np.ndarray, mask: np.ndarray) -> List[np.ndarray]:
+        """ids, mask [B, S] int64 -> cross caches, 2L x [B, H, S, Dh] (key_0, value_0, ...)"""
+        return self.encoder.run(self.names.encoder_outputs, {"input_ids": ids, "attention_mask": mask})
+
+    def step(self, tokens: np.ndarray, mask: np.ndarray, past: List[np.ndarray],
+             cross: List[np.ndarray]) -> Tuple[np.ndarray, List[np.ndarray]]:
+        """tokens [B, 1], mask [B, S], past 2L x [B, H, P, Dh] -> log_probs [B, V], present 2L x [B, H, P+1, Dh]"""
+        feed = dict(zip(self.names.decoder_inputs, [tokens, mask] + list(past) + list(cross)))
+        out = self.decoder.run(self.names.decoder_outputs, feed)
+        return out[0], out[1:]
+
+    def empty_cache(self, batch: int) -> List[np.ndarray]:
+        shape = (batch, self.cfg.n_heads, 0, self.cfg.head_dim)
+        return [np.zeros(shape, np.float32) for _ in range(2 * self.cfg.decoder_layers)]
+
+
+# --- minimal decoding loops over the ONNX pair (semantics of training/reference.py) ---------------------
+def _forbid(logp: np.ndarray, cfg, step: int, min_length: int) -> None:
+    logp[:, [cfg.pad_id, cfg.bos_id]] = -np.inf
+    if step < min_length:
+        logp[:, cfg.eos_id] = -np.inf
+
+
+def onnx_greedy(pair: OnnxPair, sources: Sequence[Sequence[int]], max_length: int = MAX_LENGTH,
+                min_length: int = 0, length_penalty: float = 1.0) -> List[Hypothesis]:
+    cfg = pair.cfg
+    max_length = min(max_length, cfg.max_positions)
+    ids, mask = (t.numpy() for t in pad_batch(sources, cfg.pad_id))
+    b = ids.shape[0]
+    cross, past = pair.encode(ids, mask), pair.empty_cache(b)
+    last = np.full((b, 1), cfg.bos_id, np.int64)
+    tokens: List[List[int]] = [[] for _ in range(b)]
+    scores, ended = [0.0] * b, [False] * b
+    for step in range(max_length):
+        logp, past = pair.step(last, mask, past, cross)
+        _forbid(logp, cfg, step, min_length)
+        best = logp.argmax(axis=-1)                                     # first max on ties
+        for i in range(b):
+            if ended[i]:
+                continue
+            tok = int(best[i])
+            scores[i] += float(logp[i, tok])
+            if tok == cfg.eos_id:
+                ended[i] = True
+            else:
+                tokens[i].append(tok)
+        if all(ended):
+            break
+        last = best[:, None].astype(np.int64)
+    return [Hypothesis(tokens[i], scores[i], normalize(scores[i], len(tokens[i]) + ended[i], length_penalty),
+                       ended[i]) for i in range(b)]
+
+
+def onnx_beam(pair: OnnxPair, sources: Sequence[Sequence[int]], beam_size: int = BEAM_SIZE,
+              num_hypotheses: int = BEAM_SIZE, length_penalty: float = 1.0, max_length: int = MAX_LENGTH,
+              min_length: int = 0) -> List[List[Hypothesis]]:
+    cfg = pair.cfg
+    k, v, eos = beam_size, cfg.vocab_size, cfg.eos_id
+    max_length = min(max_length, cfg.max_positions)
+    ids, mask = (t.numpy() for t in pad_batch(sources, cfg.pad_id))
+    b = ids.shape[0]
+    cross = [np.repeat(c, k, axis=0) for c in pair.encode(ids, mask)]   # row = sentence * K + beam
+    mask_k = np.repeat(mask, k, axis=0)
+    past = pair.empty_cache(b * k)
+    cum = np.full((b, k), -np.inf, np.float32)
+    cum[:, 0] = 0.0                                                      # step 0 expands beam 0 only
+    seqs: List[List[int]] = [[] for _ in range(b * k)]
+    last = np.full((b * k, 1), cfg.bos_id, np.int64)
+    finished: List[List[Hypothesis]] = [[] for _ in range(b)]
+    done = [False] * b
+    for step in range(max_length):
+        logp, past = pair.step(last, mask_k, past, cross)                # [B*K, V]
+        _forbid(logp, cfg, step, min_length)
+        cand = (cum[:, :, None] + logp.reshape(b, k, v)).reshape(b, k * v)
+        order = np.argsort(-cand, axis=1, kind="stable")[:, :2 * k]      # stable descending
+        rows, toks, scores = [], [], []
+        for i in range(b):
+            kept = []
+            for rank, flat in enumerate(order[i].tolist()):
+                beam, tok = divmod(flat, v)
+                score = float(cand[i, flat])
+                if tok == eos:
+                    if rank < k and not done[i] and score > -math.inf:
+                        finished[i].append(Hypothesis(list(seqs[i * k + beam]), score,
+                                                      normalize(score, step + 1, length_penalty)))
+                    continue
+                kept.append((beam, tok, score))
+                if len(kept) == k:
+                    break
+            if len(finished[i]) >= k:
+                done[i] = True
+            for beam, tok, score in kept:
+                rows.append(i * k + beam)
+                toks.append(tok)
+                scores.append(score)
+        if all(done):
+            break
+        cum = np.array(scores, np.float32).reshape(b, k)
+        seqs = [seqs[r] + [t] for r, t in zip(rows, toks)]
+        past = [p[rows] for p in past]
+        last = np.array(toks, np.int64)[:, None]
+    else:
+        for i in range(b):                                              # max_length reached
+            if not done[i]:
+                for beam in range(k):
+                    score = float(cum[i, beam])
+                    if score > -math.inf:
+                        finished[i].append(Hypothesis(list(seqs[i * k + beam]), score,
+                                                      normalize(score, max_length, length_penalty), finished=False))
+    results = []
+    for i in range(b):
+        hyps = sorted(finished[i], key=lambda h: -h.normalized_score) or [Hypothesis([], 0.0, 0.0, finished=False)]
+        results.append(hyps[:num_hypotheses])
+    return results
+
+
+# --- comparisons -----------------------------------------------------------------------------------
+def _max_diff(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> float:
+    return max((float(np.abs(x - y).max()) if x.size else 0.0) for x, y in zip(a, b))
+
+
+def _flat(kvs) -> List[np.ndarray]:
+    return [t.numpy() for kv in kvs for t in kv]
+
+
+@torch.no_grad()
+def compare_graphs(model: Transformer, pair: OnnxPair, batch: ParityBatch,
+                   steps: int = STEPS) -> Tuple[float, float, float, int, int]:
+    """Encoder outputs, then `steps` chained decoder steps (each side feeds back its own cache; both are
+    fed the PyTorch argmax token). -> (encoder diff, log-prob diff, cache diff, agreeing argmax, steps*B)"""
+    cfg = model.cfg
+    ids, mask = batch_arrays(batch, cfg.pad_id)
+    cross = model.cross_kv(model.encode(ids, mask))
+    onnx_cross = pair.encode(ids.numpy(), mask.numpy())
+    enc_diff = _max_diff(onnx_cross, _flat(cross))
+    b = ids.shape[0]
+    past, onnx_past = model.empty_cache(b), pair.empty_cache(b)
+    tokens = torch.full((b, 1), cfg.bos_id, dtype=torch.long)
+    logp_diff = cache_diff = 0.0
+    agree = 0
+    for _ in range(min(steps, cfg.max_positions)):
+        logp, past = model.decode_step(tokens, mask, past, cross)
+        onnx_logp, onnx_past = pair.step(tokens.numpy(), mask.numpy(), onnx_past, onnx_cross)
+        logp_diff = max(logp_diff, float(np.abs(onnx_logp - logp.numpy()).max()))
+        cache_diff = max(cache_diff, _max_diff(onnx_past, _flat(past)))
+        forbidden = logp.clone()
+        forbidden[:, [cfg.pad_id, cfg.bos_id]] = -math.inf
+        best = forbidden.argmax(dim=-1)
+        onnx_masked = onnx_logp.copy()
+        _forbid(onnx_masked, cfg, 1, 0)
+        agree += int((onnx_masked.argmax(axis=-1) == best.numpy()).sum())
+        tokens = best[:, None]
+    return enc_diff, logp_diff, cache_diff, agree, b * min(steps, cfg.max_positions)
+
+
+def _token_match(a: List[int], b: List[int]) -> Tuple[int, int]:
+    """Position-wise agreement of two token lists -> (agreeing positions, positions of the longer)."""
+    return sum(x == y for x, y in zip(a, b)), max(len(a), len(b))
+
+
+@contextmanager
+def one_torch_thread():
+    """The checks run many tiny ops: with several OpenMP threads on a busy machine torch spends its time
+    waiting for them (measured 15x slower on 2 shared cores)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def measure(model: Transformer, pair: OnnxPair, batches: Optional[List[ParityBatch]] = None) -> ParityReport:
+    """All figures of one ONNX pair against the PyTorch model (no thresholds applied)."""
+    with one_torch_thread():
+        return _measure(model, pair, batches)
+
+
+def _measure(model: Transformer, pair: OnnxPair, batches: Optional[List[ParityBatch]]) -> ParityReport:
+    cfg = model.cfg
+    batches = batches if batches is not None else parity_batches(cfg)
+    enc = dec = cache = 0.0
+    agree = total = 0
+    greedy_hits = greedy_positions = greedy_same = 0
+    beam_same = beam_total = 0
+    beam_score_diff = 0.0
+    for batch in batches:
+        e, d, c, a, t = compare_graphs(model, pair, batch)
+        enc, dec, cache, agree, total = max(enc, e), max(dec, d), max(cache, c), agree + a, total + t
+        if batch.left_pad:
+            continue                                   # decoding pads right, as the contract says
+        for ref, got in zip(greedy_search(model, batch.sources, max_length=MAX_LENGTH),
+                            onnx_greedy(pair, batch.sources)):
+            ref_ids, got_ids = ref.tokens + [cfg.eos_id] * ref.finished, got.tokens + [cfg.eos_id] * got.finished
+            hits, n = _token_match(ref_ids, got_ids)
+            greedy_hits, greedy_positions, greedy_same = greedy_hits + hits, greedy_positions + n, \
+                greedy_same + (ref_ids == got_ids)
+        for ref_hyps, got_hyps in zip(beam_search(model, batch.sources, beam_size=BEAM_SIZE,
+                                                  num_hypotheses=BEAM_SIZE, max_length=MAX_LENGTH),
+                                      onnx_beam(pair, batch.sources)):
+            for r, g in zip(ref_hyps, got_hyps):
+                beam_same += r.tokens == g.tokens
+                if r.tokens == g.tokens:
+                    beam_score_diff = max(beam_score_diff, abs(r.score - g.score))
+            beam_total += max(len(ref_hyps), len(got_hyps))
+    sentences = sum(len(b.sources) for b in batches if not b.left_pad)
+    real_sentences = sum(len(b.sources) for b in batches if b.real and not b.left_pad)
+    return ParityReport(
+        provider=pair.provider, encoder_max_abs_diff=enc, decoder_max_abs_diff=dec, cache_max_abs_diff=cache,
+        top1_agreement=agree / max(1, total), greedy_token_match=greedy_hits / max(1, greedy_positions),
+        greedy_sentence_match=greedy_same / max(1, sentences), beam4_token_match=beam_same / max(1, beam_total),
+        beam4_score_max_abs_diff=beam_score_diff, sentences=sentences, real_sentences=real_sentences,
+        batch_sizes=[len(b.sources) for b in batches],
+        src_lengths=sorted({len(s) for b in batches for s in b.sources}),
+        past_lengths=[0, min(STEPS, cfg.max_positions) - 1])
+
+
+# --- the checks ------------------------------------------------------------------------------------
+def check_fp32(report: ParityReport, what: str = "fp32") -> ParityReport:
+    """fp32 graphs: every difference <= FP32_TOLERANCE and identical greedy / beam-4 tokens."""
+    for check, figure in (("encoder outputs", report.encoder_max_abs_diff),
+                          ("decoder log-probs", report.decoder_max_abs_diff),
+                          ("decoder caches", report.cache_max_abs_diff)):
+        if not figure <= FP32_TOLERANCE:
+            raise ParityError(f"{what} parity check '{check}' failed: max abs diff {figure:.3g} > "
+                              f"{FP32_TOLERANCE:g} vs PyTorch; the package was not written")
+    for check, figure in (("greedy tokens", report.greedy_token_match),
+                          ("greedy sentences", report.greedy_sentence_match),
+                          ("beam-4 tokens", report.beam4_token_match)):
+        if figure < 1.0:
+            raise ParityError(f"{what} parity check '{check}' failed: match {figure:.4f} < 1.0 vs the PyTorch "
+                              "reference decoding; the package was not written")
+    return report
+
+
+def check_reduced(report: ParityReport, what: str) -> ParityReport:
+    """int8 / fp16 graphs: top-1 agreement and greedy token match above the documented thresholds."""
+    for check, figure, least in (("top-1 agreement", report.top1_agreement, MIN_TOP1_AGREEMENT),
+                                 ("greedy token match", report.greedy_token_match, MIN_GREEDY_TOKEN_MATCH)):
+        if not figure >= least:
+            hint = "" if report.real_sentences else "pass real sources with --parity-data, or "
+            raise ParityError(f"{what} parity check '{check}' failed: {figure:.4f} < {least} vs PyTorch fp32; "
+                              f"the package was not written ({hint}export without --{what})")
+    return report
+
+
+def session_loads(path: Path, provider: str = "CPUExecutionProvider") -> str:
+    """Open an InferenceSession (raises on failure) -> the provider it runs on."""
+    return ort.InferenceSession(str(path), session_options(), providers=[provider]).get_providers()[0]

@@ -1,0 +1,263 @@
+"""`seq2onnx translate` and `seq2onnx info`: the runtime's command line."""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import sys
+import tempfile
+import warnings
+from contextlib import contextmanager
+from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Tuple
+
+from .errors import Seq2OnnxError
+
+TRANSLATE_FORMAT = """\
+input: one source per line, UTF-8, from stdin or --input.
+  - invalid UTF-8 bytes are replaced with U+FFFD (a warning on stderr names the line);
+  - an empty or blank line is not translated: it gives one empty hypothesis with score 0;
+  - a line over --max-input-length tokens is cut to that length (a warning names the line).
+output: lines in input order, written (and flushed) batch by batch, to stdout or --output
+(written to a temporary file beside it and renamed into place at the end). Newlines inside
+a translation become spaces.
+  default           TEXT                        one line per input
+  --scores          SCORE<TAB>TEXT              SCORE = normalized score (score / length ** length_penalty)
+  --n-best K        LINE<TAB>TEXT               K lines per input, best first, LINE = 1-based input line
+  --n-best K --scores  LINE<TAB>SCORE<TAB>TEXT
+"""
+
+
+def _translate_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="seq2onnx translate", description="Translate lines with a model package.",
+                                epilog=TRANSLATE_FORMAT, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("model_dir", metavar="MODEL_DIR", help="package folder written by `seq2onnx export`")
+    p.add_argument("--input", "-i", metavar="FILE", help="read sources from FILE (default: stdin)")
+    p.add_argument("--output", "-o", metavar="FILE", help="write translations to FILE (default: stdout)")
+    g = p.add_argument_group("model")
+    g.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    g.add_argument("--compute-type", default="default", choices=["default", "float32", "int8", "float16"])
+    g.add_argument("--intra-threads", type=int, default=0, help="onnxruntime intra-op threads (0: its default)")
+    g.add_argument("--inter-threads", type=int, default=1)
+    g.add_argument("--no-verify", action="store_true", help="skip the SHA-256 check of the package files")
+    d = p.add_argument_group("decoding (as the Python API, with dashes)")
+    d.add_argument("--beam-size", type=int, default=4)
+    d.add_argument("--n-best", type=int, default=1, help="hypotheses per input (num_hypotheses)")
+    d.add_argument("--length-penalty", type=float, default=1.0)
+    d.add_argument("--max-decoding-length", type=int, default=256)
+    d.add_argument("--min-decoding-length", type=int, default=0)
+    d.add_argument("--max-input-length", type=int, default=None, help="default: the model's max_positions")
+    d.add_argument("--max-length-a", type=float, default=0.0)
+    d.add_argument("--max-length-b", type=int, default=None)
+    d.add_argument("--sampling-topk", type=int, default=1)
+    d.add_argument("--sampling-topp", type=float, default=1.0)
+    d.add_argument("--sampling-temperature", type=float, default=1.0)
+    d.add_argument("--repetition-penalty", type=float, default=1.0)
+    d.add_argument("--no-repeat-ngram-size", type=int, default=0)
+    d.add_argument("--seed", type=int, default=None)
+    d.add_argument("--max-batch-size", type=int, default=32, help="examples (or tokens) per batch; lines are "
+                                                                  "read in chunks of this many")
+    d.add_argument("--batch-type", default="examples", choices=["examples", "tokens"])
+    d.add_argument("--scores", action="store_true", help="prefix each hypothesis with its normalized score")
+    return p
+
+
+CLI_NAMES = {"num_hypotheses": "--n-best"}
+
+
+def _cli_message(error: Exception) -> str:
+    """An option error of the Python API, with the option named as on the command line."""
+    import re
+    return re.sub(r"\b(?:[a-z]+_)+[a-z]+\b",
+                  lambda m: CLI_NAMES.get(m.group(0), "--" + m.group(0).replace("_", "-")), str(error), count=1)
+
+
+def _warn(message: str) -> None:
+    print(f"seq2onnx translate: warning: {message}", file=sys.stderr, flush=True)
+
+
+def read_lines(stream: BinaryIO) -> Iterator[Tuple[int, str]]:
+    """(1-based line number, text) for each line; invalid UTF-8 becomes U+FFFD with a warning."""
+    for number, raw in enumerate(stream, 1):
+        if raw.endswith(b"\n"):
+            raw = raw[:-1]
+        if raw.endswith(b"\r"):
+            raw = raw[:-1]
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            text = raw.decode("utf-8", errors="replace")
+            _warn(f"line {number}: invalid UTF-8 replaced with U+FFFD")
+        yield number, text
+
+
+@contextmanager
+def _open_output(path: Optional[str]) -> Iterator[BinaryIO]:
+    """stdout, or a temporary file beside `path` renamed onto it when everything was written."""
+    if path is None:
+        yield sys.stdout.buffer
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise Seq2OnnxError(f"--output {path}: the folder {folder} does not exist; create it first")
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix="-" + os.path.basename(path))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            yield f
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def _format(number: int, texts: List[str], scores: List[float], n_best: int, with_scores: bool) -> bytes:
+    lines = []
+    for text, score in zip(texts, scores):
+        text = text.replace("\r", " ").replace("\n", " ")
+        fields = ([str(number)] if n_best > 1 else []) + ([f"{score:.6f}"] if with_scores else []) + [text]
+        lines.append("\t".join(fields) + "\n")
+    return "".join(lines).encode("utf-8")
+
+
+def translate_main(argv: List[str]) -> int:
+    args = _translate_parser().parse_args(argv)
+    from .options import DecodingOptions
+    decoding = dict(beam_size=args.beam_size, num_hypotheses=args.n_best, length_penalty=args.length_penalty,
+                    max_decoding_length=args.max_decoding_length, min_decoding_length=args.min_decoding_length,
+                    max_length_a=args.max_length_a, max_length_b=args.max_length_b,
+                    sampling_topk=args.sampling_topk, sampling_topp=args.sampling_topp,
+                    sampling_temperature=args.sampling_temperature, repetition_penalty=args.repetition_penalty,
+                    no_repeat_ngram_size=args.no_repeat_ngram_size, seed=args.seed)
+    if args.max_batch_size < 1:
+        raise Seq2OnnxError(f"--max-batch-size must be >= 1, got {args.max_batch_size}")
+    if args.input is not None and not os.path.isfile(args.input):
+        raise Seq2OnnxError(f"--input {args.input}: no such file")
+    try:
+        DecodingOptions.from_kwargs(**decoding)
+    except ValueError as e:
+        raise Seq2OnnxError(_cli_message(e)) from e
+
+    from .translator import Translator
+    try:
+        tr = Translator(args.model_dir, device=args.device, compute_type=args.compute_type,
+                        intra_threads=args.intra_threads, inter_threads=args.inter_threads,
+                        verify=not args.no_verify)
+    except ValueError as e:
+        raise Seq2OnnxError(str(e)) from e
+    limit = tr.config.max_positions if args.max_input_length is None else args.max_input_length
+    if not 1 <= limit <= tr.config.max_positions:
+        raise Seq2OnnxError(f"--max-input-length must be in [1, {tr.config.max_positions}] (the model's "
+                            f"max_positions), got {limit}")
+    chunk = args.max_batch_size if args.batch_type == "examples" else 64
+    source = open(args.input, "rb") if args.input else sys.stdin.buffer
+    try:
+        with _open_output(args.output) as out:
+            lines = read_lines(source)
+            while True:
+                block = list(itertools.islice(lines, chunk))
+                if not block:
+                    break
+                out.write(_translate_block(tr, block, decoding, args, limit))
+                out.flush()
+    finally:
+        if args.input:
+            source.close()
+    return 0
+
+
+def _translate_block(tr: Any, block: List[Tuple[int, str]], decoding: Dict[str, Any], args: Any, limit: int) -> bytes:
+    todo = [(n, t) for n, t in block if t.strip()]
+    results = {}
+    if todo:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")            # truncation: reported below with line numbers
+                out = tr.translate_batch([t for _, t in todo], max_batch_size=args.max_batch_size,
+                                         batch_type=args.batch_type, max_input_length=args.max_input_length,
+                                         return_scores=True, **decoding)
+        except ValueError as e:
+            raise Seq2OnnxError(_cli_message(e)) from e
+        for (n, _), r in zip(todo, out):
+            if r.truncated:
+                _warn(f"line {n}: longer than {limit} tokens, truncated (--max-input-length)")
+            results[n] = (r.hypotheses, r.normalized_scores)
+    data = b""
+    for n, _ in block:
+        texts, scores = results.get(n, ([""], [0.0]))
+        data += _format(n, texts, scores, args.n_best, args.scores)
+    return data
+
+
+# --- info ------------------------------------------------------------------------------------------
+def package_info(model_dir: str, verify: bool = True) -> Dict[str, Any]:
+    """What a package is: architecture, vocabulary, variants with sizes and parity, exporter."""
+    from .manifest import read_package
+    pkg = read_package(model_dir, verify=verify)
+    if verify:
+        for name in pkg.variants:
+            pkg.verify_variant(name)
+    m, cfg = pkg.manifest, pkg.config
+    tok = pkg.tokenizer
+    specials = {role: {"token": tok.id_to_token(getattr(cfg, f"{role}_id")), "id": getattr(cfg, f"{role}_id")}
+                for role in ("pad", "bos", "eos", "unk")}
+    variants = {}
+    for name, v in pkg.variants.items():
+        sizes = {"encoder": pkg.file_bytes(v.encoder.name), "decoder_step": pkg.file_bytes(v.decoder_step.name)}
+        variants[name] = {"precision": v.precision, "encoder": v.encoder.name, "decoder_step": v.decoder_step.name,
+                          "bytes": sizes, "parity": v.parity}
+    return {
+        "path": str(pkg.root), "format": m["format"], "format_version": m["format_version"],
+        "seq2onnx_version": m.get("seq2onnx_version"), "created": m.get("created"),
+        "architecture": {**cfg.to_dict(), "head_dim": cfg.head_dim},
+        "vocab_size": cfg.vocab_size, "special_tokens": specials, "variants": variants,
+        "opset": m.get("opset"), "ir_version": m.get("ir_version"), "exporter": m.get("exporter", {}),
+        "source_checkpoint": m.get("source_checkpoint", {}),
+        "total_bytes": sum(int(f["bytes"]) for f in m["files"].values()), "verified": verify,
+    }
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.1f} kB"
+
+
+def _print_info(info: Dict[str, Any]) -> None:
+    a = info["architecture"]
+    norm = "pre-norm" if a["norm_first"] else "post-norm (paper)"
+    print(f"model package  {info['path']}")
+    print(f"format         {info['format']} v{info['format_version']}, seq2onnx {info['seq2onnx_version']}, "
+          f"created {info['created']}")
+    print(f"architecture   Transformer {norm}: {a['encoder_layers']}+{a['decoder_layers']} layers, "
+          f"d_model {a['d_model']}, {a['n_heads']} heads x {a['head_dim']}, d_ff {a['d_ff']}, "
+          f"max_positions {a['max_positions']}, shared embeddings {a['share_embeddings']}, "
+          f"tied output {a['tie_output_embedding']}")
+    specials = ", ".join(f"{r} {s['token']}={s['id']}" for r, s in info["special_tokens"].items())
+    print(f"vocabulary     {info['vocab_size']} tokens ({specials})")
+    print("variants")
+    for name, v in info["variants"].items():
+        b = v["bytes"]
+        print(f"  {name:<5} {v['precision']:<8} {v['encoder']} {_size(b['encoder'])} + "
+              f"{v['decoder_step']} {_size(b['decoder_step'])}")
+        if v["parity"]:
+            print("        parity: " + ", ".join(f"{k}={val}" for k, val in v["parity"].items()))
+    exporter = ", ".join(f"{k} {val}" for k, val in info["exporter"].items())
+    print(f"exporter       {exporter}; opset {info['opset']}, IR {info['ir_version']}")
+    src = info["source_checkpoint"]
+    if src:
+        step = (src.get("train_meta") or {}).get("step")
+        print(f"checkpoint     {src.get('file')}" + (f" (step {step})" if step is not None else ""))
+    print(f"total size     {_size(info['total_bytes'])}; checksums "
+          f"{'verified' if info['verified'] else 'not checked (--no-verify)'}")
+
+
+def info_main(argv: List[str]) -> int:
+    p = argparse.ArgumentParser(prog="seq2onnx info", description="Describe a model package.")
+    p.add_argument("model_dir", metavar="MODEL_DIR")
+    p.add_argument("--json", action="store_true", help="print the description as JSON")
+    p.add_argument("--no-verify", action="store_true", help="skip the SHA-256 check of the package files")
+    args = p.parse_args(argv)
+    info = package_info(args.model_dir, verify=not args.no_verify)
+    if args.json:
+        print(json.dumps(info, indent=2, ensure_ascii=False))
+    else:
+        _print_info(info)
+    return 0

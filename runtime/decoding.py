@@ -1,0 +1,335 @@
+"""The decoding loop in numpy: encode once, then one decoder step per generated token.
+
+Shaped like openai/whisper's decoding.py: small parts and a short main loop.
+  * logit filters (logit_filters.py) edit the step's log-probs in place: PAD/BOS suppression,
+    EOS before the minimum length, repetition penalty, no-repeat-ngram, forced target prefix;
+  * a search turns log-probs into the next tokens: `RowSearch` (greedy argmax or sampling, one row
+    per hypothesis) or `BeamSearch` (vectorised, fairseq-style);
+  * a ranker sorts finished hypotheses by score / length ** length_penalty.
+
+The semantics are those of training/reference.py (docstring there), token for token:
+  * at most `limit` steps per sentence (max_decoding_length, fairseq's max_length_a * src_len +
+    max_length_b, and max_positions); a step appends one token, EOS included;
+  * PAD and BOS are never generated; EOS is forbidden while fewer than min_decoding_length
+    tokens were generated; score = sum of the log-probs of the generated tokens (EOS included);
+  * beam search ranks the K*V candidates, takes the best 2K (ties to the lower flat index
+    beam * V + token), finishes EOS candidates among the best K, continues the first K non-EOS.
+    **When it stops**: a sentence stops once K hypotheses have finished, or after its `limit`
+    steps, when its live beams are finished as they are (without EOS).
+
+Rows: the engine works on `rows` = sum over active sentences of their width (K for beam search,
+num_hypotheses for sampling). A sentence that stops leaves the active rows at once, so a batch
+pays for its longest member only with that member's rows. After each step the cache is reordered
+with one gather along the rows axis (`engine.take(values, parents)`).
+
+The engine (session.py) hides where tensors live (numpy on CPU, OrtValues on CUDA):
+    encode(input_ids [B, S], attention_mask [B, S]) -> (encoder_mask, cross)   cross: 2 per layer
+    step(input_ids [R, 1], encoder_mask, past | None, cross) -> (log_probs [R, V] numpy, present)
+    take(values, index [R']) -> values gathered along axis 0
+"""
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from typing import Any, Generator, List, Optional, Protocol, Sequence, Tuple
+
+import numpy as np
+
+from .config import ModelConfig
+from .logit_filters import build_filters
+from .options import DecodingOptions
+
+
+@dataclass
+class Hypothesis:
+    tokens: List[int]           # generated ids, without EOS
+    score: float                # sum of log-probs (EOS included when generated)
+    normalized_score: float     # score / length ** length_penalty; hypotheses rank by it
+    finished: bool = True       # ended with EOS (False: stopped by the length limit)
+
+
+class Engine(Protocol):
+    def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> Tuple[Any, List[Any]]: ...
+
+    def step(self, input_ids: np.ndarray, encoder_mask: Any, past: Optional[List[Any]],
+             cross: List[Any]) -> Tuple[np.ndarray, List[Any]]: ...
+
+    def take(self, values: List[Any], index: np.ndarray) -> List[Any]: ...
+
+
+# --- ranking ---------------------------------------------------------------------------------
+def normalize(score: float, length: int, length_penalty: float) -> float:
+    """score / length ** length_penalty (score itself for length 0); Python floats, as the reference."""
+    return score / (length ** length_penalty) if length > 0 else score
+
+
+def rank(hypotheses: List[Hypothesis], n: int) -> List[Hypothesis]:
+    """Best n by normalized score; a stable sort keeps the earlier-finished first on ties."""
+    hyps = sorted(hypotheses, key=lambda h: -h.normalized_score)
+    return hyps[:n] if hyps else [Hypothesis([], 0.0, 0.0, finished=False)]
+
+
+def top_candidates(scores: np.ndarray, m: int) -> np.ndarray:
+    """Flat indices of the m best scores per row, best first, ties to the lower index.
+
+    Exactly the first m of a stable descending sort, at the cost of an argpartition:
+    scores [N, C] -> [N, m]. Rows where the m-th value is tied beyond m fall back to the sort.
+    """
+    n, c = scores.shape
+    neg = -scores
+    if m >= c:
+        return np.argsort(neg, axis=1, kind="stable")[:, :m]
+    part = np.argpartition(neg, m - 1, axis=1)[:, :m]                        # the m best, unordered
+    vals = np.take_along_axis(neg, part, axis=1)
+    order = np.take_along_axis(part, np.lexsort((part, vals), axis=1), axis=1)
+    threshold = vals.max(axis=1, keepdims=True)
+    ambiguous = (neg <= threshold).sum(axis=1) > m                            # a tie straddles the cut
+    if ambiguous.any():
+        order[ambiguous] = np.argsort(neg[ambiguous], axis=1, kind="stable")[:, :m]
+    return order
+
+
+def common_prefix(seqs: Sequence[Sequence[int]]) -> List[int]:
+    if not seqs:
+        return []
+    first = list(seqs[0])
+    n = min(len(s) for s in seqs)
+    for s in seqs[1:]:
+        i = 0
+        while i < n and s[i] == first[i]:
+            i += 1
+        n = i
+    return first[:n]
+
+
+# --- token selection --------------------------------------------------------------------------
+def softmax(x: np.ndarray) -> np.ndarray:
+    """Row softmax of [R, V] logits that may hold -inf (at least one finite per row)."""
+    z = np.exp(x - x.max(axis=1, keepdims=True))
+    return z / z.sum(axis=1, keepdims=True)
+
+
+class Sampler:
+    """Random sampling with temperature, top-k and top-p (nucleus), one generator per row.
+
+    Each row's generator is seeded from (seed, the sentence's source ids, hypothesis index), so a
+    sentence's samples do not depend on the batch it is decoded in. seed None: fresh entropy.
+    """
+
+    def __init__(self, options: DecodingOptions, sources: Sequence[Sequence[int]], width: int):
+        self.topk, self.topp, self.temperature = options.sampling_topk, options.sampling_topp, options.sampling_temperature
+        self.generators = []
+        for src in sources:
+            key = zlib.crc32(np.asarray(src, dtype=np.int64).tobytes())
+            for j in range(width):
+                seed = None if options.seed is None else [options.seed, key, j]
+                self.generators.append(np.random.default_rng(seed))
+
+    def __call__(self, log_probs: np.ndarray, row_ids: np.ndarray) -> np.ndarray:
+        """log_probs [R, V], row_ids [R] (initial row of each active row) -> tokens [R]"""
+        if self.temperature == 0:
+            return log_probs.argmax(axis=1)
+        logits = log_probs / np.float32(self.temperature)
+        v = logits.shape[1]
+        if 1 < self.topk < v:
+            kth = np.partition(logits, v - self.topk, axis=1)[:, v - self.topk, None]   # k-th largest
+            logits[logits < kth] = -np.inf
+        if self.topp < 1.0:
+            order = np.argsort(-logits, axis=1, kind="stable")
+            probs = softmax(np.take_along_axis(logits, order, axis=1))
+            before = np.cumsum(probs, axis=1) - probs                   # mass of the better tokens
+            drop = np.zeros_like(logits, dtype=bool)
+            np.put_along_axis(drop, order, before >= self.topp, axis=1)   # the best token is always kept
+            logits[drop] = -np.inf
+        cdf = np.cumsum(softmax(logits), axis=1)                          # [R, V]
+        u = np.array([1.0 - self.generators[r].random() for r in row_ids])   # (0, 1]
+        tokens = (cdf < (u * cdf[:, -1])[:, None]).sum(axis=1)              # first token with cdf >= u
+        return np.minimum(tokens, v - 1)
+
+
+# --- searches ----------------------------------------------------------------------------------
+class RowSearch:
+    """Greedy (argmax, lowest id on ties) or sampling: each row is one independent hypothesis."""
+
+    def __init__(self, n_examples: int, width: int, limits: np.ndarray, eos: int, length_penalty: float,
+                 sampler: Optional[Sampler] = None):
+        self.width, self.eos, self.length_penalty, self.sampler = width, eos, length_penalty, sampler
+        self.limits = limits                                              # [n_examples] max steps
+        self.row_ids = np.arange(n_examples * width)                     # initial row of each active row
+        self.row_example = self.row_ids // width                          # [R]
+        self.tokens = np.zeros((len(self.row_ids), 0), dtype=np.int64)   # [R, step]
+        self.scores = np.zeros(len(self.row_ids), dtype=np.float64)     # [R] (float64 as the reference)
+        self.finished: List[List[Hypothesis]] = [[] for _ in range(n_examples)]
+
+    def _finish(self, rows: np.ndarray, lengths: int, ended: bool) -> None:
+        for r in rows.tolist():
+            score = float(self.scores[r])
+            tokens = self.tokens[r, :-1] if ended else self.tokens[r]
+            self.finished[self.row_example[r]].append(
+                Hypothesis(tokens.tolist(), score, normalize(score, lengths, self.length_penalty), ended))
+
+    def advance(self, log_probs: np.ndarray, step: int) -> np.ndarray:
+        """Pick each row's next token; return the parents (current rows that go on) [R']."""
+        rows = np.arange(len(log_probs))
+        tokens = log_probs.argmax(axis=1) if self.sampler is None else self.sampler(log_probs, self.row_ids)
+        self.scores += log_probs[rows, tokens].astype(np.float64)
+        self.tokens = np.concatenate([self.tokens, tokens[:, None]], axis=1)
+        ended = tokens == self.eos
+        at_limit = ~ended & (step + 1 >= self.limits[self.row_example])
+        self._finish(np.flatnonzero(ended), step + 1, ended=True)
+        self._finish(np.flatnonzero(at_limit), step + 1, ended=False)
+        parents = np.flatnonzero(~ended & ~at_limit)
+        if len(parents) < len(rows):
+            self.row_ids, self.row_example = self.row_ids[parents], self.row_example[parents]
+            self.tokens, self.scores = self.tokens[parents], self.scores[parents]
+        return parents
+
+    def candidates(self, example: int) -> List[List[int]]:
+        """Every sequence the example's final answer may still extend (streaming)."""
+        live = self.tokens[(self.row_example == example) & np.isfinite(self.scores)].tolist()
+        return live + [h.tokens for h in self.finished[example]]
+
+
+class BeamSearch:
+    """fairseq-style beam search over [A sentences, K beams], vectorised over sentences and beams."""
+
+    def __init__(self, n_examples: int, beam_size: int, limits: np.ndarray, eos: int, length_penalty: float):
+        k = beam_size
+        self.k, self.eos, self.length_penalty, self.limits = k, eos, length_penalty, limits
+        self.examples = np.arange(n_examples)                              # [A] active sentences
+        self.cum = np.full((n_examples, k), -np.inf, dtype=np.float32)    # [A, K]; the K beams start
+        self.cum[:, 0] = 0.0                                               # identical: expand beam 0 only
+        self.tokens = np.zeros((n_examples * k, 0), dtype=np.int64)       # [A*K, step]
+        self.finished: List[List[Hypothesis]] = [[] for _ in range(n_examples)]
+        self.n_finished = np.zeros(n_examples, dtype=np.int64)             # [n_examples]
+
+    @property
+    def row_example(self) -> np.ndarray:                                   # [A*K]
+        return np.repeat(self.examples, self.k)
+
+    def _add(self, a: int, tokens: np.ndarray, score: float, length: int, ended: bool) -> None:
+        self.n_finished[self.examples[a]] += 1
+        self.finished[self.examples[a]].append(
+            Hypothesis(tokens.tolist(), score, normalize(score, length, self.length_penalty), ended))
+
+    def advance(self, log_probs: np.ndarray, step: int) -> np.ndarray:
+        """log_probs [A*K, V] -> parents [A'*K]: the current row each next row continues."""
+        k, n_act, v = self.k, len(self.examples), log_probs.shape[1]
+        cand = (self.cum[:, :, None] + log_probs.reshape(n_act, k, v)).reshape(n_act, k * v)   # float32
+        order = top_candidates(cand, 2 * k)                               # [A, 2K] flat ids, best first
+        score = np.take_along_axis(cand, order, axis=1)
+        beam, token = np.divmod(order, v)
+        is_eos = token == self.eos
+        # EOS among the best K with a finite score: a finished hypothesis (it leaves the beam)
+        ends = is_eos & (np.arange(2 * k) < k) & (score > -np.inf)
+        for a, j in zip(*np.nonzero(ends)):
+            self._add(a, self.tokens[a * k + beam[a, j]], float(score[a, j]), step + 1, ended=True)
+        # the first K non-EOS candidates continue (at most K of the 2K are EOS: one per beam)
+        keep = ~is_eos & (np.cumsum(~is_eos, axis=1) <= k)
+        cols = np.nonzero(keep)[1].reshape(n_act, k)
+        new_cum = np.take_along_axis(score, cols, axis=1)                   # [A, K]
+        parents = (np.arange(n_act)[:, None] * k + np.take_along_axis(beam, cols, axis=1)).reshape(-1)
+        new_tokens = np.take_along_axis(token, cols, axis=1).reshape(-1, 1)
+        self.tokens = np.concatenate([self.tokens[parents], new_tokens], axis=1)
+        done = self.n_finished[self.examples] >= k
+        at_limit = ~done & (step + 1 >= self.limits[self.examples])
+        for a in np.flatnonzero(at_limit):                                 # live beams end without EOS
+            for b in np.flatnonzero(new_cum[a] > -np.inf):
+                self._add(a, self.tokens[a * k + b], float(new_cum[a, b]), step + 1, ended=False)
+        stay = ~done & ~at_limit
+        self.cum = new_cum
+        if not stay.all():
+            keep_rows = (np.flatnonzero(stay)[:, None] * k + np.arange(k)).reshape(-1)
+            parents, self.tokens = parents[keep_rows], self.tokens[keep_rows]
+            self.cum, self.examples = new_cum[stay], self.examples[stay]
+        return parents
+
+    def candidates(self, example: int) -> List[List[int]]:
+        rows = np.flatnonzero((self.row_example == example) & (self.cum.reshape(-1) > -np.inf))
+        return self.tokens[rows].tolist() + [h.tokens for h in self.finished[example]]
+
+
+# --- the main loop ------------------------------------------------------------------------------
+def pad_sources(sources: Sequence[Sequence[int]], pad_id: int) -> Tuple[np.ndarray, np.ndarray]:
+    """Id lists -> (input_ids [B, S] int64 right-padded, attention_mask [B, S] int64, 1 = token)."""
+    s = max(1, max(len(x) for x in sources))
+    ids = np.full((len(sources), s), pad_id, dtype=np.int64)
+    mask = np.zeros((len(sources), s), dtype=np.int64)
+    for i, x in enumerate(sources):
+        ids[i, :len(x)] = x
+        mask[i, :len(x)] = 1
+    return ids, mask
+
+
+def step_limits(sources: Sequence[Sequence[int]], options: DecodingOptions, config: ModelConfig) -> np.ndarray:
+    """Max decoding steps per sentence: max_decoding_length, max_length_a * src_len + max_length_b
+    (src_len counts the source ids, EOS included), and the model's max_positions."""
+    limit = min(options.max_decoding_length, config.max_positions)
+    limits = np.full(len(sources), limit, dtype=np.int64)
+    if options.max_length_a > 0 or options.max_length_b is not None:
+        rel = [int(options.max_length_a * len(s) + (options.max_length_b or 0)) for s in sources]
+        limits = np.minimum(limits, np.array(rel, dtype=np.int64))
+    return limits
+
+
+def decode_steps(engine: Engine, config: ModelConfig, sources: Sequence[Sequence[int]], options: DecodingOptions,
+                 prefixes: Optional[Sequence[Sequence[int]]] = None, strategy: Optional[str] = None,
+                 ) -> Generator[Any, None, List[List[Hypothesis]]]:
+    """Decode `sources` (id lists ending with EOS); yields the search after every step (streaming)
+    and returns, per source, up to num_hypotheses hypotheses, best first.
+
+    strategy: None picks greedy/sampling for beam_size 1 and beam search above; "beam" forces beam
+    search even for beam_size 1 (tests compare it with greedy).
+    """
+    n = len(sources)
+    limits = step_limits(sources, options, config)
+    results: List[List[Hypothesis]] = [[] for _ in range(n)]
+    todo = np.flatnonzero(limits > 0)                       # a limit of 0 steps: the empty hypothesis
+    for i in np.flatnonzero(limits <= 0):
+        results[i] = rank([], 1)
+    if len(todo) == 0:
+        return results
+    srcs = [sources[i] for i in todo]
+    if options.beam_size > 1 or strategy == "beam":
+        search: Any = BeamSearch(len(srcs), options.beam_size, limits[todo], config.eos_id, options.length_penalty)
+    else:
+        width = options.num_hypotheses if options.sampling else 1
+        sampler = Sampler(options, srcs, width) if options.sampling else None
+        search = RowSearch(len(srcs), width, limits[todo], config.eos_id, options.length_penalty, sampler)
+    filters = build_filters(options, config, None if prefixes is None else [prefixes[i] for i in todo])
+
+    ids, mask = pad_sources(srcs, config.pad_id)
+    encoder_mask, cross = engine.encode(ids, mask)
+    if len(search.row_example) > len(srcs):                                 # each sentence -> its K rows
+        encoder_mask, *cross = engine.take([encoder_mask, *cross], search.row_example)
+    past = None
+    last = np.full((len(search.row_example), 1), config.bos_id, dtype=np.int64)
+    for step in range(int(limits[todo].max())):
+        log_probs, past = engine.step(last, encoder_mask, past, cross)         # [R, V]
+        for apply_filter in filters:
+            apply_filter(log_probs, search.tokens, search.row_example, step)
+        parents = search.advance(log_probs, step)                            # [R']
+        yield search
+        if len(parents) == 0:
+            break
+        if len(parents) < len(last):                                         # sentences left: shrink all
+            encoder_mask, *state = engine.take([encoder_mask, *cross, *past], parents)
+            cross, past = state[:len(cross)], state[len(cross):]
+        elif not np.array_equal(parents, np.arange(len(parents))):
+            past = engine.take(past, parents)                               # beam reorder: one gather
+        last = search.tokens[:, -1:]
+    for j, i in enumerate(todo):
+        results[i] = rank(search.finished[j], options.num_hypotheses)
+    return results
+
+
+def decode(engine: Engine, config: ModelConfig, sources: Sequence[Sequence[int]], options: DecodingOptions,
+           prefixes: Optional[Sequence[Sequence[int]]] = None, strategy: Optional[str] = None,
+           ) -> List[List[Hypothesis]]:
+    """decode_steps run to the end."""
+    steps = decode_steps(engine, config, sources, options, prefixes, strategy)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as stop:
+            return stop.value

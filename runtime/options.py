@@ -1,0 +1,77 @@
+"""Decoding options, named as CTranslate2 users know them, checked once with clear messages."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Any, Dict, Optional
+
+
+def _check_int(name: str, value: Any, low: int, high: Optional[int] = None) -> None:
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= low and (high is None or value <= high)
+    if not ok:
+        allowed = f">= {low}" if high is None else f"in [{low}, {high}]"
+        raise ValueError(f"{name} must be an integer {allowed}, got {value!r}")
+
+
+def _check_float(name: str, value: Any, allowed: str, test) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and test(value)
+    if not ok:
+        raise ValueError(f"{name} must be a number {allowed}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class DecodingOptions:
+    """How to decode. Sampling is on when sampling_topk != 1 (CTranslate2's convention)."""
+
+    beam_size: int = 4                    # 1 = greedy (or sampling)
+    num_hypotheses: int = 1               # n-best: <= beam_size; with sampling, that many samples
+    length_penalty: float = 1.0           # rank by score / length ** length_penalty
+    max_decoding_length: int = 256        # max steps (tokens, EOS included)
+    min_decoding_length: int = 0          # EOS forbidden before this many tokens
+    max_length_a: float = 0.0             # fairseq's relative limit: a * src_len + b steps, when
+    max_length_b: Optional[int] = None    #   a > 0 or b is given (src_len counts EOS)
+    sampling_topk: int = 1                # 1: argmax; 0: sample from the whole vocabulary; k: from the best k
+    sampling_topp: float = 1.0            # nucleus: keep the smallest set of mass >= p
+    sampling_temperature: float = 1.0     # 0: argmax
+    repetition_penalty: float = 1.0       # log-probs of already generated tokens are multiplied by it
+    no_repeat_ngram_size: int = 0         # 0: off; n: no n-gram appears twice
+    seed: Optional[int] = None            # sampling seed; None: fresh entropy
+
+    def __post_init__(self) -> None:
+        _check_int("beam_size", self.beam_size, 1)
+        _check_int("max_decoding_length", self.max_decoding_length, 0)
+        _check_int("min_decoding_length", self.min_decoding_length, 0, self.max_decoding_length)
+        _check_float("length_penalty", self.length_penalty, "(finite)", lambda x: True)
+        _check_float("max_length_a", self.max_length_a, ">= 0", lambda x: x >= 0)
+        if self.max_length_b is not None:
+            _check_int("max_length_b", self.max_length_b, 0)
+        _check_int("sampling_topk", self.sampling_topk, 0)
+        _check_float("sampling_topp", self.sampling_topp, "in (0, 1]", lambda x: 0 < x <= 1)
+        _check_float("sampling_temperature", self.sampling_temperature, ">= 0", lambda x: x >= 0)
+        _check_float("repetition_penalty", self.repetition_penalty, "> 0", lambda x: x > 0)
+        _check_int("no_repeat_ngram_size", self.no_repeat_ngram_size, 0)
+        if self.seed is not None:
+            _check_int("seed", self.seed, 0)
+        if self.sampling:
+            if self.beam_size != 1:
+                raise ValueError(f"sampling (sampling_topk={self.sampling_topk}) needs beam_size=1, "
+                                 f"got beam_size={self.beam_size}")
+            _check_int("num_hypotheses", self.num_hypotheses, 1)
+        else:
+            _check_int("num_hypotheses", self.num_hypotheses, 1, self.beam_size)
+
+    @property
+    def sampling(self) -> bool:
+        return self.sampling_topk != 1
+
+    @classmethod
+    def from_kwargs(cls, **kwargs: Any) -> "DecodingOptions":
+        """Like the constructor, but an unknown option name is a ValueError listing the known ones."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(kwargs) - known)
+        if unknown:
+            raise ValueError(f"unknown decoding option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        return cls(**kwargs)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}

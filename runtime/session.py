@@ -1,0 +1,244 @@
+"""onnxruntime sessions and the two engines the decoding loop runs on.
+
+  ArrayEngine      CPU: numpy arrays in, numpy arrays out (InferenceSession.run).
+  IoBindingEngine  CUDA: IO binding, so the cross K/V and the self-attention cache stay on the
+                   device between steps. Per step the token ids [R, 1] go up and the log-probs
+                   [R, V] come down (the logit filters and the search run in numpy); the cache
+                   reorder runs on the device as a small Gather graph (gather_graph.py).
+                   It also runs on the CPU provider, which is how the tests check it without a GPU.
+
+Device choice: "cpu"; "cuda" (an error when CUDA cannot be used, never a silent fallback);
+"auto" = CUDA when onnxruntime has the CUDA provider AND a session really starts and runs on
+it, else CPU. The choice is logged once per Translator. onnxruntime-gpu finds the CUDA and
+cuDNN libraries on the system library path; with the pip-installed nvidia-* libraries, call
+`onnxruntime.preload_dlls()` before creating a Translator.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+import onnxruntime as ort
+
+from .config import ModelConfig
+from .errors import ModelPackageError, Seq2OnnxError
+from .gather_graph import gather_model_bytes
+
+log = logging.getLogger("seq2onnx.runtime")
+
+DEVICES = ("auto", "cpu", "cuda")
+OPTIMIZATION_LEVELS = {
+    "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+}
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    device: str = "cpu"                 # resolved: "cpu" or "cuda"
+    device_id: int = 0
+    intra_threads: int = 0              # 0: onnxruntime's default (one per physical core)
+    inter_threads: int = 1              # > 1 runs independent nodes in parallel
+    optimization: str = "all"           # graph optimisation level: disable | basic | extended | all
+
+    def session_options(self) -> ort.SessionOptions:
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = self.intra_threads
+        so.inter_op_num_threads = self.inter_threads
+        so.execution_mode = ort.ExecutionMode.ORT_PARALLEL if self.inter_threads > 1 else ort.ExecutionMode.ORT_SEQUENTIAL
+        so.graph_optimization_level = OPTIMIZATION_LEVELS[self.optimization]
+        return so
+
+    def providers(self) -> List[Any]:
+        if self.device == "cuda":
+            return [("CUDAExecutionProvider", {"device_id": self.device_id}), "CPUExecutionProvider"]
+        return ["CPUExecutionProvider"]
+
+
+# --- device choice ---------------------------------------------------------------------------
+_cuda_probe: Optional[Tuple[bool, str]] = None
+_cuda_probe_lock = threading.Lock()
+
+
+def cuda_status(device_id: int = 0) -> Tuple[bool, str]:
+    """(usable, reason): can a session really start and run on the CUDA provider? Probed once."""
+    global _cuda_probe
+    with _cuda_probe_lock:
+        if _cuda_probe is None:
+            _cuda_probe = _probe_cuda(device_id)
+        return _cuda_probe
+
+
+def _probe_cuda(device_id: int) -> Tuple[bool, str]:
+    available = ort.get_available_providers()
+    if "CUDAExecutionProvider" not in available:
+        return False, f"this onnxruntime has no CUDAExecutionProvider (it has {', '.join(available)}); " \
+                      f"install onnxruntime-gpu"
+    ort.set_default_logger_severity(4)    # a failed CUDA start logs errors; we report it ourselves
+    try:
+        sess = ort.InferenceSession(gather_model_bytes([(np.float32, 1)]), sess_options=ort.SessionOptions(),
+                                    providers=[("CUDAExecutionProvider", {"device_id": device_id})])
+        if "CUDAExecutionProvider" not in sess.get_providers():
+            return False, "the CUDA provider did not start (no GPU, or the CUDA/cuDNN libraries " \
+                          "onnxruntime-gpu needs are missing)"
+        io = sess.io_binding()
+        io.bind_cpu_input("indices", np.array([0], dtype=np.int64))
+        io.bind_cpu_input("x0", np.array([1.0], dtype=np.float32))
+        io.bind_output("y0", "cuda", device_id)
+        sess.run_with_iobinding(io)
+        io.copy_outputs_to_cpu()
+        return True, f"CUDA device {device_id}"
+    except Exception as e:  # noqa: BLE001 - any failure means "not usable", with its reason
+        return False, f"the CUDA provider failed: {type(e).__name__}: {e}".splitlines()[0]
+    finally:
+        ort.set_default_logger_severity(2)    # onnxruntime's default (warnings)
+
+
+def resolve_device(device: str, device_id: int = 0) -> str:
+    """"auto" | "cpu" | "cuda" -> "cpu" | "cuda"; "cuda" raises when CUDA cannot be used."""
+    if device not in DEVICES:
+        raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {device!r}")
+    if device == "cpu":
+        return "cpu"
+    usable, reason = cuda_status(device_id)
+    if device == "cuda" and not usable:
+        raise Seq2OnnxError(f"device 'cuda' cannot be used: {reason}; use device 'cpu' or 'auto'")
+    return "cuda" if usable else "cpu"
+
+
+# --- sessions --------------------------------------------------------------------------------
+def expected_io(config: ModelConfig) -> Dict[str, Tuple[List[str], List[str]]]:
+    """Graph input/output names of docs/CONTRACTS.md."""
+    layers = range(config.decoder_layers)
+    cross = [n for i in layers for n in (f"cross_key_{i}", f"cross_value_{i}")]
+    past = [n for i in layers for n in (f"past_key_{i}", f"past_value_{i}")]
+    present = [n for i in layers for n in (f"present_key_{i}", f"present_value_{i}")]
+    return {
+        "encoder": (["input_ids", "attention_mask"], cross),
+        "decoder_step": (["input_ids", "encoder_attention_mask"] + past + cross, ["log_probs"] + present),
+    }
+
+
+def open_session(path: str, graph: str, config: ModelConfig, sc: SessionConfig) -> ort.InferenceSession:
+    """An InferenceSession whose inputs/outputs are checked against the contract."""
+    try:
+        sess = ort.InferenceSession(str(path), sess_options=sc.session_options(), providers=sc.providers())
+    except Exception as e:  # noqa: BLE001 - onnxruntime raises several types for a bad file
+        raise ModelPackageError(f"{path}: onnxruntime cannot load it ({str(e).splitlines()[0]}); "
+                                f"re-export the model") from e
+    if sc.device == "cuda" and "CUDAExecutionProvider" not in sess.get_providers():
+        raise Seq2OnnxError(f"{path}: the CUDA provider did not start for this graph; use device 'cpu'")
+    inputs, outputs = expected_io(config)[graph]
+    got_in = [i.name for i in sess.get_inputs()]
+    got_out = [o.name for o in sess.get_outputs()]
+    if sorted(got_in) != sorted(inputs) or sorted(got_out) != sorted(outputs):
+        raise ModelPackageError(f"{path}: graph inputs/outputs {got_in} -> {got_out} do not match the "
+                                f"{graph} contract for {config.decoder_layers} decoder layers; re-export the model")
+    return sess
+
+
+class _Graphs:
+    """The two sessions and the names the engines bind."""
+
+    def __init__(self, encoder: ort.InferenceSession, decoder: ort.InferenceSession, config: ModelConfig):
+        io = expected_io(config)
+        self.encoder, self.decoder, self.config = encoder, decoder, config
+        self.cross_names = io["encoder"][1]
+        self.past_names = [n for n in io["decoder_step"][0] if n.startswith("past_")]
+        self.output_names = io["decoder_step"][1]          # log_probs, present_*
+        self.empty_past_shape = (config.n_heads, 0, config.head_dim)
+
+
+class ArrayEngine(_Graphs):
+    """Decoding engine on numpy arrays (CPU provider)."""
+
+    def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> Tuple[np.ndarray, List[np.ndarray]]:
+        cross = self.encoder.run(self.cross_names, {"input_ids": input_ids, "attention_mask": attention_mask})
+        return attention_mask, cross
+
+    def step(self, input_ids, encoder_mask, past, cross):
+        if past is None:
+            empty = np.zeros((len(input_ids), *self.empty_past_shape), dtype=np.float32)
+            past = [empty] * len(self.past_names)
+        feeds = {"input_ids": np.ascontiguousarray(input_ids), "encoder_attention_mask": encoder_mask}
+        feeds.update(zip(self.past_names, past))
+        feeds.update(zip(self.cross_names, cross))
+        log_probs, *present = self.decoder.run(self.output_names, feeds)
+        return log_probs, present
+
+    def take(self, values: List[np.ndarray], index: np.ndarray) -> List[np.ndarray]:
+        return [np.take(v, index, axis=0) for v in values]
+
+
+class IoBindingEngine(_Graphs):
+    """Decoding engine whose tensors stay on `device` ("cuda", or "cpu" for tests) as OrtValues."""
+
+    def __init__(self, encoder, decoder, config: ModelConfig, device: str = "cuda", device_id: int = 0,
+                 providers: Optional[List[Any]] = None):
+        super().__init__(encoder, decoder, config)
+        self.device, self.device_id = device, device_id
+        self._providers = providers or encoder.get_providers()
+        self._gathers: Dict[Tuple, ort.InferenceSession] = {}
+        self._lock = threading.Lock()
+
+    def _gather_session(self, values: List[ort.OrtValue]) -> ort.InferenceSession:
+        key = tuple((v.element_type(), len(v.shape())) for v in values)
+        with self._lock:
+            if key not in self._gathers:
+                specs = [(_NUMPY_OF_ORT[t], rank) for t, rank in key]
+                self._gathers[key] = ort.InferenceSession(gather_model_bytes(specs), providers=self._providers)
+            return self._gathers[key]
+
+    def encode(self, input_ids, attention_mask):
+        io = self.encoder.io_binding()
+        io.bind_cpu_input("input_ids", input_ids)
+        io.bind_cpu_input("attention_mask", attention_mask)
+        for name in self.cross_names:
+            io.bind_output(name, self.device, self.device_id)
+        self.encoder.run_with_iobinding(io)
+        mask = ort.OrtValue.ortvalue_from_numpy(attention_mask, self.device, self.device_id)
+        return mask, list(io.get_outputs())
+
+    def step(self, input_ids, encoder_mask, past, cross):
+        if past is None:
+            empty = ort.OrtValue.ortvalue_from_shape_and_type(
+                [len(input_ids), *self.empty_past_shape], np.float32, self.device, self.device_id)
+            past = [empty] * len(self.past_names)
+        io = self.decoder.io_binding()
+        io.bind_cpu_input("input_ids", np.ascontiguousarray(input_ids))
+        io.bind_ortvalue_input("encoder_attention_mask", encoder_mask)
+        for name, value in zip(self.past_names + self.cross_names, list(past) + list(cross)):
+            io.bind_ortvalue_input(name, value)
+        io.bind_output("log_probs", "cpu")
+        for name in self.output_names[1:]:
+            io.bind_output(name, self.device, self.device_id)
+        self.decoder.run_with_iobinding(io)
+        log_probs, *present = io.get_outputs()
+        return log_probs.numpy(), present
+
+    def take(self, values, index):
+        sess = self._gather_session(values)
+        io = sess.io_binding()
+        io.bind_cpu_input("indices", np.ascontiguousarray(index, dtype=np.int64))
+        for i, value in enumerate(values):
+            io.bind_ortvalue_input(f"x{i}", value)
+            io.bind_output(f"y{i}", self.device, self.device_id)
+        sess.run_with_iobinding(io)
+        return list(io.get_outputs())
+
+
+_NUMPY_OF_ORT = {1: np.float32, 7: np.int64, 10: np.float16}     # onnx TensorProto.DataType -> numpy
+
+
+def open_engine(encoder_path: str, decoder_path: str, config: ModelConfig, sc: SessionConfig):
+    """The engine for a resolved device: ArrayEngine on CPU, IoBindingEngine on CUDA."""
+    encoder = open_session(encoder_path, "encoder", config, sc)
+    decoder = open_session(decoder_path, "decoder_step", config, sc)
+    if sc.device == "cuda":
+        return IoBindingEngine(encoder, decoder, config, "cuda", sc.device_id, sc.providers())
+    return ArrayEngine(encoder, decoder, config)

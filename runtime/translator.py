@@ -1,0 +1,222 @@
+"""Translator: the public API of the runtime (text in, text out), in CTranslate2's terms.
+
+    tr = Translator("models/numbers-en-de", device="auto", compute_type="default")
+    tr.translate("three hundred and one")                                   # -> str
+    tr.translate_batch(texts, beam_size=4, num_hypotheses=2, return_scores=True)   # -> [TranslationResult]
+    for piece in tr.generate_tokens(text, beam_size=4): ...                  # streaming
+
+One Translator may be used from many threads at once: it holds only the read-only package and
+the onnxruntime sessions (which are thread-safe); every call keeps its state local.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from dataclasses import dataclass
+from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
+
+from .decoding import Hypothesis, common_prefix, decode, decode_steps
+from .errors import ModelPackageError, Seq2OnnxError
+from .manifest import ModelPackage, read_package
+from .options import DecodingOptions
+from .session import SessionConfig, open_engine, resolve_device
+
+log = logging.getLogger("seq2onnx.runtime")
+
+# compute_type -> package variant; "default" is fp16 on CUDA when the package has it, else fp32
+COMPUTE_TYPES = {"default": None, "float32": "fp32", "int8": "int8", "float16": "fp16"}
+BATCH_TYPES = ("examples", "tokens")
+
+
+@dataclass
+class TranslationResult:
+    hypotheses: List[str]                       # best first
+    token_ids: List[List[int]]                  # the hypotheses' target ids, without EOS
+    scores: Optional[List[float]] = None        # sum of log-probs (return_scores=True)
+    normalized_scores: Optional[List[float]] = None   # score / length ** length_penalty: the ranking score
+    truncated: bool = False                     # the source was cut to max_input_length
+
+
+def split_batches(lengths: Sequence[int], max_batch_size: int, batch_type: str) -> List[List[int]]:
+    """Indices sorted by length (ascending, stable), cut into batches of at most max_batch_size
+    examples, or of at most max_batch_size padded source tokens (batch_type "tokens"); 0 = one batch.
+    An example alone over the token budget still forms a batch."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    if max_batch_size == 0:
+        return [order] if order else []
+    batches: List[List[int]] = []
+    current: List[int] = []
+    for i in order:
+        size = len(current) + 1 if batch_type == "examples" else (len(current) + 1) * lengths[i]
+        if current and size > max_batch_size:
+            batches.append(current)
+            current = []
+        current.append(i)
+    if current:
+        batches.append(current)
+    return batches
+
+
+def pick_variant(package: ModelPackage, compute_type: str, device: str) -> str:
+    if compute_type not in COMPUTE_TYPES:
+        raise ValueError(f"compute_type must be one of {', '.join(COMPUTE_TYPES)}, got {compute_type!r}")
+    name = COMPUTE_TYPES[compute_type]
+    if name is None:
+        name = "fp16" if device == "cuda" and "fp16" in package.variants else "fp32"
+    if name == "fp16" and device != "cuda":
+        raise Seq2OnnxError("compute_type float16 runs on CUDA only; use device 'cuda', or compute_type "
+                            "float32 / int8 on the CPU")
+    if name == "int8" and device == "cuda":
+        raise Seq2OnnxError("compute_type int8 runs on the CPU only; use device 'cpu', or float16 on CUDA")
+    if name not in package.variants:
+        available = ", ".join(f"{v} ({package.variants[v].precision})" for v in package.variants)
+        raise ModelPackageError(f"{package.root} has no {compute_type} variant; it has {available} "
+                                f"(export with --int8 / --fp16 to add one)")
+    return name
+
+
+def _check_count(name: str, value: Any, low: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+
+
+class Translator:
+    def __init__(self, model_dir: Union[str, os.PathLike], device: str = "auto", compute_type: str = "default",
+                 intra_threads: int = 0, inter_threads: int = 1, device_id: int = 0, verify: bool = True,
+                 optimization: str = "all"):
+        """Load a model package (written by `seq2onnx export`).
+
+        device: "auto" (CUDA when usable, else CPU; int8 always picks the CPU), "cpu", "cuda".
+        compute_type: "default", "float32", "int8" (CPU), "float16" (CUDA).
+        intra_threads: onnxruntime intra-op threads (0: its default); inter_threads: inter-op threads.
+        verify: check the SHA-256 of the files loaded against the manifest.
+        optimization: onnxruntime graph optimisation level (disable, basic, extended, all).
+        """
+        _check_count("intra_threads", intra_threads, 0)
+        _check_count("inter_threads", inter_threads, 1)
+        _check_count("device_id", device_id, 0)
+        if optimization not in ("disable", "basic", "extended", "all"):
+            raise ValueError(f"optimization must be one of disable, basic, extended, all, got {optimization!r}")
+        if compute_type not in COMPUTE_TYPES:
+            raise ValueError(f"compute_type must be one of {', '.join(COMPUTE_TYPES)}, got {compute_type!r}")
+        self.package = read_package(model_dir, verify=verify)
+        self.config = self.package.config
+        self.device = "cpu" if device == "auto" and compute_type == "int8" else resolve_device(device, device_id)
+        self.variant = pick_variant(self.package, compute_type, self.device)
+        if verify:
+            self.package.verify_variant(self.variant)
+        v = self.package.variants[self.variant]
+        sc = SessionConfig(self.device, device_id, intra_threads, inter_threads, optimization)
+        self.engine = open_engine(str(v.encoder), str(v.decoder_step), self.config, sc)
+        self._tokenizer = self.package.tokenizer
+        # self.engine: the decoding engine (decoding.Engine), for id-level use with decoding.decode
+        log.info("seq2onnx: %s runs on %s (variant %s, %s)", self.package.root, self.device, self.variant, v.precision)
+
+    # --- text <-> ids --------------------------------------------------------------------------
+    def _sources(self, texts: Sequence[str], max_input_length: Optional[int]) -> Tuple[List[List[int]], List[bool]]:
+        """texts -> source ids (+ EOS), cut to max_input_length ids (EOS kept) with a warning."""
+        limit = self.config.max_positions if max_input_length is None else max_input_length
+        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= self.config.max_positions:
+            raise ValueError(f"max_input_length must be an integer in [1, {self.config.max_positions}] "
+                             f"(the model's max_positions), got {max_input_length!r}")
+        for t in texts:
+            if not isinstance(t, str):
+                raise TypeError(f"texts must be str, got {type(t).__name__}")
+        sources, truncated = [], []
+        for i, enc in enumerate(self._tokenizer.encode_batch(list(texts))):
+            ids = enc.ids + [self.config.eos_id]
+            truncated.append(len(ids) > limit)
+            if len(ids) > limit:
+                warnings.warn(f"input {i} has {len(ids)} tokens (EOS included); truncated to "
+                              f"max_input_length={limit}", stacklevel=3)
+                ids = ids[:limit - 1] + [self.config.eos_id]
+            sources.append(ids)
+        return sources, truncated
+
+    def _prefixes(self, target_prefix: Optional[Sequence[Optional[str]]], n: int) -> Optional[List[List[int]]]:
+        if target_prefix is None:
+            return None
+        if isinstance(target_prefix, str) or len(target_prefix) != n:
+            raise ValueError(f"target_prefix must be a list of {n} strings (or None entries), one per input")
+        texts = [p or "" for p in target_prefix]
+        return [enc.ids for enc in self._tokenizer.encode_batch(texts)]
+
+    def detokenize(self, ids: Sequence[int]) -> str:
+        return self._tokenizer.decode(list(ids))
+
+    # --- the API ---------------------------------------------------------------------------------
+    def translate_ids(self, sources: Sequence[Sequence[int]], max_batch_size: int = 0, batch_type: str = "examples",
+                      target_prefix_ids: Optional[Sequence[Sequence[int]]] = None,
+                      **decoding: Any) -> List[List[Hypothesis]]:
+        """Id-level translation: sources are id lists ending with EOS (docs/CONTRACTS.md).
+        Returns per source up to num_hypotheses Hypothesis(tokens, score, normalized_score, finished)."""
+        options = DecodingOptions.from_kwargs(**decoding)
+        _check_count("max_batch_size", max_batch_size, 0)
+        if batch_type not in BATCH_TYPES:
+            raise ValueError(f"batch_type must be one of {', '.join(BATCH_TYPES)}, got {batch_type!r}")
+        for s in sources:
+            if not 1 <= len(s) <= self.config.max_positions:
+                raise ValueError(f"a source must hold 1..{self.config.max_positions} ids, got {len(s)}")
+        results: List[List[Hypothesis]] = [[] for _ in sources]
+        for batch in split_batches([len(s) for s in sources], max_batch_size, batch_type):
+            prefixes = None if target_prefix_ids is None else [target_prefix_ids[i] for i in batch]
+            out = decode(self.engine, self.config, [sources[i] for i in batch], options, prefixes)
+            for i, hyps in zip(batch, out):
+                results[i] = hyps
+        return results
+
+    def translate_batch(self, texts: Sequence[str], max_batch_size: int = 0, batch_type: str = "examples",
+                        max_input_length: Optional[int] = None, return_scores: bool = False,
+                        target_prefix: Optional[Sequence[Optional[str]]] = None,
+                        **decoding: Any) -> List[TranslationResult]:
+        """Translate texts; results in the caller's order. Decoding options: see DecodingOptions
+        (beam_size, num_hypotheses, length_penalty, max_decoding_length, min_decoding_length,
+        max_length_a, max_length_b, sampling_topk, sampling_topp, sampling_temperature,
+        repetition_penalty, no_repeat_ngram_size, seed)."""
+        DecodingOptions.from_kwargs(**decoding)                 # bad options fail before any work
+        sources, truncated = self._sources(texts, max_input_length)
+        hyps = self.translate_ids(sources, max_batch_size, batch_type, self._prefixes(target_prefix, len(texts)),
+                                  **decoding)
+        results = []
+        for h, cut in zip(hyps, truncated):
+            ids = [x.tokens for x in h]
+            results.append(TranslationResult(
+                self._tokenizer.decode_batch(ids), ids,
+                [x.score for x in h] if return_scores else None,
+                [x.normalized_score for x in h] if return_scores else None, cut))
+        return results
+
+    def translate(self, text: str, target_prefix: Optional[str] = None, **options: Any) -> str:
+        """The best translation of one text (options as translate_batch)."""
+        prefix = None if target_prefix is None else [target_prefix]
+        return self.translate_batch([text], target_prefix=prefix, **options)[0].hypotheses[0]
+
+    def generate_tokens(self, text: str, max_input_length: Optional[int] = None, target_prefix: Optional[str] = None,
+                        **decoding: Any) -> Iterator[str]:
+        """Stream the best translation of one text as text pieces; "".join(pieces) == translate(text).
+
+        Greedy and sampling yield each token's text as it is chosen. Beam search yields the
+        prefix that every live beam and every finished hypothesis share (no later step can change
+        it), and the rest when the search ends.
+        """
+        if decoding.get("num_hypotheses", 1) != 1:
+            raise ValueError("generate_tokens streams one hypothesis: num_hypotheses must be 1")
+        options = DecodingOptions.from_kwargs(**decoding)
+        sources, _ = self._sources([text], max_input_length)
+        prefixes = None if target_prefix is None else self._prefixes([target_prefix], 1)
+        steps = decode_steps(self.engine, self.config, sources, options, prefixes)
+        emitted = ""
+        while True:
+            try:
+                search = next(steps)
+            except StopIteration as stop:
+                final = self.detokenize(stop.value[0][0].tokens)
+                break
+            shown = self.detokenize(common_prefix(search.candidates(0)))
+            # hold back a piece that ends inside a character, or that a later token rewrote
+            if len(shown) > len(emitted) and shown.startswith(emitted) and not shown.endswith("\ufffd"):
+                yield shown[len(emitted):]
+                emitted = shown
+        if final.startswith(emitted) and len(final) > len(emitted):
+            yield final[len(emitted):]

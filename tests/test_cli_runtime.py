@@ -1,0 +1,120 @@
+"""`seq2onnx translate` and `seq2onnx info` on the exported tiny model: line order, output
+formats, awkward input lines, one-line errors, never a traceback."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from fixtures_training import toy_pairs
+from seq2onnx.runtime.cli import main
+from seq2onnx.runtime.translator import Translator
+
+
+@pytest.fixture(scope="module")
+def translator(tiny_package):
+    return Translator(tiny_package, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def sources():
+    return [s for s, _ in toy_pairs(11, seed=2)]
+
+
+def run_cli(args, capsys):
+    rc = main(args)
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return rc, out, err
+
+
+def test_translate_file_in_order(tiny_package, tmp_path, capsys, translator, sources):
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(sources) + "\n", encoding="utf-8")
+    out = tmp_path / "out.txt"
+    rc, stdout, _ = run_cli(["translate", str(tiny_package), "--input", str(src), "--output", str(out),
+                             "--max-batch-size", "3", "--device", "cpu"], capsys)
+    assert rc == 0 and stdout == ""
+    assert out.read_text(encoding="utf-8").splitlines() == [translator.translate(s) for s in sources]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".tmp")] == []
+
+
+def test_nbest_and_scores_format(tiny_package, tmp_path, capsys, translator, sources):
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(sources[:4]) + "\n", encoding="utf-8")
+    rc, out, _ = run_cli(["translate", str(tiny_package), "-i", str(src), "--n-best", "2", "--scores",
+                          "--beam-size", "4"], capsys)
+    assert rc == 0
+    rows = [line.split("\t") for line in out.splitlines()]
+    assert [int(r[0]) for r in rows] == [1, 1, 2, 2, 3, 3, 4, 4]
+    expected = translator.translate_batch(sources[:4], beam_size=4, num_hypotheses=2, return_scores=True)
+    for i, r in enumerate(expected):
+        got = rows[2 * i: 2 * i + 2]
+        assert [g[2] for g in got] == r.hypotheses
+        assert [float(g[1]) for g in got] == pytest.approx(r.normalized_scores, abs=1e-5)
+        assert float(got[0][1]) >= float(got[1][1])
+    rc, out, _ = run_cli(["translate", str(tiny_package), "-i", str(src), "--scores"], capsys)
+    first = out.splitlines()[0].split("\t")
+    assert len(out.splitlines()) == 4 and len(first) == 2 and first[1] == expected[0].hypotheses[0]
+
+
+def test_awkward_lines_through_stdin(tiny_package, translator, sources):
+    """invalid UTF-8 -> U+FFFD + warning; empty line -> empty output; over-long -> cut + warning."""
+    long_line = " ".join(["seven"] * 40)
+    data = (sources[0].encode() + b"\n" + b"one \xff\xfe two\n" + b"\n" + b"   \n" + long_line.encode()
+            + b"\r\n" + sources[1].encode())                            # no newline at the end
+    env = dict(os.environ, PYTHONIOENCODING="ascii")                   # output must not depend on the locale
+    proc = subprocess.run([sys.executable, "-m", "seq2onnx.runtime.cli", "translate", str(tiny_package),
+                           "--max-input-length", "10", "--device", "cpu"], input=data,
+                          capture_output=True, timeout=120, env=env)
+    err = proc.stderr.decode()
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    lines = proc.stdout.decode("utf-8").split("\n")
+    assert lines[-1] == "" and len(lines) == 7
+    assert lines[0] == translator.translate(sources[0])
+    assert lines[1] == translator.translate("one \ufffd\ufffd two")
+    assert lines[2] == "" and lines[3] == ""
+    with pytest.warns(UserWarning, match="truncated"):
+        assert lines[4] == translator.translate(long_line, max_input_length=10)
+    assert lines[5] == translator.translate(sources[1])
+    assert "line 2: invalid UTF-8 replaced with U+FFFD" in err
+    assert "line 5: longer than 10 tokens, truncated" in err
+    assert len(err.strip().splitlines()) == 2
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--beam-size", "0"], "--beam-size must be an integer >= 1"),
+    (["--n-best", "5", "--beam-size", "2"], "--n-best must be an integer in [1, 2]"),
+    (["--sampling-topp", "2"], "--sampling-topp must be a number in (0, 1]"),
+    (["--compute-type", "float16", "--device", "cpu"], "float16 runs on CUDA only"),
+    (["--input", "/nonexistent/file.txt"], "no such file"),
+    (["--max-input-length", "100000"], "--max-input-length must be in [1,"),
+])
+def test_translate_errors_are_one_line(tiny_package, capsys, args, message):
+    rc, out, err = run_cli(["translate", str(tiny_package), *args], capsys)
+    assert rc == 2
+    assert len(err.strip().splitlines()) == 1 and message in err, err
+
+
+def test_missing_model_dir_is_one_line(tmp_path, capsys):
+    rc, _, err = run_cli(["translate", str(tmp_path / "nope")], capsys)
+    assert rc == 2 and "does not exist" in err and len(err.strip().splitlines()) == 1
+    rc, _, err = run_cli(["info", str(tmp_path)], capsys)
+    assert rc == 2 and "manifest.json is missing" in err
+
+
+def test_info_text_and_json(tiny_package, capsys):
+    rc, out, _ = run_cli(["info", str(tiny_package)], capsys)
+    assert rc == 0
+    assert "architecture" in out and "vocabulary" in out and "fp32" in out and "int8" in out and "parity" in out
+    rc, out, _ = run_cli(["info", str(tiny_package), "--json"], capsys)
+    info = json.loads(out)
+    manifest = json.loads((tiny_package / "manifest.json").read_text())
+    assert info["vocab_size"] == manifest["config"]["vocab_size"]
+    assert info["variants"]["fp32"]["bytes"]["encoder"] == (tiny_package / "encoder.onnx").stat().st_size
+    assert info["variants"]["int8"]["parity"] == manifest["variants"]["int8"]["parity"]
+    assert info["exporter"] == manifest["exporter"] and info["verified"] is True

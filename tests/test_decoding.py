@@ -1,0 +1,267 @@
+"""The numpy decoding loop (runtime/decoding.py) on the exported tiny model:
+token-identical to the PyTorch reference (training/reference.py), option invariants, and the parts alone."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fixtures_training import toy_pairs
+from seq2onnx.runtime.config import ModelConfig
+from seq2onnx.runtime.decoding import Sampler, decode, top_candidates
+from seq2onnx.runtime.logit_filters import ForcePrefix, NoRepeatNGram, RepetitionPenalty
+from seq2onnx.runtime.options import DecodingOptions
+from seq2onnx.runtime.translator import Translator
+from seq2onnx.training import reference
+from seq2onnx.training.checkpoint import load_checkpoint
+from seq2onnx.training.model import Transformer
+
+PROPERTY = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@pytest.fixture(scope="module")
+def translator(tiny_package):
+    return Translator(tiny_package, device="cpu", intra_threads=1)
+
+
+@pytest.fixture(scope="module")
+def ref_model(tiny_checkpoint):
+    ckpt = load_checkpoint(tiny_checkpoint)
+    model = Transformer(ModelConfig.from_dict(ckpt["config"]))
+    model.load_state_dict(ckpt["model"])
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def sources(translator):
+    """Validation-like sentences of 2..5 words plus shorter and longer ones: padded batches."""
+    texts = [s for s, _ in toy_pairs(24, seed=7)] + [s for s, _ in toy_pairs(6, seed=8, min_words=1, max_words=8)]
+    eos = translator.config.eos_id
+    return [translator._tokenizer.encode(t).ids + [eos] for t in texts]
+
+
+def tokens(results):
+    return [[h.tokens for h in hyps] for hyps in results]
+
+
+def source_ids(config):
+    """Strategy: a source of 1..9 ordinary ids (no specials) ending with EOS."""
+    specials = {config.pad_id, config.bos_id, config.eos_id, config.unk_id}
+    ordinary = [i for i in range(config.vocab_size) if i not in specials]
+    return st.lists(st.sampled_from(ordinary), min_size=1, max_size=9).map(lambda s: s + [config.eos_id])
+
+
+# --- token-identical to the PyTorch reference ---------------------------------------------------------
+@pytest.mark.parametrize("max_batch_size", [0, 1, 4])
+def test_greedy_matches_reference(translator, ref_model, sources, max_batch_size):
+    ref = reference.greedy_search(ref_model, sources)
+    for order in (list(range(len(sources))), list(range(len(sources)))[::-1]):
+        got = translator.translate_ids([sources[i] for i in order], beam_size=1, max_batch_size=max_batch_size)
+        for g, i in zip(got, order):
+            assert g[0].tokens == ref[i].tokens
+            assert g[0].finished == ref[i].finished
+            assert g[0].score == pytest.approx(ref[i].score, abs=1e-4)
+    assert sum(h.finished for h in ref) >= 0.8 * len(ref)    # real EOS endings were compared
+
+
+@pytest.mark.parametrize("max_batch_size", [0, 1, 5])
+def test_beam4_nbest2_matches_reference(translator, ref_model, sources, max_batch_size):
+    ref = reference.beam_search(ref_model, sources, beam_size=4, num_hypotheses=2)
+    got = translator.translate_ids(sources, beam_size=4, num_hypotheses=2, max_batch_size=max_batch_size)
+    assert tokens(got) == tokens(ref)
+    for g, r in zip(got, ref):
+        assert [h.normalized_score for h in g] == pytest.approx([h.normalized_score for h in r], abs=1e-4)
+
+
+@pytest.mark.parametrize("opts", [
+    dict(beam_size=4, max_length=3),                         # the length limit ends live beams
+    dict(beam_size=4, min_length=7, length_penalty=0.6),
+    dict(beam_size=3, num_hypotheses=3, length_penalty=1.3, max_length=9),
+    dict(beam_size=1, min_length=5, max_length=6),
+])
+def test_limits_and_length_penalty_match_reference(translator, ref_model, sources, opts):
+    k = opts.get("beam_size")
+    kw = dict(max_length=opts.get("max_length", 256), min_length=opts.get("min_length", 0),
+              length_penalty=opts.get("length_penalty", 1.0))
+    if k == 1:
+        ref = [[h] for h in reference.greedy_search(ref_model, sources, **kw)]
+    else:
+        ref = reference.beam_search(ref_model, sources, beam_size=k, num_hypotheses=opts.get("num_hypotheses", 1), **kw)
+    got = translator.translate_ids(sources, beam_size=k, num_hypotheses=opts.get("num_hypotheses", 1),
+                                   max_decoding_length=kw["max_length"], min_decoding_length=kw["min_length"],
+                                   length_penalty=kw["length_penalty"], max_batch_size=7)
+    assert tokens(got) == tokens(ref)
+    assert [[h.finished for h in g] for g in got] == [[h.finished for h in r] for r in ref]
+
+
+# --- invariants (hypothesis) ------------------------------------------------------------------------
+@PROPERTY
+@given(data=st.data())
+def test_beam_size_1_equals_greedy(translator, data):
+    cfg = translator.config
+    srcs = data.draw(st.lists(source_ids(cfg), min_size=1, max_size=4))
+    options = DecodingOptions(beam_size=1, max_decoding_length=data.draw(st.integers(0, 12)),
+                              min_decoding_length=0)
+    greedy = decode(translator.engine, cfg, srcs, options)
+    beam = decode(translator.engine, cfg, srcs, options, strategy="beam")
+    assert tokens(greedy) == tokens(beam)
+    for g, b in zip(greedy, beam):
+        assert g[0].score == pytest.approx(b[0].score, abs=1e-4)
+
+
+@PROPERTY
+@given(data=st.data())
+def test_outputs_respect_min_and_max_length(translator, data):
+    cfg = translator.config
+    srcs = data.draw(st.lists(source_ids(cfg), min_size=1, max_size=3))
+    max_len = data.draw(st.integers(0, 10))
+    min_len = data.draw(st.integers(0, max_len))
+    extra = data.draw(st.sampled_from([dict(beam_size=1), dict(beam_size=3, num_hypotheses=2),
+                                       dict(beam_size=1, sampling_topk=0, seed=1, num_hypotheses=2)]))
+    results = translator.translate_ids(srcs, max_decoding_length=max_len, min_decoding_length=min_len, **extra)
+    for hyps in results:
+        for h in hyps:
+            assert len(h.tokens) + (1 if h.finished else 0) <= max_len      # EOS counts as a step
+            assert len(h.tokens) >= min_len or (not h.finished and len(h.tokens) == max_len)
+            assert cfg.pad_id not in h.tokens and cfg.bos_id not in h.tokens and cfg.eos_id not in h.tokens
+
+
+@PROPERTY
+@given(data=st.data())
+def test_nbest_sorted_by_normalized_score(translator, data):
+    cfg = translator.config
+    srcs = data.draw(st.lists(source_ids(cfg), min_size=1, max_size=3))
+    k = data.draw(st.integers(1, 5))
+    n = data.draw(st.integers(1, k))
+    lp = data.draw(st.sampled_from([0.0, 0.6, 1.0, 1.5]))
+    for hyps in translator.translate_ids(srcs, beam_size=k, num_hypotheses=n, length_penalty=lp):
+        assert 1 <= len(hyps) <= n
+        scores = [h.normalized_score for h in hyps]
+        assert scores == sorted(scores, reverse=True)
+        for h in hyps:
+            length = len(h.tokens) + (1 if h.finished else 0)
+            assert h.normalized_score == pytest.approx(h.score / length ** lp if length else h.score)
+
+
+@PROPERTY
+@given(data=st.data())
+def test_fixed_seed_gives_same_samples(translator, data):
+    cfg = translator.config
+    srcs = data.draw(st.lists(source_ids(cfg), min_size=1, max_size=3))
+    opts = dict(beam_size=1, sampling_topk=data.draw(st.sampled_from([0, 3])), num_hypotheses=2,
+                sampling_topp=data.draw(st.sampled_from([0.5, 1.0])), seed=data.draw(st.integers(0, 2**31)),
+                sampling_temperature=data.draw(st.sampled_from([0.7, 1.5])), max_decoding_length=12)
+    assert tokens(translator.translate_ids(srcs, **opts)) == tokens(translator.translate_ids(srcs, **opts))
+
+
+@PROPERTY
+@given(data=st.data())
+def test_batch_equals_members_one_by_one(translator, data):
+    cfg = translator.config
+    srcs = data.draw(st.lists(source_ids(cfg), min_size=2, max_size=4))
+    opts = data.draw(st.sampled_from([dict(beam_size=1), dict(beam_size=4, num_hypotheses=2),
+                                      dict(beam_size=1, sampling_topk=0, seed=3)]))
+    together = translator.translate_ids(srcs, max_decoding_length=12, **opts)
+    alone = [translator.translate_ids([s], max_decoding_length=12, **opts)[0] for s in srcs]
+    assert tokens(together) == tokens(alone)
+
+
+INVALID = [
+    (dict(beam_size=0), "beam_size"), (dict(beam_size=2.5), "beam_size"), (dict(num_hypotheses=5), "num_hypotheses"),
+    (dict(num_hypotheses=0), "num_hypotheses"), (dict(length_penalty=float("nan")), "length_penalty"),
+    (dict(max_decoding_length=-1), "max_decoding_length"),
+    (dict(min_decoding_length=10, max_decoding_length=5), "min_decoding_length"),
+    (dict(max_length_a=-1.0), "max_length_a"), (dict(max_length_b=-2), "max_length_b"),
+    (dict(sampling_topk=-1), "sampling_topk"), (dict(sampling_topp=0.0), "sampling_topp"),
+    (dict(sampling_topp=1.5), "sampling_topp"), (dict(sampling_temperature=-0.1), "sampling_temperature"),
+    (dict(repetition_penalty=0.0), "repetition_penalty"), (dict(no_repeat_ngram_size=-1), "no_repeat_ngram_size"),
+    (dict(seed=-5), "seed"), (dict(beam_size=4, sampling_topk=0), "beam_size=1"), (dict(beam_szie=4), "beam_szie"),
+    (dict(max_batch_size=-1), "max_batch_size"), (dict(batch_type="sentences"), "batch_type"),
+]
+
+
+@pytest.mark.parametrize("kwargs, name", INVALID)
+def test_invalid_option_is_a_value_error_naming_it(translator, kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        translator.translate_ids([[5, translator.config.eos_id]], **kwargs)
+
+
+# --- the loop's economy ----------------------------------------------------------------------------------
+class CountingEngine:
+    """Delegates to the real engine and records the rows of every step and the gathers between."""
+
+    def __init__(self, engine):
+        self.engine, self.rows, self.takes = engine, [], []
+
+    def encode(self, *args):
+        return self.engine.encode(*args)
+
+    def step(self, input_ids, *args):
+        self.rows.append(len(input_ids))
+        self.takes.append(0)
+        return self.engine.step(input_ids, *args)
+
+    def take(self, values, index):
+        if self.takes:
+            self.takes[-1] += 1
+        return self.engine.take(values, index)
+
+
+@pytest.mark.parametrize("beam_size", [1, 4])
+def test_finished_sentences_leave_the_batch(translator, beam_size):
+    cfg = translator.config
+    short = translator._tokenizer.encode("one two").ids + [cfg.eos_id]
+    long_ = translator._tokenizer.encode("one two three four five six seven eight").ids + [cfg.eos_id]
+    engine = CountingEngine(translator.engine)
+    decode(engine, cfg, [short, long_], DecodingOptions(beam_size=beam_size))
+    assert engine.rows[0] == 2 * beam_size
+    assert engine.rows[-1] == beam_size                       # only the long sentence's rows run at the end
+    assert max(engine.takes) <= 1                             # one gather per step reorders/shrinks the cache
+
+
+# --- the parts alone ------------------------------------------------------------------------------------
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 4), st.integers(2, 30), st.integers(0, 10**6))
+def test_top_candidates_is_a_stable_descending_sort(rows, cols, seed):
+    rng = np.random.default_rng(seed)
+    scores = rng.integers(-3, 1, size=(rows, cols)).astype(np.float32)       # many ties
+    scores[rng.random((rows, cols)) < 0.2] = -np.inf
+    m = int(rng.integers(1, cols + 1))
+    expected = np.argsort(-scores, axis=1, kind="stable")[:, :m]
+    assert np.array_equal(top_candidates(scores, m), expected)
+
+
+def test_no_repeat_ngram_bans_the_completing_token():
+    toks = np.array([[5, 6, 7, 5, 6], [5, 6, 7, 8, 9]])
+    lp = np.zeros((2, 12), dtype=np.float32)
+    NoRepeatNGram(3)(lp, toks, np.array([0, 1]), 5)
+    assert np.isneginf(lp[0, 7]) and np.isfinite(np.delete(lp[0], 7)).all()   # "5 6 7" would repeat
+    assert np.isfinite(lp[1]).all()
+    lp = np.zeros((1, 12), dtype=np.float32)
+    NoRepeatNGram(1)(lp, toks[:1], np.array([0]), 5)
+    assert set(np.flatnonzero(np.isneginf(lp[0]))) == {5, 6, 7}
+
+
+def test_repetition_penalty_scales_seen_tokens():
+    lp = np.log(np.full((1, 4), 0.25, dtype=np.float32))
+    RepetitionPenalty(2.0)(lp, np.array([[1, 1, 3]]), np.array([0]), 3)
+    assert lp[0, 1] == pytest.approx(2 * np.log(0.25)) and lp[0, 0] == pytest.approx(np.log(0.25))
+
+
+def test_force_prefix_keeps_only_the_prefix_token():
+    lp = np.log(np.full((3, 6), 1 / 6, dtype=np.float32))
+    ForcePrefix([[4, 5], [], [2]])(lp, np.zeros((3, 1), dtype=np.int64), np.array([0, 1, 2]), 1)
+    assert np.flatnonzero(np.isfinite(lp[0])).tolist() == [5]
+    assert np.isfinite(lp[1]).all() and np.isfinite(lp[2]).all()        # prefixes shorter than the step
+
+
+def test_sampler_top_k_and_top_p_restrict_the_choice():
+    lp = np.log(np.array([[0.5, 0.3, 0.15, 0.05]] * 400, dtype=np.float32))
+    rows, sources = np.arange(400), [[i] for i in range(400)]      # one generator per source
+    topk = Sampler(DecodingOptions(beam_size=1, sampling_topk=2, seed=0), sources, 1)(lp.copy(), rows)
+    assert set(topk.tolist()) == {0, 1}
+    topp = Sampler(DecodingOptions(beam_size=1, sampling_topk=0, sampling_topp=0.75, seed=0), sources, 1)
+    assert set(topp(lp.copy(), rows).tolist()) == {0, 1}               # 0.5 + 0.3 reaches 0.75
+    full = Sampler(DecodingOptions(beam_size=1, sampling_topk=0, seed=0), sources, 1)(lp.copy(), rows)
+    assert set(full.tolist()) == {0, 1, 2, 3}

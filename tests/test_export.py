@@ -1,0 +1,345 @@
+"""Export (issue 4): the tiny model trained in this session, exported, checked against PyTorch.
+
+Uses the session fixtures `tiny_checkpoint` (fixtures_training.py) and `tiny_package`
+(fixtures_export.py, exported with --int8). Everything runs for real at small size.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+from seq2onnx.export import onnx_export, package, parity
+from seq2onnx.export.commands import ExportOptions, run_export
+from seq2onnx.runtime.cli import main as cli_main
+from seq2onnx.runtime.config import ModelConfig
+from seq2onnx.runtime.errors import Seq2OnnxError
+from seq2onnx.training.checkpoint import load_checkpoint
+from seq2onnx.training.reference import beam_search, greedy_search, pad_batch
+from seq2onnx.training.tokenizer import encode_source, tokenizer_from_json
+
+
+@pytest.fixture(scope="module")
+def tiny_ckpt(tiny_checkpoint):
+    return load_checkpoint(tiny_checkpoint)
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tiny_ckpt):
+    return onnx_export.model_from_checkpoint(tiny_ckpt)
+
+
+@pytest.fixture(scope="module")
+def fp32_pair(tiny_package, tiny_model):
+    return parity.OnnxPair(tiny_package / "encoder.onnx", tiny_package / "decoder_step.onnx", tiny_model.cfg)
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def assert_complete_package(folder: Path) -> dict:
+    """What makes a folder loadable: a manifest listing exactly the other files, every checksum right."""
+    manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    others = sorted(p.name for p in folder.iterdir() if p.name != "manifest.json")
+    assert sorted(manifest["files"]) == others
+    for name, info in manifest["files"].items():
+        assert sha256(folder / name) == info["sha256"], name
+        assert (folder / name).stat().st_size == info["bytes"], name
+    return manifest
+
+
+def leftovers(parent: Path, name: str):
+    return sorted(p.name for p in parent.iterdir() if p.name.startswith(f".{name}."))
+
+
+# --- the package -----------------------------------------------------------------------------------
+def test_manifest_describes_the_package(tiny_package, tiny_ckpt):
+    m = assert_complete_package(tiny_package)
+    assert (m["format"], m["format_version"]) == ("seq2onnx-model", 1)
+    cfg = ModelConfig.from_dict(m["config"])
+    assert cfg.to_dict() == tiny_ckpt["config"]
+    assert m["vocab_size"] == cfg.vocab_size
+    assert m["special_tokens"] == {"pad": "<pad>", "bos": "<s>", "eos": "</s>", "unk": "<unk>"}
+    tok = tokenizer_from_json((tiny_package / m["tokenizer"]).read_text(encoding="utf-8"))
+    assert tok.token_to_id("</s>") == cfg.eos_id and tok.get_vocab_size() == cfg.vocab_size
+    assert m["opset"] == onnx_export.DEFAULT_OPSET and m["ir_version"] >= 8
+    assert set(m["exporter"]) == {"torch", "onnx", "onnxruntime", "onnxscript"}
+    assert m["source_checkpoint"]["file"] == "best.pt"
+    assert m["source_checkpoint"]["train_meta"]["step"] == tiny_ckpt["train_meta"]["step"]
+    assert not [p for p in tiny_package.iterdir() if p.suffix == ".data"]     # weights inside the .onnx
+    assert leftovers(tiny_package.parent, tiny_package.name) == []
+
+    # graph I/O as docs/CONTRACTS.md lays it out
+    h, dh, n = cfg.n_heads, cfg.head_dim, cfg.decoder_layers
+    enc, dec = m["graphs"]["encoder"], m["graphs"]["decoder_step"]
+    assert enc["inputs"] == [{"name": "input_ids", "dtype": "int64", "shape": ["batch", "src_len"]},
+                             {"name": "attention_mask", "dtype": "int64", "shape": ["batch", "src_len"]}]
+    assert [o["name"] for o in enc["outputs"]] == onnx_export.cache_names("cross", n)
+    assert {tuple(o["shape"]) for o in enc["outputs"]} == {("batch", h, "src_len", dh)}
+    assert [i["name"] for i in dec["inputs"]] == (["input_ids", "encoder_attention_mask"]
+                                                  + onnx_export.cache_names("past", n)
+                                                  + onnx_export.cache_names("cross", n))
+    assert dec["inputs"][0]["shape"] == ["batch", 1]
+    assert dec["inputs"][2]["shape"] == ["batch", h, "past_len", dh]
+    assert dec["outputs"][0] == {"name": "log_probs", "dtype": "float32", "shape": ["batch", cfg.vocab_size]}
+    assert dec["outputs"][1]["shape"] == ["batch", h, "past_len + 1", dh]
+
+    # parity figures of both variants; the int8 ones pass their documented thresholds
+    fp32, int8 = m["variants"]["fp32"], m["variants"]["int8"]
+    assert (fp32["encoder"], fp32["decoder_step"]) == ("encoder.onnx", "decoder_step.onnx")
+    assert fp32["parity"]["encoder_max_abs_diff"] <= 1e-4 and fp32["parity"]["decoder_max_abs_diff"] <= 1e-4
+    assert fp32["parity"]["greedy_token_match"] == 1.0 and fp32["parity"]["beam4_token_match"] == 1.0
+    assert fp32["parity"]["past_lengths"][0] == 0 and fp32["parity"]["batch_sizes"] == [1, 3, 4, 8, 1, 3, 4, 3]
+    assert fp32["parity"]["real_sentences"] == 16                  # the fixture's --parity-data valid.tsv
+    assert (int8["encoder"], int8["decoder_step"], int8["precision"]) == \
+        ("encoder.int8.onnx", "decoder_step.int8.onnx", "int8")
+    assert int8["parity"]["top1_agreement"] >= int8["thresholds"]["top1_agreement"] == parity.MIN_TOP1_AGREEMENT
+    assert int8["parity"]["greedy_token_match"] >= int8["thresholds"]["greedy_token_match"]
+    assert (tiny_package / "README.md").read_text(encoding="utf-8").startswith("# seq2onnx model package")
+
+
+def test_graphs_use_plain_attention_and_finite_masks(tiny_package):
+    for name in ("encoder.onnx", "decoder_step.onnx"):
+        model = onnx.load(str(tiny_package / name))
+        ops = {node.op_type for node in model.graph.node}
+        assert "Softmax" in ops and "MatMul" in ops and not ops & onnx_export.FORBIDDEN_OPS
+        for t in model.graph.initializer:
+            if t.data_type == onnx.TensorProto.FLOAT:
+                assert np.isfinite(onnx.numpy_helper.to_array(t)).all(), t.name
+    int8 = onnx.load(str(tiny_package / "decoder_step.int8.onnx"))
+    assert any(n.op_type == "MatMulInteger" for n in int8.graph.node)
+    assert any(n.op_type == "Gather" for n in int8.graph.node)          # the embedding stays a float table
+
+
+# --- parity at shapes the graphs were not traced with (B=2, S=7, P=3) -------------------------------------
+@pytest.mark.parametrize("batch,src_len,past_len", [(1, 1, 0), (5, 200, 0), (1, 200, 150), (5, 1, 150), (5, 37, 1)])
+def test_parity_at_unseen_shapes(fp32_pair, tiny_model, batch, src_len, past_len):
+    cfg = tiny_model.cfg
+    g = torch.Generator().manual_seed(batch * 1000 + src_len + past_len)
+    lengths = [max(1, src_len - 7 * i) for i in range(batch)]                # padded rows of several lengths
+    ids, mask = pad_batch([torch.randint(4, cfg.vocab_size, (n,), generator=g).tolist() for n in lengths],
+                          cfg.pad_id)
+    assert ids.shape == (batch, src_len)
+    h, dh = cfg.n_heads, cfg.head_dim
+    past = [(torch.randn(batch, h, past_len, dh, generator=g), torch.randn(batch, h, past_len, dh, generator=g))
+            for _ in range(cfg.decoder_layers)]
+    tokens = torch.randint(4, cfg.vocab_size, (batch, 1), generator=g)
+    with torch.no_grad():
+        cross = tiny_model.cross_kv(tiny_model.encode(ids, mask))
+        logp, present = tiny_model.decode_step(tokens, mask, past, cross)
+    onnx_cross = fp32_pair.encode(ids.numpy(), mask.numpy())
+    onnx_logp, onnx_present = fp32_pair.step(tokens.numpy(), mask.numpy(),
+                                             [t.numpy() for kv in past for t in kv], onnx_cross)
+    torch_cross = [t.numpy() for kv in cross for t in kv]
+    torch_present = [t.numpy() for kv in present for t in kv]
+    assert max(np.abs(a - b).max() for a, b in zip(onnx_cross, torch_cross)) <= 1e-4
+    assert onnx_logp.shape == (batch, cfg.vocab_size) and np.abs(onnx_logp - logp.numpy()).max() <= 1e-4
+    assert all(p.shape == (batch, h, past_len + 1, dh) for p in onnx_present)
+    assert max(np.abs(a - b).max() for a, b in zip(onnx_present, torch_present)) <= 1e-4
+
+
+# --- decoding: the ONNX graphs driven by the minimal loops vs the PyTorch reference --------------------------
+SENTENCES = ["three one four", "one five", "nine two six five three", "zero", "eight eight seven",
+             "four four four four four four four four four four four four"]
+
+
+@pytest.mark.parametrize("group", [[0], [0, 1, 2], [1, 2, 3, 4, 5]])
+def test_greedy_and_beam4_tokens_match_reference(fp32_pair, tiny_model, tiny_ckpt, group):
+    tok = tokenizer_from_json(tiny_ckpt["tokenizer"])
+    sources = [encode_source(tok, SENTENCES[i], tiny_model.cfg.eos_id) for i in group]
+    ref = greedy_search(tiny_model, sources, max_length=40)
+    got = parity.onnx_greedy(fp32_pair, sources, max_length=40)
+    assert [h.tokens for h in got] == [h.tokens for h in ref]
+    assert [h.finished for h in got] == [h.finished for h in ref]
+    assert np.allclose([h.score for h in got], [h.score for h in ref], atol=1e-4)
+    assert any(h.finished and h.tokens for h in ref)        # real translations that end with EOS
+
+    ref_beam = beam_search(tiny_model, sources, beam_size=4, num_hypotheses=4, max_length=40)
+    got_beam = parity.onnx_beam(fp32_pair, sources, beam_size=4, num_hypotheses=4, max_length=40)
+    assert [[h.tokens for h in hs] for hs in got_beam] == [[h.tokens for h in hs] for hs in ref_beam]
+    assert np.allclose([h.score for hs in got_beam for h in hs], [h.score for hs in ref_beam for h in hs], atol=1e-4)
+
+
+def test_beam_options_follow_the_reference(fp32_pair, tiny_model, tiny_ckpt):
+    tok = tokenizer_from_json(tiny_ckpt["tokenizer"])
+    sources = [encode_source(tok, s, tiny_model.cfg.eos_id) for s in SENTENCES[:3]]
+    opts = dict(beam_size=3, num_hypotheses=2, length_penalty=0.6, max_length=6, min_length=4)
+    ref = beam_search(tiny_model, sources, **opts)
+    got = parity.onnx_beam(fp32_pair, sources, **opts)
+    assert [[(h.tokens, h.finished) for h in hs] for hs in got] == [[(h.tokens, h.finished) for h in hs] for hs in ref]
+    assert all(len(h.tokens) >= 4 for hs in got for h in hs)        # EOS forbidden before 4 tokens
+
+
+# --- nothing is written unless every check passed -------------------------------------------------------------
+def test_failed_parity_writes_nothing(tiny_checkpoint, tmp_path, monkeypatch, capsys):
+    real_export = onnx_export.export_graphs
+
+    def export_then_corrupt(model, out_dir, opset=onnx_export.DEFAULT_OPSET):
+        enc, dec = real_export(model, out_dir, opset)
+        graph = onnx.load(str(dec))
+        weight = next(t for t in graph.graph.initializer if "output_projection" in t.name)
+        values = onnx.numpy_helper.to_array(weight).copy()
+        values[:, 0] += 0.5                                   # one feature of every output logit
+        weight.CopyFrom(onnx.numpy_helper.from_array(values, weight.name))
+        onnx.save(graph, str(dec))
+        return enc, dec
+
+    monkeypatch.setattr(onnx_export, "export_graphs", export_then_corrupt)
+    out = tmp_path / "model"
+    assert cli_main(["export", str(tiny_checkpoint), str(out), "--int8"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]                       # after the progress lines of stages 1-2
+    assert last.startswith("seq2onnx export: error: fp32 parity check 'decoder log-probs' failed: max abs diff"), err
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+KILL_DRIVER = textwrap.dedent("""
+    import os, sys, time
+    from seq2onnx.export import package
+    mode, ckpt, out = sys.argv[1:4]
+    if mode == "before-manifest":            # staging folder holds the graphs, tokenizer.json, README.md
+        write_text = package.write_text
+        def paused(path, text):
+            if path.name == package.MANIFEST:
+                print("PAUSED", flush=True)
+                time.sleep(300)
+            write_text(path, text)
+        package.write_text = paused
+    else:                                    # "between-renames": the old package renamed aside, the new not in
+        rename = os.rename
+        def paused(src, dst):
+            rename(src, dst)
+            if ".old-" in os.path.basename(str(dst)):
+                print("PAUSED", flush=True)
+                time.sleep(300)
+        os.rename = paused
+    from seq2onnx.runtime.cli import main
+    sys.exit(main(["export", ckpt, out, "--overwrite"]))
+""")
+
+
+@pytest.mark.parametrize("mode", ["before-manifest", "between-renames"])
+def test_killed_export_leaves_no_half_package(tiny_checkpoint, tiny_package, tmp_path, mode):
+    out = tmp_path / "model"
+    previous = None
+    if mode == "between-renames":
+        shutil.copytree(tiny_package, out)
+        previous = assert_complete_package(out)
+    driver = tmp_path / "driver.py"
+    driver.write_text(KILL_DRIVER, encoding="utf-8")
+    proc = subprocess.Popen([sys.executable, str(driver), mode, str(tiny_checkpoint), str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen = []
+    try:
+        for line in proc.stdout:
+            seen.append(line)
+            if line.strip() == "PAUSED":
+                break
+        else:
+            pytest.fail("the export ended before the write stage paused:\n" + "".join(seen))
+        os.kill(proc.pid, signal.SIGKILL)                         # killed in the middle of the write stage
+    finally:
+        proc.kill()
+        proc.wait(timeout=60)
+        proc.stdout.close()
+
+    if mode == "before-manifest":
+        assert not out.exists()
+        (partial,) = [tmp_path / n for n in leftovers(tmp_path, "model")]
+        assert ".partial-" in partial.name and not (partial / "manifest.json").exists()   # not loadable
+    else:
+        assert not out.exists()                                   # old aside, new not yet in: nothing at OUT
+        restored = package.recover_interrupted(out)
+        assert any("restored" in m for m in restored), restored
+        assert assert_complete_package(out)["files"] == previous["files"]
+    package.recover_interrupted(out)                              # the next export tidies the rest
+    assert leftovers(tmp_path, "model") == []
+
+
+def test_overwrite_replaces_a_package_and_fp16_variant(tiny_checkpoint, tiny_package, tiny_model, tmp_path):
+    out = tmp_path / "model"
+    shutil.copytree(tiny_package, out)
+    with pytest.raises(Seq2OnnxError, match="output path exists"):
+        run_export(ExportOptions(tiny_checkpoint, out, fp16=True))
+    run_export(ExportOptions(tiny_checkpoint, out, fp16=True, overwrite=True))
+    m = assert_complete_package(out)
+    assert set(m["variants"]) == {"fp32", "fp16"} and not (out / "encoder.int8.onnx").exists()
+    fp16 = m["variants"]["fp16"]
+    assert (fp16["encoder"], fp16["decoder_step"], fp16["precision"]) == \
+        ("encoder.fp16.onnx", "decoder_step.fp16.onnx", "float16")
+    if fp16["status"] == "unchecked-on-CUDA":                     # no GPU here: checked to load only
+        assert fp16["parity"] is None and fp16["checked_on"] is None
+    else:
+        assert fp16["status"] == "checked" and fp16["checked_on"] == "CUDAExecutionProvider"
+    graph = onnx.load(str(out / "decoder_step.fp16.onnx"))
+    assert graph.graph.input[2].type.tensor_type.elem_type == onnx.TensorProto.FLOAT      # float32 I/O
+    assert any(t.data_type == onnx.TensorProto.FLOAT16 for t in graph.graph.initializer)
+    # the same function at fp16 precision (onnxruntime's CPU provider runs the fp16 graph too)
+    report = parity.measure(tiny_model, parity.OnnxPair(out / "encoder.fp16.onnx", out / "decoder_step.fp16.onnx",
+                                                        tiny_model.cfg))
+    assert report.top1_agreement >= parity.MIN_TOP1_AGREEMENT and report.decoder_max_abs_diff < 0.5
+    assert leftovers(tmp_path, "model") == []
+
+
+# --- one-line errors --------------------------------------------------------------------------------------
+def one_error_line(capsys) -> str:
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in captured.err, captured.err
+    return lines[0]
+
+
+def test_cli_errors_are_one_line(tiny_checkpoint, tiny_package, tmp_path, capsys):
+    garbage = tmp_path / "garbage.pt"
+    garbage.write_bytes(b"not a checkpoint")
+    assert cli_main(["export", str(garbage), str(tmp_path / "a")]) == 2
+    assert "is not a seq2onnx checkpoint" in one_error_line(capsys)
+
+    ckpt = dict(load_checkpoint(tiny_checkpoint), format_version=99)
+    future = tmp_path / "future.pt"
+    torch.save(ckpt, future)
+    assert cli_main(["export", str(future), str(tmp_path / "b")]) == 2
+    assert "format_version 99" in one_error_line(capsys)
+
+    assert cli_main(["export", str(tmp_path / "missing.pt"), str(tmp_path / "c")]) == 2
+    assert "checkpoint not found" in one_error_line(capsys)
+
+    assert cli_main(["export", str(tiny_checkpoint), str(tiny_package)]) == 2
+    assert "output path exists" in one_error_line(capsys)
+
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "keep.txt").write_text("mine")
+    assert cli_main(["export", str(tiny_checkpoint), str(tmp_path / "notes"), "--overwrite"]) == 2
+    assert "not a seq2onnx model package" in one_error_line(capsys)
+    assert (tmp_path / "notes" / "keep.txt").exists()
+
+    assert cli_main(["export", str(tiny_checkpoint), str(tmp_path / "d"), "--opset", "11"]) == 2
+    assert "--opset 11 is not supported" in one_error_line(capsys)
+
+    assert cli_main(["export", str(tiny_checkpoint), str(tmp_path / "e"), "--parity-data",
+                     str(tmp_path / "none.txt")]) == 2
+    assert "cannot read --parity-data" in one_error_line(capsys)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["future.pt", "garbage.pt", "notes"]
+
+
+def test_missing_onnxscript_names_the_extra(tiny_checkpoint, tmp_path):
+    code = ("import sys; sys.modules['onnxscript'] = None\n"
+            "from seq2onnx.runtime.cli import main\n"
+            f"sys.exit(main(['export', {str(tiny_checkpoint)!r}, {str(tmp_path / 'out')!r}]))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "onnxscript" in lines[0] and "seq2onnx[train]" in lines[0], proc.stderr

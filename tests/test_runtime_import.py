@@ -1,0 +1,49 @@
+"""The runtime stays torch-free and light: a fresh interpreter imports it without torch, and
+`import seq2onnx.runtime` does not even load onnxruntime."""
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+RUNTIME = Path(__file__).resolve().parent.parent / "runtime"
+ALLOWED = {"numpy", "onnxruntime", "tokenizers", "seq2onnx"}
+
+PROBE = """
+import sys, time
+t = time.perf_counter()
+import seq2onnx.runtime
+import_s = time.perf_counter() - t
+light = "onnxruntime" not in sys.modules
+from seq2onnx.runtime import Translator
+from seq2onnx.runtime.commands import translate_main, info_main
+heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "onnx", "onnxscript")
+               or m.startswith(("seq2onnx.training", "seq2onnx.export")))
+print(import_s, light, heavy)
+"""
+
+
+def test_fresh_import_has_no_torch_and_is_fast():
+    out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=120, check=True)
+    import_s, light, heavy = out.stdout.strip().split(" ", 2)
+    assert heavy == "[]", heavy
+    assert light == "True"                       # onnxruntime loads with the Translator, not before
+    assert float(import_s) < 0.5
+
+
+def test_runtime_sources_import_only_light_modules():
+    """What a hook also greps for: runtime/*.py imports numpy, onnxruntime, tokenizers, the stdlib."""
+    stdlib = set(sys.stdlib_module_names)
+    for path in sorted(RUNTIME.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            else:
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                assert top in stdlib or top in ALLOWED, f"{path.name} imports {name}"
+                assert not name.startswith(("seq2onnx.training", "seq2onnx.export")), f"{path.name} imports {name}"

@@ -1,0 +1,300 @@
+"""Training at tiny size, for real: learning, the schedule, checkpoints, resume, DDP, data handling."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from fixtures_training import DE, EN, toy_pairs, write_tsv
+from seq2onnx.runtime.cli import main as cli_main
+from seq2onnx.runtime.config import ModelConfig
+from seq2onnx.runtime.errors import Seq2OnnxError
+from seq2onnx.training.checkpoint import (FORMAT_VERSION, average_checkpoints, load_checkpoint, save_checkpoint,
+                                          step_checkpoints)
+from seq2onnx.training.data import BAD_UTF8, EMPTY_SIDE, EXTRA_TAB, NO_TAB, TOO_LONG, BatchStream, Example, \
+    encode_pairs, make_batches, read_parallel, read_tsv
+from seq2onnx.training.model import Transformer
+from seq2onnx.training.numbers import number_pair
+from seq2onnx.training.optim import build_optimizer, noam_lr
+from seq2onnx.training.tokenizer import special_ids, train_tokenizer
+from seq2onnx.training.train import TrainArgs, train
+
+
+def records(run_dir: Path, kind: str):
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if r["kind"] == kind]
+
+
+# --- learning ---------------------------------------------------------------------------------
+def test_tiny_run_learns_the_toy_task_and_writes_its_folder(tiny_run):
+    for name in ("best.pt", "last.pt", "metrics.jsonl", "tokenizer.json", "config.json"):
+        assert (tiny_run / name).is_file(), name
+    assert [p.name for p in step_checkpoints(tiny_run)] == ["step_200.pt", "step_400.pt", "step_600.pt"]
+    train_losses = [r["loss"] for r in records(tiny_run, "train")]
+    assert train_losses[-1] < 0.4 * train_losses[0]                          # the loss goes down
+    valid = records(tiny_run, "valid")
+    assert valid[-1]["loss"] < valid[0]["loss"]
+    assert max(r["exact_match"] for r in valid) >= 0.9                       # most sentences exactly right
+    best = load_checkpoint(tiny_run / "best.pt")
+    assert best["train_meta"]["metrics"]["exact_match"] == max(r["exact_match"] for r in valid)
+    assert best["tokenizer"] == (tiny_run / "tokenizer.json").read_text(encoding="utf-8")
+    cfg = ModelConfig.from_dict(best["config"])
+    assert cfg == ModelConfig.from_json(str(tiny_run / "config.json"))
+    assert cfg.d_model == 64 and cfg.vocab_size <= 128
+
+
+@pytest.mark.slow
+def test_tiny_model_learns_a_copy_task_to_100_percent(tmp_path):
+    pairs = [(s, s) for s, _ in toy_pairs(3000, seed=11, min_words=1, max_words=5)]
+    train_tsv = write_tsv(tmp_path / "train.tsv", pairs)
+    valid_tsv = write_tsv(tmp_path / "valid.tsv", [(s, s) for s, _ in toy_pairs(100, seed=12, min_words=1)])
+    # seeds 1-4 all reached 100% by step 350 on this machine: a 150-step margin
+    result = train(TrainArgs(out=str(tmp_path / "run"), train=str(train_tsv), valid=str(valid_tsv), preset="tiny",
+                             vocab_size=128, max_tokens=1024, lr_factor=0.3, warmup_steps=50, max_steps=500,
+                             valid_interval=50, keep_last=0, best_metric="exact_match", threads=1, quiet=True))
+    assert result.best["value"] == 1.0, records(tmp_path / "run", "valid")
+
+
+def test_lr_schedule_follows_the_paper_formula(tiny_run):
+    for step, d, warmup in [(1, 512, 4000), (100, 512, 4000), (4000, 512, 4000), (10_000, 512, 4000), (7, 64, 50)]:
+        expected = d ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
+        assert noam_lr(step, d, warmup) == pytest.approx(expected, rel=1e-12)
+        assert noam_lr(step, d, warmup, factor=2.0) == pytest.approx(2 * expected, rel=1e-12)
+    # the optimizer really uses noam_lr(n) at its n-th step
+    model = Transformer(ModelConfig.preset("tiny", vocab_size=20))
+    optimizer, scheduler = build_optimizer(model, 64, warmup_steps=10, lr_factor=0.5)
+    assert optimizer.defaults["betas"] == (0.9, 0.98) and optimizer.defaults["eps"] == 1e-9
+    for n in range(1, 30):
+        assert optimizer.param_groups[0]["lr"] == pytest.approx(noam_lr(n, 64, 10, 0.5), rel=1e-12)
+        optimizer.step()
+        scheduler.step()
+    # and so did the tiny run (lr 0.4, warmup 50), logged at the steps it was used for
+    for r in records(tiny_run, "train"):
+        assert r["lr"] == pytest.approx(noam_lr(r["step"], 64, 50, 0.4), rel=1e-9)
+
+
+# --- checkpoints ------------------------------------------------------------------------------
+def test_average_of_checkpoints_is_the_mean_of_their_weights(tiny_run, tmp_path):
+    paths = step_checkpoints(tiny_run)
+    states = [load_checkpoint(p)["model"] for p in paths]
+    averaged = average_checkpoints(paths)
+    assert "optimizer" not in averaged and averaged["train_meta"]["averaged_from"] == [p.name for p in paths]
+    for name, value in averaged["model"].items():
+        expected = sum(s[name].double() for s in states) / len(states)
+        torch.testing.assert_close(value, expected.float(), rtol=0, atol=1e-7)
+    assert not torch.equal(averaged["model"]["encoder_layers.0.ffn.w1.weight"], states[-1]["encoder_layers.0.ffn.w1.weight"])
+    # the CLI writes the same, loadable into a model
+    out = tmp_path / "avg.pt"
+    assert cli_main(["average", str(tiny_run), "--last", "2", "--out", str(out)]) == 0
+    ckpt = load_checkpoint(out)
+    assert ckpt["train_meta"]["averaged_from"] == [p.name for p in paths[-2:]]
+    Transformer(ModelConfig.from_dict(ckpt["config"])).load_state_dict(ckpt["model"])
+
+
+def test_checkpoint_loading_rejects_foreign_and_future_files(tiny_checkpoint, tmp_path):
+    text = tmp_path / "notes.pt"
+    text.write_text("hello")
+    with pytest.raises(Seq2OnnxError, match="not a seq2onnx checkpoint"):
+        load_checkpoint(text)
+    plain = tmp_path / "plain.pt"
+    torch.save({"weights": torch.zeros(2)}, plain)
+    with pytest.raises(Seq2OnnxError, match="not a seq2onnx checkpoint"):
+        load_checkpoint(plain)
+    future = load_checkpoint(tiny_checkpoint)
+    future["format_version"] = FORMAT_VERSION + 1
+    save_checkpoint(future, tmp_path / "future.pt")
+    with pytest.raises(Seq2OnnxError, match=f"format_version {FORMAT_VERSION + 1}.*reads version {FORMAT_VERSION}"):
+        load_checkpoint(tmp_path / "future.pt")
+    with pytest.raises(Seq2OnnxError, match="not found"):
+        load_checkpoint(tmp_path / "missing.pt")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["future.pt", "notes.pt", "plain.pt"]   # no temp left
+
+
+# --- kill and resume --------------------------------------------------------------------------
+def _train_cmd(data_dir: Path, out: Path, config: Path, *extra: str):
+    return [sys.executable, "-m", "seq2onnx.runtime.cli", "train", "--train", str(data_dir / "train.tsv"),
+            "--valid", str(data_dir / "valid.tsv"), "--out", str(out), "--config", str(config),
+            "--vocab-size", "128", "--max-tokens", "256", "--warmup-steps", "20", "--max-steps", "150",
+            "--valid-interval", "10", "--valid-decode-max", "8", "--keep-last", "2", "--threads", "1",
+            "--seed", "3", "--quiet", *extra]
+
+
+@pytest.mark.slow
+def test_killed_and_resumed_run_ends_bit_identical(tiny_data_dir, tmp_path):
+    config = tmp_path / "model.json"                         # tiny, with dropout: the RNG state matters
+    config.write_text(json.dumps(ModelConfig.preset("tiny", dropout=0.1, attention_dropout=0.1).to_dict()))
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    whole = subprocess.run(_train_cmd(tiny_data_dir, tmp_path / "whole", config), env=env,
+                           capture_output=True, text=True)
+    assert whole.returncode == 0, whole.stderr
+
+    run = tmp_path / "killed"
+    proc = subprocess.Popen(_train_cmd(tiny_data_dir, run, config), env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while not (run / "step_30.pt").exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    killed_while_running = proc.poll() is None
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert killed_while_running, "the run ended before it could be killed: raise --max-steps"
+    step_at_kill = load_checkpoint(run / "last.pt")["train_meta"]["step"]
+    assert 30 <= step_at_kill < 150
+
+    resumed = subprocess.run(_train_cmd(tiny_data_dir, run, config, "--resume"), env=env,
+                             capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    a, b = load_checkpoint(tmp_path / "whole" / "last.pt"), load_checkpoint(run / "last.pt")
+    assert a["train_meta"]["step"] == b["train_meta"]["step"] == 150
+    assert a["data_state"] == b["data_state"]
+    for name in a["model"]:
+        assert torch.equal(a["model"][name], b["model"][name]), f"{name} differs after resume"
+    for sa, sb in zip(a["optimizer"]["state"].values(), b["optimizer"]["state"].values()):
+        assert torch.equal(sa["exp_avg_sq"], sb["exp_avg_sq"])
+    # metrics.jsonl of the resumed run has each step once, like the uninterrupted one
+    steps = lambda d: [(r["kind"], r["step"]) for r in map(json.loads, (d / "metrics.jsonl").read_text().splitlines())]
+    assert steps(run) == steps(tmp_path / "whole")
+
+
+# --- distributed data-parallel ----------------------------------------------------------------
+DDP_WORKER = textwrap.dedent("""
+    import os, sys, torch
+    from seq2onnx.training.train import TrainArgs, train
+    data, out, weights = sys.argv[1:4]
+    result = train(TrainArgs(out=out, train=os.path.join(data, "train.tsv"), valid=os.path.join(data, "valid.tsv"),
+                             preset="tiny", vocab_size=128, max_tokens=256, warmup_steps=10, max_steps=12,
+                             valid_interval=6, valid_decode_max=4, threads=1, quiet=True, device="cpu"))
+    torch.save({"state": result.model.state_dict(), "step": result.step, "world": os.environ["WORLD_SIZE"]},
+               os.path.join(weights, "rank" + os.environ["RANK"] + ".pt"))
+""")
+
+
+@pytest.mark.slow
+def test_two_process_ddp_keeps_ranks_identical(tiny_data_dir, tmp_path):
+    worker = tmp_path / "worker.py"
+    worker.write_text(DDP_WORKER)
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                           str(worker), str(tiny_data_dir), str(tmp_path / "run"), str(tmp_path)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r0, r1 = torch.load(tmp_path / "rank0.pt"), torch.load(tmp_path / "rank1.pt")
+    assert r0["world"] == r1["world"] == "2" and r0["step"] == r1["step"] == 12
+    torch.manual_seed(1)
+    initial = Transformer(ModelConfig.from_json(str(tmp_path / "run" / "config.json"))).state_dict()
+    for name, w in r0["state"].items():
+        assert torch.equal(w, r1["state"][name]), f"ranks disagree on {name}"
+    assert not torch.equal(r0["state"]["decoder_layers.0.ffn.w1.weight"], initial["decoder_layers.0.ffn.w1.weight"])
+    saved = load_checkpoint(tmp_path / "run" / "last.pt")
+    assert all(torch.equal(saved["model"][n], r0["state"][n]) for n in saved["model"])
+
+
+def test_batch_stream_shards_ranks_and_resumes_exactly():
+    examples = [Example(list(range(4, 4 + n % 9 + 1)) + [2], list(range(4, 4 + n % 7 + 1))) for n in range(200)]
+    ids = {"pad_id": 0, "bos_id": 1, "eos_id": 2, "unk_id": 3}
+    batches = make_batches(examples, max_tokens=64, seed=5, epoch=1)
+    assert sorted(i for b in batches for i in b) == list(range(200))        # every example once per epoch
+    for b in batches:
+        width = max(max(len(examples[i].src), len(examples[i].tgt) + 1) for i in b)
+        assert width * len(b) <= 64
+    assert batches == make_batches(examples, 64, seed=5, epoch=1)
+    assert batches != make_batches(examples, 64, seed=5, epoch=2) != make_batches(examples, 64, seed=6, epoch=1)
+
+    ranks = [BatchStream(examples, 64, 5, ids, rank=r, world_size=2) for r in range(2)]
+    per_rank = len(ranks[0]._batches())
+    assert per_rank == len(ranks[1]._batches()) == -(-len(batches) // 2)
+    first = [ranks[r].next().src_ids for r in range(2)]
+    assert not torch.equal(first[0][:1], first[1][:1]) or first[0].shape != first[1].shape
+
+    stream = BatchStream(examples, 64, 5, ids)
+    for _ in range(len(batches) + 3):                                        # into the second epoch
+        stream.next()
+    state = stream.state_dict()
+    assert state == {"epoch": 2, "index": 3}
+    expected = [stream.next().labels for _ in range(5)]
+    again = BatchStream(examples, 64, 5, ids)
+    again.load_state_dict(state)
+    assert all(torch.equal(x, again.next().labels) for x in expected)
+
+
+# --- data reading -----------------------------------------------------------------------------
+def test_bad_lines_are_skipped_and_counted(tmp_path):
+    tsv = tmp_path / "mixed.tsv"
+    tsv.write_bytes(b"one two\teins zwei\n"            # ok
+                    b"no tab here\n"                    # no tab
+                    b"a\tb\tc\n"                        # two tabs
+                    b" \tleer\n"                        # empty source
+                    b"\n"                               # empty line: no tab
+                    b"caf\xe9\tkaffee\n"                # latin-1, not UTF-8
+                    b"three\tdrei\r\n"                  # CRLF is fine
+                    + ("long " * 40).encode() + b"\tlang\n")
+    pairs, counts = read_tsv(str(tsv))
+    assert pairs[:2] == [("one two", "eins zwei"), ("three", "drei")] and len(pairs) == 3
+    assert counts.read == 8 and counts.skipped == {NO_TAB: 2, EXTRA_TAB: 1, EMPTY_SIDE: 1, BAD_UTF8: 1}
+    tok = train_tokenizer([s for p in pairs for s in p], 60)
+    examples, kept = encode_pairs(tok, pairs, special_ids(tok)["eos_id"], max_len=20, counts=counts)
+    assert len(examples) == 2 and kept == pairs[:2] and counts.skipped[TOO_LONG] == 1
+    assert counts.kept == 2
+    assert counts.report() == [f"mixed.tsv: skipped {n} of 8 lines: {reason}" for reason, n in
+                               [(NO_TAB, 2), (EXTRA_TAB, 1), (EMPTY_SIDE, 1), (BAD_UTF8, 1), (TOO_LONG, 1)]]
+
+    src, tgt = tmp_path / "a.en", tmp_path / "a.de"
+    src.write_bytes(b"one\n\ntwo\nbad \xff\n")
+    tgt.write_bytes(b"eins\nnull\nzwei\nschlecht\n")
+    pairs, counts = read_parallel(str(src), str(tgt))
+    assert pairs == [("one", "eins"), ("two", "zwei")] and counts.skipped == {EMPTY_SIDE: 1, BAD_UTF8: 1}
+    tgt.write_bytes(b"eins\n")
+    with pytest.raises(Seq2OnnxError, match="has 4 lines but .* has 1"):
+        read_parallel(str(src), str(tgt))
+
+
+def test_training_reports_skipped_lines(tiny_data_dir, tmp_path, capsys):
+    lines = (tiny_data_dir / "train.tsv").read_text(encoding="utf-8").splitlines()[:300]
+    train_tsv = tmp_path / "train.tsv"
+    train_tsv.write_text("\n".join(lines + ["no tab", "x\ty\tz", "x\ty\tz"]) + "\n", encoding="utf-8")
+    assert cli_main(["train", "--train", str(train_tsv), "--valid", str(tiny_data_dir / "valid.tsv"),
+                     "--out", str(tmp_path / "run"), "--preset", "tiny", "--max-steps", "2", "--max-tokens", "512",
+                     "--vocab-size", "100", "--valid-decode-max", "2", "--threads", "1", "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert "train.tsv: skipped 1 of 303 lines: no tab" in err
+    assert "train.tsv: skipped 2 of 303 lines: more than one tab" in err
+
+
+# --- seq2onnx data numbers --------------------------------------------------------------------
+def test_numbers_data_splits_are_disjoint_and_train_has_every_small_number(tmp_path):
+    out = tmp_path / "numbers"
+    args = ["data", "numbers", "--out", str(out), "--size", "2500", "--valid-size", "90", "--test-size", "90",
+            "--seed", "4"]
+    assert cli_main(args) == 0
+    split = {}
+    for name in ("train", "valid", "test"):
+        rows = (out / f"{name}.tsv").read_text(encoding="utf-8").splitlines()
+        assert all(row.count("\t") == 1 for row in rows)
+        split[name] = [row.split("\t")[0] for row in rows]
+    assert [len(split[n]) for n in ("train", "valid", "test")] == [2500, 90, 90]
+    sets = {n: set(v) for n, v in split.items()}
+    assert all(len(sets[n]) == len(split[n]) for n in sets)                 # no number twice in a split
+    assert not sets["train"] & sets["valid"] and not sets["train"] & sets["test"] and not sets["valid"] & sets["test"]
+    small = {number_pair(n).split("\t")[0] for n in range(1000)}
+    assert small <= sets["train"] and not small & (sets["valid"] | sets["test"])
+    assert "four hundred and ninety-five thousand, five hundred and seventeen\t" \
+           "vierhundertfünfundneunzigtausendfünfhundertsiebzehn" == number_pair(495517)
+    # every band of large numbers is sampled: 4, 5 and 6 digits ("thousand" with 1, 2, 3-digit heads)
+    heads = [s.split(" thousand")[0] for s in sets["train"] if " thousand" in s]
+    assert any(h in EN[1:] for h in heads) and any("hundred" in h for h in heads)
+    assert any(h not in EN and "hundred" not in h for h in heads)
+    # deterministic by seed, and the seed matters
+    again = tmp_path / "again"
+    assert cli_main([*args[:3], str(again), *args[4:]]) == 0
+    assert (again / "train.tsv").read_bytes() == (out / "train.tsv").read_bytes()
+    other = tmp_path / "other"
+    assert cli_main([*args[:3], str(other), *args[4:-1], "5"]) == 0
+    assert (other / "valid.tsv").read_bytes() != (out / "valid.tsv").read_bytes()
+    assert DE[4] in (out / "train.tsv").read_text(encoding="utf-8")

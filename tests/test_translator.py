@@ -1,0 +1,179 @@
+"""The Translator API on the exported tiny model: text in/out, batching, options, streaming,
+compute types, devices and thread-safety."""
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import threading
+
+import pytest
+
+from fixtures_training import toy_pairs
+from seq2onnx.runtime.errors import ModelPackageError, Seq2OnnxError
+from seq2onnx.runtime.session import cuda_status
+from seq2onnx.runtime.translator import Translator, split_batches
+
+
+@pytest.fixture(scope="module")
+def translator(tiny_package):
+    return Translator(tiny_package, device="cpu", intra_threads=1)
+
+
+@pytest.fixture(scope="module")
+def pairs():
+    return toy_pairs(30, seed=2)          # the validation sentences of the tiny run
+
+
+def test_translate_learned_task(translator, pairs):
+    assert isinstance(translator.translate(pairs[0][0]), str)
+    right = sum(translator.translate(src) == tgt for src, tgt in pairs)
+    assert right >= 0.8 * len(pairs)
+
+
+def test_translate_batch_keeps_caller_order_across_batchings(translator, pairs):
+    texts = [s for s, _ in pairs] + ["one", "two three four five six seven eight nine"]
+    expected = [r.hypotheses for r in translator.translate_batch(texts, beam_size=2)]
+    assert expected == [[translator.translate(t, beam_size=2)] for t in texts]
+    for kw in (dict(max_batch_size=1), dict(max_batch_size=3), dict(max_batch_size=20, batch_type="tokens")):
+        assert [r.hypotheses for r in translator.translate_batch(texts, beam_size=2, **kw)] == expected
+
+
+def test_split_batches_sorts_and_splits():
+    lengths = [5, 1, 3, 9, 2]
+    assert split_batches(lengths, 2, "examples") == [[1, 4], [2, 0], [3]]
+    assert split_batches(lengths, 8, "tokens") == [[1, 4], [2], [0], [3]]     # padded tokens: n * longest
+    assert split_batches(lengths, 0, "examples") == [[1, 4, 2, 0, 3]]
+
+
+def test_scores_and_nbest(translator, pairs):
+    r = translator.translate_batch([pairs[1][0]], beam_size=4, num_hypotheses=3, return_scores=True,
+                                   length_penalty=0.7)[0]
+    assert len(r.hypotheses) == len(r.token_ids) == len(r.scores) == 3
+    assert len(set(r.hypotheses)) == 3
+    assert r.normalized_scores == sorted(r.normalized_scores, reverse=True)
+    for ids, s, ns in zip(r.token_ids, r.scores, r.normalized_scores):
+        assert ns == pytest.approx(s / (len(ids) + 1) ** 0.7)                   # EOS counts in the length
+    plain = translator.translate_batch([pairs[1][0]])[0]
+    assert plain.scores is None and plain.normalized_scores is None
+
+
+def test_target_prefix_is_forced(translator, pairs):
+    src = pairs[2][0]
+    prefix = "null null"
+    r = translator.translate_batch([src, src], target_prefix=[prefix, None])
+    prefix_ids = translator._tokenizer.encode(prefix).ids
+    assert r[0].token_ids[0][:len(prefix_ids)] == prefix_ids
+    assert r[1].hypotheses[0] == translator.translate(src)
+    assert translator.translate(src, target_prefix=prefix).startswith(prefix)
+
+
+def test_max_input_length_truncates_with_warning(translator):
+    text = " ".join(["seven"] * 30)
+    with pytest.warns(UserWarning, match="max_input_length=5"):
+        r = translator.translate_batch([text, "one"], max_input_length=5)
+    assert r[0].truncated and not r[1].truncated
+    with pytest.raises(ValueError, match="max_input_length"):
+        translator.translate_batch(["one"], max_input_length=0)
+
+
+def test_relative_length_limit(translator, pairs):
+    for r in translator.translate_batch([s for s, _ in pairs[:5]], max_length_a=0.0, max_length_b=2):
+        assert len(r.token_ids[0]) <= 2
+    src = pairs[0][0]
+    src_len = len(translator._tokenizer.encode(src).ids) + 1
+    r = translator.translate_batch([src], max_length_a=0.5, max_length_b=0)[0]
+    assert len(r.token_ids[0]) <= int(0.5 * src_len)
+
+
+def test_repetition_controls_change_nothing_they_should_not(translator, pairs):
+    texts = [s for s, _ in pairs[:10]]
+    for r in translator.translate_batch(texts, no_repeat_ngram_size=1, beam_size=2):
+        ids = r.token_ids[0]
+        assert len(ids) == len(set(ids))                                          # no token twice
+    assert translator.translate_batch(texts, repetition_penalty=1.0)[0].hypotheses == \
+        translator.translate_batch(texts)[0].hypotheses
+
+
+@pytest.mark.parametrize("opts", [dict(beam_size=1), dict(beam_size=4),
+                                  dict(beam_size=1, sampling_topk=0, sampling_temperature=1.5, seed=11)])
+def test_generate_tokens_streams_the_translation(translator, pairs, opts):
+    for src, _ in pairs[:6] + [("nine eight seven six five four three two", "")]:
+        pieces = list(translator.generate_tokens(src, **opts))
+        assert all(pieces)
+        assert "".join(pieces) == translator.translate(src, **opts)
+    greedy_pieces = list(translator.generate_tokens(pairs[3][0], beam_size=1))
+    assert len(greedy_pieces) == len(translator.translate_batch([pairs[3][0]], beam_size=1)[0].token_ids[0])
+
+
+def test_generate_tokens_rejects_nbest(translator):
+    with pytest.raises(ValueError, match="num_hypotheses"):
+        list(translator.generate_tokens("one", num_hypotheses=2))
+
+
+def test_int8_variant(tiny_package, pairs, translator):
+    tr8 = Translator(tiny_package, device="cpu", compute_type="int8")
+    assert tr8.variant == "int8"
+    texts = [s for s, _ in pairs]
+    same = sum(a.hypotheses == b.hypotheses for a, b in zip(tr8.translate_batch(texts), translator.translate_batch(texts)))
+    assert same >= 0.8 * len(texts)
+
+
+def test_compute_type_errors(tiny_package, tmp_path):
+    with pytest.raises(Seq2OnnxError, match="CUDA only"):
+        Translator(tiny_package, device="cpu", compute_type="float16")
+    with pytest.raises(ValueError, match="compute_type"):
+        Translator(tiny_package, device="cpu", compute_type="int4")
+    pkg = tmp_path / "pkg"
+    shutil.copytree(tiny_package, pkg)
+    manifest = json.loads((pkg / "manifest.json").read_text())
+    del manifest["variants"]["int8"]
+    (pkg / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ModelPackageError, match=r"no int8 variant; it has fp32 \(float32\)"):
+        Translator(pkg, device="cpu", compute_type="int8")
+
+
+def test_bad_constructor_arguments(tiny_package):
+    with pytest.raises(ValueError, match="intra_threads"):
+        Translator(tiny_package, intra_threads=-1)
+    with pytest.raises(ValueError, match="device"):
+        Translator(tiny_package, device="tpu")
+
+
+@pytest.mark.skipif(cuda_status()[0], reason="a usable GPU is present: the CUDA path is tested in test_cuda.py")
+def test_devices_without_gpu(tiny_package, caplog):
+    with pytest.raises(Seq2OnnxError, match="device 'cuda' cannot be used"):
+        Translator(tiny_package, device="cuda")
+    with caplog.at_level(logging.INFO, logger="seq2onnx.runtime"):
+        tr = Translator(tiny_package, device="auto")
+    assert tr.device == "cpu"
+    assert [r.getMessage() for r in caplog.records if "runs on cpu" in r.getMessage()]
+
+
+def test_thread_safety(translator, pairs):
+    """8 threads share one Translator; each call's result equals the sequential one."""
+    texts = [s for s, _ in pairs]
+    jobs = [dict(beam_size=1), dict(beam_size=4, num_hypotheses=2), dict(beam_size=2, length_penalty=0.5),
+            dict(beam_size=1, sampling_topk=0, seed=5)]
+    calls = [(texts[i % 7:i % 7 + 9], jobs[i % len(jobs)]) for i in range(24)]
+    expected = [[r.hypotheses for r in translator.translate_batch(t, **o)] for t, o in calls]
+    got = [None] * len(calls)
+    errors = []
+    barrier = threading.Barrier(8)
+
+    def work(worker):
+        try:
+            barrier.wait()
+            for i in range(worker, len(calls), 8):
+                t, o = calls[i]
+                got[i] = [r.hypotheses for r in translator.translate_batch(t, max_batch_size=4, **o)]
+        except Exception as e:  # noqa: BLE001 - reported by the assertion below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(w,)) for w in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors
+    assert got == expected

@@ -1,0 +1,149 @@
+"""`seq2onnx train`, `seq2onnx average` and `seq2onnx data`: argparse over the Python API.
+
+Option names follow fairseq / HF habits (--max-tokens, --lr-factor, --warmup-steps, --max-steps,
+--keep-last, --seed). Bad input raises Seq2OnnxError: the dispatcher prints one line, no traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import fields
+from pathlib import Path
+from typing import List, NoReturn
+
+from seq2onnx.runtime.config import PRESETS
+from seq2onnx.runtime.errors import Seq2OnnxError
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a bad command line as one Seq2OnnxError line instead of usage + exit."""
+
+    def error(self, message: str) -> NoReturn:
+        raise Seq2OnnxError(f"{message} (see {self.prog} --help)")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}")
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+# --- seq2onnx train --------------------------------------------------------------------------
+def train_parser() -> argparse.ArgumentParser:
+    from .train import BEST_METRICS, TrainArgs
+    d = TrainArgs(out="")
+    p = _Parser(prog="seq2onnx train", description="Train a Transformer (Vaswani et al., 2017) on parallel data. "
+                "Multi-process: torchrun --nproc_per_node N -m seq2onnx.runtime.cli train ...")
+    g = p.add_argument_group("data (a TSV with source<TAB>target per line, or two aligned files)")
+    g.add_argument("--train", metavar="TSV", help="training pairs")
+    g.add_argument("--train-src", metavar="FILE", help="training sources, one per line")
+    g.add_argument("--train-tgt", metavar="FILE", help="training targets, aligned with --train-src")
+    g.add_argument("--valid", metavar="TSV", help="validation pairs")
+    g.add_argument("--valid-src", metavar="FILE")
+    g.add_argument("--valid-tgt", metavar="FILE")
+    g.add_argument("--max-len", type=_positive_int, default=d.max_len,
+                   help="max tokens per side, EOS included; longer pairs are skipped and counted (default %(default)s)")
+    g = p.add_argument_group("model")
+    g.add_argument("--out", required=True, metavar="DIR", help="run folder (checkpoints, metrics, tokenizer)")
+    g.add_argument("--preset", choices=list(PRESETS), help="model size (default: the paper's base model)")
+    g.add_argument("--config", metavar="JSON", help="a ModelConfig JSON file instead of --preset")
+    g.add_argument("--tokenizer", metavar="JSON", help="reuse this tokenizer.json instead of training one")
+    g.add_argument("--vocab-size", type=_positive_int, default=d.vocab_size, help="BPE pieces (default %(default)s)")
+    g = p.add_argument_group("optimisation")
+    g.add_argument("--max-tokens", type=_positive_int, default=d.max_tokens,
+                   help="padded tokens per batch and process (default %(default)s)")
+    g.add_argument("--accum-steps", type=_positive_int, default=d.accum_steps,
+                   help="batches per optimizer step (gradient accumulation, default %(default)s)")
+    g.add_argument("--lr-factor", type=float, default=d.lr_factor,
+                   help="lr = factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) (default %(default)s)")
+    g.add_argument("--warmup-steps", type=_positive_int, default=d.warmup_steps, help="(default %(default)s)")
+    g.add_argument("--adam-betas", type=float, nargs=2, default=list(d.adam_betas), metavar=("B1", "B2"))
+    g.add_argument("--adam-eps", type=float, default=d.adam_eps)
+    g.add_argument("--label-smoothing", type=float, default=d.label_smoothing, help="(default %(default)s)")
+    g.add_argument("--clip-norm", type=float, default=d.clip_norm, help="max gradient norm, 0: off (default %(default)s)")
+    g.add_argument("--amp", choices=["none", "bf16", "fp16"], default=d.amp, help="autocast on CUDA")
+    g = p.add_argument_group("length, validation, checkpoints")
+    g.add_argument("--max-steps", type=_positive_int, default=d.max_steps, help="(default %(default)s)")
+    g.add_argument("--max-minutes", type=float, help="stop after this many minutes of training")
+    g.add_argument("--valid-interval", type=_positive_int, default=d.valid_interval,
+                   help="validate and save every N steps (default %(default)s)")
+    g.add_argument("--valid-decode-max", type=int, default=d.valid_decode_max,
+                   help="greedy-decode at most N validation sentences for BLEU/chrF/exact match (default %(default)s)")
+    g.add_argument("--best-metric", choices=list(BEST_METRICS), default=d.best_metric,
+                   help="what best.pt is best at (default %(default)s)")
+    g.add_argument("--keep-last", type=int, default=d.keep_last, help="step_N.pt files kept (default %(default)s)")
+    g.add_argument("--resume", action="store_true", help="continue the run in --out from its last.pt")
+    g = p.add_argument_group("reproducibility and output")
+    g.add_argument("--seed", type=int, default=d.seed)
+    g.add_argument("--threads", type=_positive_int, help="torch CPU threads (fix it for bit-identical resumes)")
+    g.add_argument("--device", choices=["auto", "cpu", "cuda"], default=d.device)
+    g.add_argument("--log-interval", type=_positive_int, default=d.log_interval)
+    g.add_argument("--quiet", action="store_true", help="no progress output")
+    return p
+
+
+def train_main(argv: List[str]) -> int:
+    from .train import TrainArgs, train
+    ns = train_parser().parse_args(argv)
+    names = {f.name for f in fields(TrainArgs)}
+    args = TrainArgs(**{k: v for k, v in vars(ns).items() if k in names})
+    args.adam_betas = tuple(args.adam_betas)
+    result = train(args)
+    if result.best["value"] is not None and not args.quiet:
+        print(f"done: step {result.step}; best {result.best['metric']} {result.best['value']:.4g} "
+              f"at step {result.best['step']}; checkpoints in {result.run_dir}", file=sys.stderr)
+    return 0
+
+
+# --- seq2onnx average ------------------------------------------------------------------------
+def average_main(argv: List[str]) -> int:
+    from .checkpoint import average_checkpoints, save_checkpoint, step_checkpoints
+    p = _Parser(prog="seq2onnx average", description="Average the weights of the last K step checkpoints "
+                "of a run (the paper averaged the last 5 or 20).")
+    p.add_argument("run_dir", metavar="DIR", help="a run folder of seq2onnx train")
+    p.add_argument("--last", type=_positive_int, default=5, metavar="K", help="how many (default %(default)s)")
+    p.add_argument("--out", required=True, metavar="FILE", help="the averaged checkpoint (.pt)")
+    ns = p.parse_args(argv)
+    run_dir = Path(ns.run_dir)
+    if not run_dir.is_dir():
+        raise Seq2OnnxError(f"run folder not found: {run_dir}: pass the --out folder of seq2onnx train")
+    found = step_checkpoints(run_dir)
+    if not found:
+        raise Seq2OnnxError(f"no step_N.pt checkpoints in {run_dir}: train with --keep-last K (K >= 1)")
+    if len(found) < ns.last:
+        raise Seq2OnnxError(f"{run_dir} holds {len(found)} step checkpoints, fewer than --last {ns.last}: "
+                            f"pass --last {len(found)} or less")
+    out = Path(ns.out)
+    if not out.parent.is_dir():
+        raise Seq2OnnxError(f"folder of --out not found: {out.parent}: create it first")
+    chosen = found[-ns.last:]
+    save_checkpoint(average_checkpoints(chosen), out)
+    print(f"averaged {', '.join(p.name for p in chosen)} -> {out}", file=sys.stderr)
+    return 0
+
+
+# --- seq2onnx data ---------------------------------------------------------------------------
+def data_main(argv: List[str]) -> int:
+    from .numbers import NumbersSpec, write_numbers_data
+    d = NumbersSpec()
+    p = _Parser(prog="seq2onnx data", description="Write a built-in parallel data set.")
+    sub = p.add_subparsers(dest="dataset", metavar="DATASET", parser_class=_Parser)
+    n = sub.add_parser("numbers", help="integers written out in English -> German (num2words), 0..999,999")
+    n.add_argument("--out", required=True, metavar="DIR", help="folder for train.tsv, valid.tsv, test.tsv")
+    n.add_argument("--size", type=_positive_int, default=d.size,
+                   help="training pairs, every number below 1000 included (default %(default)s)")
+    n.add_argument("--valid-size", type=int, default=d.valid_size, help="(default %(default)s)")
+    n.add_argument("--test-size", type=int, default=d.test_size, help="(default %(default)s)")
+    n.add_argument("--seed", type=int, default=d.seed)
+    n.add_argument("--force", action="store_true", help="overwrite existing split files in --out")
+    ns = p.parse_args(argv)
+    if ns.dataset is None:
+        raise Seq2OnnxError("no data set named: use `seq2onnx data numbers --out DIR`")
+    counts = write_numbers_data(Path(ns.out), NumbersSpec(ns.size, ns.valid_size, ns.test_size, ns.seed),
+                                overwrite=ns.force)
+    print(f"wrote {', '.join(f'{k} {v}' for k, v in counts.items())} pairs to {ns.out}", file=sys.stderr)
+    return 0

@@ -1,0 +1,100 @@
+"""What a run reports: `metrics.jsonl` (one JSON object per line), the progress bar, the curves PNG."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from tqdm import tqdm
+
+from .atomic import atomic_path, write_text_atomic
+
+
+class MetricsLog:
+    """`DIR/metrics.jsonl`: {"kind": "train"|"valid", "step": N, ...} appended one line at a time."""
+
+    def __init__(self, path: os.PathLike):
+        self.path = Path(path)
+
+    def append(self, record: Dict[str, Any]) -> None:
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record, sort_keys=True) + "\n")
+
+    def read(self) -> List[Dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        with open(self.path, encoding="utf-8") as f:
+            return [json.loads(line) for line in f if line.strip()]
+
+    def truncate_after(self, step: int) -> None:
+        """Drop records logged after `step` (a resumed run logs them again)."""
+        if not self.path.exists():
+            return
+        records = self.read()
+        kept = [r for r in records if r.get("step", 0) <= step]
+        if len(kept) != len(records):
+            write_text_atomic(self.path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
+
+
+def plot_curves(metrics_path: os.PathLike, png_path: os.PathLike) -> bool:
+    """Loss and validation curves as a PNG when matplotlib is importable; False (and nothing) otherwise."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    records = MetricsLog(metrics_path).read()
+    train = [r for r in records if r["kind"] == "train"]
+    valid = [r for r in records if r["kind"] == "valid"]
+    fig, (ax_loss, ax_score) = plt.subplots(1, 2, figsize=(11, 4))
+    ax_loss.plot([r["step"] for r in train], [r["loss"] for r in train], label="train loss")
+    ax_loss.plot([r["step"] for r in valid], [r["loss"] for r in valid], "o-", label="valid loss")
+    ax_loss.set_xlabel("step")
+    ax_loss.legend()
+    for key in ("bleu", "chrf"):
+        ax_score.plot([r["step"] for r in valid], [r[key] for r in valid], "o-", label=key)
+    ax_score.plot([r["step"] for r in valid], [100 * r["exact_match"] for r in valid], "o-", label="exact match %")
+    ax_score.set_xlabel("step")
+    ax_score.legend()
+    fig.tight_layout()
+    try:
+        with atomic_path(png_path) as tmp:
+            fig.savefig(tmp, format="png")
+    finally:
+        plt.close(fig)
+    return True
+
+
+class Progress:
+    """A tqdm bar on a terminal; plain log lines every `log_interval` steps otherwise; nothing if quiet."""
+
+    def __init__(self, total: int, initial: int, quiet: bool, enabled: bool = True):
+        self.quiet = quiet or not enabled
+        self.bar: Optional[tqdm] = None
+        if not self.quiet and sys.stderr.isatty():
+            self.bar = tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True)
+
+    def step(self) -> None:
+        if self.bar is not None:
+            self.bar.update(1)
+
+    def show(self, step: int, loss: float, lr: float, tokens_per_s: float) -> None:
+        if self.bar is not None:
+            self.bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{tokens_per_s:.0f}", refresh=False)
+        elif not self.quiet:
+            print(f"step {step}: loss {loss:.3f}  lr {lr:.2e}  {tokens_per_s:.0f} tokens/s", file=sys.stderr)
+
+    def message(self, text: str) -> None:
+        if self.quiet:
+            return
+        if self.bar is not None:
+            self.bar.write(text, file=sys.stderr)
+        else:
+            print(text, file=sys.stderr)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()

@@ -1,0 +1,91 @@
+"""The built-in numbers task: an integer written out in English -> the same integer in German.
+
+    495517: "four hundred and ninety-five thousand, five hundred and seventeen"
+         -> "vierhundertfünfundneunzigtausendfünfhundertsiebzehn"
+
+Splits are by number (no number is in two splits):
+  * train holds every number below 1,000 (the atoms larger numbers are built from), then numbers
+    from 1,000..999,999 sampled evenly over the 4-, 5- and 6-digit bands (small, medium, large);
+  * valid and test hold numbers from 1,000..999,999, evenly over the same three bands.
+Everything is deterministic by seed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List
+
+import numpy as np
+from num2words import num2words
+
+from seq2onnx.runtime.errors import Seq2OnnxError
+
+from .atomic import write_text_atomic
+
+ATOMS = 1000                                             # 0..999: always in train
+BANDS = [(1_000, 9_999), (10_000, 99_999), (100_000, 999_999)]   # 4, 5, 6 digits (inclusive)
+SPLIT_FILES = {"train": "train.tsv", "valid": "valid.tsv", "test": "test.tsv"}
+
+
+@dataclass
+class NumbersSpec:
+    size: int = 60_000          # training pairs, the 1,000 atoms included
+    valid_size: int = 1_000
+    test_size: int = 1_000
+    seed: int = 1
+
+
+def _even_shares(total: int, parts: int) -> List[int]:
+    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
+
+
+def split_numbers(spec: NumbersSpec) -> Dict[str, List[int]]:
+    """{"train", "valid", "test"} -> the numbers of each split (train shuffled, valid/test sorted)."""
+    if spec.size < ATOMS:
+        raise Seq2OnnxError(f"--size {spec.size} is below {ATOMS}: the training split holds every number "
+                            f"below {ATOMS}; pass --size {ATOMS} or more")
+    if spec.valid_size < 0 or spec.test_size < 0:
+        raise Seq2OnnxError("--valid-size and --test-size must be >= 0")
+    capacity = sum(hi - lo + 1 for lo, hi in BANDS)
+    if spec.size - ATOMS + spec.valid_size + spec.test_size > capacity:
+        raise Seq2OnnxError(f"--size {spec.size} with {spec.valid_size} valid and {spec.test_size} test numbers "
+                            f"needs more than the {capacity} numbers in 1,000..999,999: lower --size")
+    rng = np.random.default_rng(spec.seed)
+    splits: Dict[str, List[int]] = {"train": list(range(ATOMS)), "valid": [], "test": []}
+    valid_shares = _even_shares(spec.valid_size, len(BANDS))
+    test_shares = _even_shares(spec.test_size, len(BANDS))
+    # train: even over the bands, a small band's shortfall passed on to the larger ones
+    wanted_train = spec.size - ATOMS
+    for b, (lo, hi) in enumerate(BANDS):
+        room = hi - lo + 1 - valid_shares[b] - test_shares[b]
+        n_train = min(room, -(-wanted_train // (len(BANDS) - b)))   # ceil of the rest over the bands left
+        wanted_train -= n_train
+        drawn = (lo + rng.choice(hi - lo + 1, valid_shares[b] + test_shares[b] + n_train, replace=False)).tolist()
+        splits["valid"] += drawn[:valid_shares[b]]
+        splits["test"] += drawn[valid_shares[b]:valid_shares[b] + test_shares[b]]
+        splits["train"] += drawn[valid_shares[b] + test_shares[b]:]
+    splits["train"] = [splits["train"][i] for i in rng.permutation(len(splits["train"])).tolist()]
+    splits["valid"].sort()
+    splits["test"].sort()
+    return splits
+
+
+def number_pair(n: int) -> str:
+    """One TSV line (without newline): English words<TAB>German words."""
+    return f"{num2words(n, lang='en')}\t{num2words(n, lang='de')}"
+
+
+def write_numbers_data(out: Path, spec: NumbersSpec, overwrite: bool = False) -> Dict[str, int]:
+    """Write train.tsv, valid.tsv, test.tsv into `out` (each file atomically) -> lines per split."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise Seq2OnnxError(f"--out {out} is a file: pass a folder")
+    existing = [name for name in SPLIT_FILES.values() if (out / name).exists()]
+    if existing and not overwrite:
+        raise Seq2OnnxError(f"{out} already holds {', '.join(existing)}: pass --force to overwrite, "
+                            "or choose another --out")
+    splits = split_numbers(spec)
+    out.mkdir(parents=True, exist_ok=True)
+    for split, name in SPLIT_FILES.items():
+        write_text_atomic(out / name, "".join(number_pair(n) + "\n" for n in splits[split]))
+    return {split: len(numbers) for split, numbers in splits.items()}

@@ -1,0 +1,185 @@
+"""Before the first step: the run folder, the data, the tokenizer and the model config.
+
+A run folder `DIR` holds config.json (the ModelConfig), tokenizer.json, metrics.jsonl, last.pt,
+best.pt, step_{N}.pt and curves.png (when matplotlib is installed). A new run refuses a folder
+that already holds a run; `--resume` continues one from DIR/last.pt with its own config and tokenizer.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
+
+import torch.distributed as dist
+
+from seq2onnx.runtime.config import ModelConfig
+from seq2onnx.runtime.errors import Seq2OnnxError
+
+from .checkpoint import STEP_FILE, has_resume_state, load_checkpoint
+from .data import BatchStream, Example, SkipCounts, encode_pairs, read_parallel, read_tsv
+from .atomic import write_text_atomic
+from .tokenizer import Tokenizer, load_tokenizer, special_ids, tokenizer_from_json, train_tokenizer
+
+if TYPE_CHECKING:
+    from .train import TrainArgs
+
+RUN_FILES = ("last.pt", "best.pt", "config.json", "tokenizer.json", "metrics.jsonl")
+
+
+@dataclass
+class DistInfo:
+    """This process's place in a torchrun launch (rank 0 of 1 when not distributed)."""
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+
+    @classmethod
+    def from_env(cls) -> "DistInfo":
+        try:
+            return cls(int(os.environ.get("RANK", 0)), int(os.environ.get("LOCAL_RANK", 0)),
+                       int(os.environ.get("WORLD_SIZE", 1)))
+        except ValueError:
+            raise Seq2OnnxError("RANK / LOCAL_RANK / WORLD_SIZE are not integers: launch with torchrun")
+
+    def barrier(self) -> None:
+        if self.world_size > 1:
+            dist.barrier()
+
+    def broadcast(self, obj: Any) -> Any:
+        """rank 0's `obj` on every rank."""
+        if self.world_size == 1:
+            return obj
+        box = [obj]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+
+@dataclass
+class RunData:
+    config: ModelConfig                # vocab size and special ids taken from the tokenizer
+    tokenizer: Tokenizer
+    tokenizer_json: str
+    max_len: int                       # tokens per side, EOS included
+    stream: BatchStream                # this rank's training batches
+    valid_examples: List[Example]
+    valid_refs: List[str]              # target texts of valid_examples
+
+
+def holds_run(run_dir: Path) -> bool:
+    if not run_dir.is_dir():
+        return False
+    return any((run_dir / n).exists() for n in RUN_FILES) or any(STEP_FILE.match(p.name) for p in run_dir.iterdir())
+
+
+def _model_config(args: "TrainArgs") -> ModelConfig:
+    """The config --preset / --config asks for (the paper's base model when neither)."""
+    try:
+        if args.config:
+            if not os.path.isfile(args.config):
+                raise Seq2OnnxError(f"model config not found: {args.config}: pass a ModelConfig JSON file")
+            with open(args.config, encoding="utf-8") as f:
+                return ModelConfig.from_dict(json.load(f))
+        if args.preset:
+            return ModelConfig.preset(args.preset)
+        return ModelConfig()
+    except (ValueError, TypeError) as e:   # json.JSONDecodeError is a ValueError
+        raise Seq2OnnxError(f"bad model config {args.config or args.preset}: {e}: fix it or use --preset")
+
+
+def check_run_dir(args: "TrainArgs") -> Optional[Dict[str, Any]]:
+    """Check the --out folder (nothing is written yet) -> the checkpoint to resume, if any."""
+    run_dir = Path(args.out)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise Seq2OnnxError(f"--out {run_dir} is a file: pass a folder")
+    ckpt = None
+    if args.resume:
+        last = run_dir / "last.pt"
+        if not last.is_file():
+            raise Seq2OnnxError(f"nothing to resume in {run_dir} (no last.pt): drop --resume to start a new run")
+        ckpt = load_checkpoint(last)
+        if not has_resume_state(ckpt):
+            raise Seq2OnnxError(f"{last} has no optimizer/data state to resume from: start a new run")
+        if args.preset or args.config:
+            wanted = _model_config(args).to_dict()
+            saved = ckpt["config"]
+            fixed = ("vocab_size", "pad_id", "bos_id", "eos_id", "unk_id")   # come from the tokenizer
+            if {k: v for k, v in wanted.items() if k not in fixed} != {k: v for k, v in saved.items() if k not in fixed}:
+                raise Seq2OnnxError(f"--preset/--config differ from the model of the run in {run_dir}: "
+                                    "drop them when resuming (the run's own config is used)")
+    elif holds_run(run_dir):
+        raise Seq2OnnxError(f"{run_dir} already holds a training run: pass --resume to continue it, "
+                            "or choose another --out")
+    return ckpt
+
+
+def _read(args: "TrainArgs", side: str):
+    tsv = getattr(args, side)
+    if tsv:
+        return read_tsv(tsv)
+    return read_parallel(getattr(args, f"{side}_src"), getattr(args, f"{side}_tgt"))
+
+
+def _report(counts: SkipCounts, kept: int, side: str, d: DistInfo, quiet: bool) -> None:
+    if d.rank != 0:
+        return
+    for line in counts.report():                 # skipped lines are always reported
+        print(f"warning: {side} data: {line}", file=sys.stderr)
+    if not quiet:
+        print(f"{side} data: {kept} pairs of {counts.read} lines", file=sys.stderr)
+
+
+def load_run_data(args: "TrainArgs", d: DistInfo, resume_ckpt: Optional[Dict[str, Any]]) -> RunData:
+    run_dir = Path(args.out)
+    train_pairs, train_counts = _read(args, "train")
+    valid_pairs, valid_counts = _read(args, "valid")
+    for side, pairs, counts in (("training", train_pairs, train_counts), ("validation", valid_pairs, valid_counts)):
+        if not pairs:
+            raise Seq2OnnxError(f"no usable {side} pairs in {counts.name} ({counts.summary()}): "
+                                "expect UTF-8 text with 'source<TAB>target' per line")
+
+    # tokenizer: the run's own when resuming, a given file, or trained here by rank 0 and sent to the others
+    if resume_ckpt is not None:
+        tok_json = resume_ckpt["tokenizer"]
+    elif args.tokenizer:
+        try:
+            tok_json = load_tokenizer(args.tokenizer).to_str()
+        except Exception as e:  # noqa: BLE001 - tokenizers raises plain Exception for bad files
+            raise Seq2OnnxError(f"cannot load --tokenizer {args.tokenizer}: {str(e)[:200]}: pass a tokenizer.json")
+    else:
+        tok_json = None
+        if d.rank == 0:
+            texts = [s for s, _ in train_pairs] + [t for _, t in train_pairs]
+            tok_json = train_tokenizer(texts, args.vocab_size).to_str()
+        tok_json = d.broadcast(tok_json)
+    tok = tokenizer_from_json(tok_json)
+    try:
+        ids = special_ids(tok)
+    except ValueError as e:
+        raise Seq2OnnxError(str(e))
+    if resume_ckpt is not None:
+        cfg = ModelConfig.from_dict(resume_ckpt["config"])
+    else:
+        cfg = ModelConfig.from_dict({**_model_config(args).to_dict(), "vocab_size": tok.get_vocab_size(), **ids})
+
+    max_len = min(args.max_len, cfg.max_positions)
+    train_examples, _ = encode_pairs(tok, train_pairs, ids["eos_id"], max_len, train_counts)
+    valid_examples, valid_kept = encode_pairs(tok, valid_pairs, ids["eos_id"], max_len, valid_counts)
+    _report(train_counts, len(train_examples), "training", d, args.quiet)
+    _report(valid_counts, len(valid_examples), "validation", d, args.quiet)
+    for side, examples, counts in (("training", train_examples, train_counts),
+                                   ("validation", valid_examples, valid_counts)):
+        if not examples:
+            raise Seq2OnnxError(f"no usable {side} pairs in {counts.name} ({counts.summary()}): "
+                                f"the rest are over --max-len {max_len} tokens; raise --max-len")
+    # all checks passed: now the folder is written (a failed start leaves no half-made run behind)
+    if d.rank == 0:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if resume_ckpt is None:
+            write_text_atomic(run_dir / "tokenizer.json", tok_json)
+            write_text_atomic(run_dir / "config.json", json.dumps(cfg.to_dict(), indent=2) + "\n")
+    d.barrier()
+    stream = BatchStream(train_examples, args.max_tokens, args.seed, ids, d.rank, d.world_size)
+    return RunData(cfg, tok, tok_json, max_len, stream, valid_examples, [t for _, t in valid_kept])

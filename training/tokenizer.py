@@ -1,0 +1,75 @@
+"""The joint subword tokenizer (HuggingFace `tokenizers`), shared by source and target.
+
+BPE over NFKC-normalised text; the Metaspace pre-tokenizer marks word starts with "▁" and its
+decoder turns them back into spaces, so `decode(encode(text))` restores the text.
+There is no post-processor (docs/CONTRACTS.md): the model code adds EOS / BOS itself, e.g.
+    source ids     = encode(text) + [eos]
+    decoder input  = [bos] + encode(target)
+    labels         = encode(target) + [eos]
+"""
+from __future__ import annotations
+
+from typing import Dict, Iterable, List, Tuple
+
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+# name in ModelConfig -> token; their ids are looked up in the trained tokenizer, never assumed
+SPECIAL_TOKENS: Dict[str, str] = {"pad_id": "<pad>", "bos_id": "<s>", "eos_id": "</s>", "unk_id": "<unk>"}
+
+
+def train_tokenizer(texts: Iterable[str], vocab_size: int) -> Tokenizer:
+    """Train a BPE tokenizer of at most `vocab_size` pieces (specials included) on `texts`.
+
+    A small corpus may give fewer pieces than asked for: read the real size from
+    `tok.get_vocab_size()`.
+    """
+    if vocab_size < len(SPECIAL_TOKENS) + 1:
+        raise ValueError(f"vocab_size must be > {len(SPECIAL_TOKENS)}, got {vocab_size}")
+    tok = Tokenizer(models.BPE(unk_token=SPECIAL_TOKENS["unk_id"]))
+    tok.normalizer = normalizers.NFKC()
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok.decoder = decoders.Metaspace()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS.values()),
+                                  show_progress=False)
+    tok.train_from_iterator(texts, trainer=trainer)
+    return tok
+
+
+def load_tokenizer(path: str) -> Tokenizer:
+    return Tokenizer.from_file(str(path))
+
+
+def tokenizer_from_json(text: str) -> Tokenizer:
+    """The tokenizer stored in a checkpoint (the tokenizer.json text)."""
+    return Tokenizer.from_str(text)
+
+
+def special_ids(tok: Tokenizer) -> Dict[str, int]:
+    """{"pad_id", "bos_id", "eos_id", "unk_id"} -> ids in `tok`, the ModelConfig field names."""
+    ids = {}
+    for field, token in SPECIAL_TOKENS.items():
+        i = tok.token_to_id(token)
+        if i is None:
+            raise ValueError(f"the tokenizer has no {token} token: train it with seq2onnx (training/tokenizer.py)")
+        ids[field] = i
+    return ids
+
+
+def encode_source(tok: Tokenizer, text: str, eos_id: int) -> List[int]:
+    """Source ids: subwords + [EOS]."""
+    return tok.encode(text).ids + [eos_id]
+
+
+def encode_target(tok: Tokenizer, text: str) -> List[int]:
+    """Target subword ids without specials; see `decoder_io` for the training pair."""
+    return tok.encode(text).ids
+
+
+def decoder_io(target_ids: List[int], bos_id: int, eos_id: int) -> Tuple[List[int], List[int]]:
+    """target ids -> (decoder input [BOS] + ids, labels ids + [EOS]), both of length len(ids) + 1."""
+    return [bos_id] + list(target_ids), list(target_ids) + [eos_id]
+
+
+def decode(tok: Tokenizer, ids: List[int]) -> str:
+    """Generated ids (without EOS) -> text."""
+    return tok.decode(list(ids), skip_special_tokens=True)

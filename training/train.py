@@ -1,0 +1,338 @@
+"""The training loop: `train(TrainArgs)` (the CLI `seq2onnx train` is a thin layer over it).
+
+One optimizer step = `accum_steps` batches of about `max_tokens` tokens (per rank), the loss
+summed over target tokens and divided by their number. Every `valid_interval` steps: validation,
+then last.pt, step_{N}.pt (the newest `keep_last` kept) and best.pt when `best_metric` improved.
+
+Resuming (`resume=True`) restores model, optimizer, scheduler, step, RNG states (python, numpy,
+torch) and the data position from DIR/last.pt: on CPU, with the same `threads`, a run killed and
+resumed ends with exactly the weights of a run never interrupted.
+
+Distributed data-parallel: launched by torchrun (WORLD_SIZE / RANK / LOCAL_RANK in the
+environment), gloo on CPU and nccl on CUDA; rank r trains on batches r, r + world, ... and
+only rank 0 writes files or validates.
+"""
+from __future__ import annotations
+
+import random
+import time
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Dict, Optional, Tuple
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from seq2onnx.runtime.errors import Seq2OnnxError
+
+from .atomic import copy_atomic
+from .checkpoint import make_checkpoint, save_checkpoint, save_step_checkpoint
+from .evaluate import greedy_translations, translation_metrics, validation_loss
+from .logs import MetricsLog, Progress, plot_curves
+from .model import Transformer
+from .optim import build_optimizer, label_smoothed_loss
+from .run_setup import DistInfo, RunData, check_run_dir, load_run_data
+
+BEST_METRICS = {"exact_match": max, "bleu": max, "chrf": max, "loss": min}
+AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass
+class TrainArgs:
+    """Everything `seq2onnx train` takes; the field names are the CLI options with '-' for '_'."""
+
+    out: str
+    # data: a TSV (source<TAB>target) or two aligned files, for training and for validation
+    train: Optional[str] = None
+    train_src: Optional[str] = None
+    train_tgt: Optional[str] = None
+    valid: Optional[str] = None
+    valid_src: Optional[str] = None
+    valid_tgt: Optional[str] = None
+    max_len: int = 256                 # tokens per side, EOS included; longer pairs are skipped and counted
+    # model and tokenizer
+    preset: Optional[str] = None       # tiny | small | base; neither preset nor config: the paper's base
+    config: Optional[str] = None       # a ModelConfig JSON file (e.g. DIR/config.json of another run)
+    tokenizer: Optional[str] = None    # reuse this tokenizer.json instead of training one
+    vocab_size: int = 8000             # BPE pieces, specials included (a small corpus may give fewer)
+    # optimisation (paper section 5.3-5.4)
+    max_tokens: int = 4096             # padded tokens per batch and rank
+    accum_steps: int = 1               # batches per optimizer step
+    lr_factor: float = 1.0
+    warmup_steps: int = 4000
+    adam_betas: Tuple[float, float] = (0.9, 0.98)
+    adam_eps: float = 1e-9
+    label_smoothing: float = 0.1
+    clip_norm: float = 1.0             # max gradient L2 norm; 0 disables clipping
+    amp: str = "none"                  # none | bf16 | fp16 (CUDA only)
+    # length of the run
+    max_steps: int = 100_000
+    max_minutes: Optional[float] = None
+    # validation and checkpoints
+    valid_interval: int = 1000         # validate and save every N steps (and at the end)
+    valid_decode_max: int = 500        # greedy-decode at most this many validation sentences (0: none)
+    best_metric: str = "bleu"          # exact_match | bleu | chrf | loss
+    keep_last: int = 5                 # step_{N}.pt files kept (0: none written)
+    resume: bool = False
+    # reproducibility and output
+    seed: int = 1
+    threads: Optional[int] = None      # torch.set_num_threads; fix it for bit-identical resumes
+    device: str = "auto"               # auto | cpu | cuda
+    log_interval: int = 50
+    quiet: bool = False
+
+    def check(self) -> None:
+        """One-line Seq2OnnxError for options that cannot work together."""
+        if self.preset and self.config:
+            raise Seq2OnnxError("both --preset and --config given: pass only one")
+        for side in ("train", "valid"):
+            tsv, src, tgt = getattr(self, side), getattr(self, f"{side}_src"), getattr(self, f"{side}_tgt")
+            if tsv and (src or tgt):
+                raise Seq2OnnxError(f"--{side} and --{side}-src/--{side}-tgt given: pass a TSV or two aligned files")
+            if not tsv and not (src and tgt):
+                raise Seq2OnnxError(f"no {side} data: pass --{side} FILE.tsv or --{side}-src and --{side}-tgt")
+        if self.best_metric not in BEST_METRICS:
+            raise Seq2OnnxError(f"unknown --best-metric {self.best_metric!r}: choose one of {', '.join(BEST_METRICS)}")
+        if self.amp not in ("none", *AMP_DTYPES):
+            raise Seq2OnnxError(f"unknown --amp {self.amp!r}: choose none, bf16 or fp16")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise Seq2OnnxError(f"unknown --device {self.device!r}: choose auto, cpu or cuda")
+        for name in ("max_len", "max_tokens", "accum_steps", "warmup_steps", "max_steps", "valid_interval",
+                     "log_interval"):
+            if getattr(self, name) < 1:
+                raise Seq2OnnxError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        if self.max_tokens < self.max_len:
+            raise Seq2OnnxError(f"--max-tokens {self.max_tokens} is below --max-len {self.max_len}: "
+                                "a batch must hold the longest pair; raise --max-tokens or lower --max-len")
+        if self.valid_decode_max < 0:
+            raise Seq2OnnxError(f"--valid-decode-max must be >= 0, got {self.valid_decode_max}")
+        if self.valid_decode_max == 0 and self.best_metric != "loss":
+            raise Seq2OnnxError(f"--best-metric {self.best_metric} needs greedy decodes: set --valid-decode-max "
+                                "above 0 or use --best-metric loss")
+        if self.threads is not None and self.threads < 1:
+            raise Seq2OnnxError(f"--threads must be >= 1, got {self.threads}")
+        if self.max_minutes is not None and self.max_minutes <= 0:
+            raise Seq2OnnxError(f"--max-minutes must be > 0, got {self.max_minutes}")
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    step: int
+    epoch: int
+    best: Dict[str, Any]                      # {"metric", "value", "step"}
+    last_metrics: Dict[str, float]
+    model: Transformer = field(repr=False)    # the trained model (this rank's copy)
+
+
+def train(args: TrainArgs) -> TrainResult:
+    """Train as `args` say; returns where the run is and its final model. Bad input: Seq2OnnxError."""
+    args.check()
+    dist_info = DistInfo.from_env()
+    threads_before = torch.get_num_threads()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = _device(args, dist_info)
+    if args.amp != "none" and device.type != "cuda":
+        raise Seq2OnnxError(f"--amp {args.amp} needs a CUDA device: drop --amp on CPU")
+    started_pg = False
+    if dist_info.world_size > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        started_pg = True
+    try:
+        return _Trainer(args, dist_info, device).run()
+    finally:
+        if started_pg:
+            dist.destroy_process_group()
+        torch.set_num_threads(threads_before)
+
+
+def _device(args: TrainArgs, d: DistInfo) -> torch.device:
+    want_cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
+    if want_cuda and not torch.cuda.is_available():
+        raise Seq2OnnxError("--device cuda but no CUDA device is visible: use --device cpu")
+    if want_cuda:
+        torch.cuda.set_device(d.local_rank)
+        return torch.device("cuda", d.local_rank)
+    return torch.device("cpu")
+
+
+def _rng_state() -> Dict[str, Any]:
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    return {"python": random.getstate(),
+            "numpy": [name, keys.tolist(), int(pos), int(has_gauss), float(gauss)],
+            "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+
+
+def _set_rng_state(state: Dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    name, keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, gauss))
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+class _Trainer:
+    def __init__(self, args: TrainArgs, dist_info: DistInfo, device: torch.device):
+        self.args, self.dist, self.device = args, dist_info, device
+        self.is_main = dist_info.rank == 0
+        self.run_dir = Path(args.out)
+        resume_ckpt = check_run_dir(args)                       # nothing written before the data is read
+        dist_info.barrier()                                     # every rank has looked before rank 0 writes
+        data: RunData = load_run_data(args, dist_info, resume_ckpt)
+        self.data, self.cfg, self.tok = data, data.config, data.tokenizer
+        self.max_len = data.max_len
+
+        torch.manual_seed(args.seed)                            # same initial weights on every rank
+        random.seed(args.seed)
+        np.random.seed(args.seed)
+        self.model = Transformer(self.cfg).to(device)
+        self.optimizer, self.scheduler = build_optimizer(self.model, self.cfg.d_model, args.warmup_steps,
+                                                         args.lr_factor, tuple(args.adam_betas), args.adam_eps)
+        self.stream = data.stream
+        self.step, self.last_valid_step = 0, -1
+        self.best: Dict[str, Any] = {"metric": args.best_metric, "value": None, "step": None}
+        self.metrics_log = MetricsLog(self.run_dir / "metrics.jsonl")
+        if resume_ckpt is not None:
+            self._restore(resume_ckpt)
+        else:
+            torch.manual_seed(args.seed + dist_info.rank)       # dropout differs per rank
+        self.ddp = None
+        if dist_info.world_size > 1:
+            self.ddp = torch.nn.parallel.DistributedDataParallel(
+                self.model, device_ids=[device.index] if device.type == "cuda" else None)
+        # fp16 needs loss scaling; its scale is not checkpointed and re-adapts within steps after a resume
+        self.scaler = torch.amp.GradScaler("cuda", enabled=args.amp == "fp16")
+
+    def _restore(self, ckpt: Dict[str, Any]) -> None:
+        self.model.load_state_dict(ckpt["model"])
+        self.optimizer.load_state_dict(ckpt["optimizer"])
+        self.scheduler.load_state_dict(ckpt["scheduler"])
+        self.stream.load_state_dict(ckpt["data_state"])
+        meta = ckpt["train_meta"]
+        self.step = self.last_valid_step = int(meta["step"])
+        if meta.get("best", {}).get("metric") == self.args.best_metric:
+            self.best = dict(meta["best"])
+        _set_rng_state(ckpt["rng"])
+        if self.is_main:
+            self.metrics_log.truncate_after(self.step)
+
+    # --- one optimizer step -------------------------------------------------------------------
+    def _train_step(self) -> Tuple[float, int]:
+        """Run accum_steps batches and one update -> (loss per token, target tokens) of this rank."""
+        args, model = self.args, self.ddp or self.model
+        model.train()
+        batches = [self.stream.next().to(self.device) for _ in range(args.accum_steps)]
+        n_tokens = sum(b.n_tokens for b in batches)
+        total = 0.0
+        for i, b in enumerate(batches):
+            sync = self.ddp is None or i == len(batches) - 1
+            with (nullcontext() if sync else self.ddp.no_sync()):
+                with torch.autocast("cuda", dtype=AMP_DTYPES[args.amp]) if args.amp != "none" else nullcontext():
+                    logits = model(b.src_ids, b.src_mask, b.tgt_in)               # [B, T, V]
+                    loss, _ = label_smoothed_loss(logits, b.labels, self.cfg.pad_id, args.label_smoothing)
+                self.scaler.scale(loss / n_tokens).backward()
+            total += loss.item()
+        if args.clip_norm > 0:
+            self.scaler.unscale_(self.optimizer)
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), args.clip_norm)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        self.step += 1
+        return total / n_tokens, n_tokens
+
+    # --- validation and checkpoints ----------------------------------------------------------
+    def _validate(self) -> Dict[str, float]:
+        args, data = self.args, self.data
+        metrics = validation_loss(self.model, data.valid_examples, args.max_tokens, args.label_smoothing)
+        n = min(args.valid_decode_max, len(data.valid_examples))
+        if n > 0:
+            hyps = greedy_translations(self.model, self.tok, [e.src for e in data.valid_examples[:n]], self.max_len)
+            metrics.update(translation_metrics(hyps, data.valid_refs[:n]))
+        metrics["n_decoded"] = n
+        return metrics
+
+    def _improved(self, metrics: Dict[str, float]) -> bool:
+        name = self.args.best_metric
+        value, old = metrics[name], self.best["value"]
+        return old is None or BEST_METRICS[name](value, old) != old
+
+    def _save(self, metrics: Dict[str, float], improved: bool) -> None:
+        args_dict = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self.args).items()}
+        ckpt = make_checkpoint(self.cfg, self.model.state_dict(), self.data.tokenizer_json, self.step,
+                               self.stream.epoch, metrics, args_dict,
+                               resume={"optimizer": self.optimizer.state_dict(),
+                                       "scheduler": self.scheduler.state_dict(),
+                                       "rng": _rng_state(), "data_state": self.stream.state_dict()})
+        ckpt["train_meta"]["best"] = dict(self.best)
+        last = self.run_dir / "last.pt"
+        save_checkpoint(ckpt, last)
+        if self.args.keep_last > 0:
+            save_step_checkpoint(ckpt, self.run_dir, self.step, self.args.keep_last)
+        if improved:
+            copy_atomic(last, self.run_dir / "best.pt")
+
+    def _validate_and_save(self, progress: Progress) -> Dict[str, float]:
+        metrics: Dict[str, float] = {}
+        if self.is_main:
+            metrics = self._validate()
+            improved = self._improved(metrics)
+            if improved:
+                self.best = {"metric": self.args.best_metric, "value": metrics[self.args.best_metric],
+                             "step": self.step}
+            # logged before the checkpoint: a kill in between leaves a record that a resume drops and logs again
+            self.metrics_log.append({"kind": "valid", "step": self.step, "epoch": self.stream.epoch, **metrics,
+                                     "best": self.best["value"]})
+            self._save(metrics, improved)
+            shown = "  ".join(f"{k} {v:.4g}" for k, v in metrics.items() if k != "n_decoded")
+            progress.message(f"valid step {self.step}: {shown}  (best {self.best['metric']} {self.best['value']:.4g}"
+                             f" at step {self.best['step']})")
+        self.last_valid_step = self.step
+        if self.dist.world_size > 1:
+            dist.barrier()
+        return metrics
+
+    def _should_stop(self, deadline: Optional[float]) -> bool:
+        stop = self.step >= self.args.max_steps or (deadline is not None and time.monotonic() >= deadline)
+        if self.dist.world_size > 1:                 # every rank stops at the same step
+            flag = torch.tensor([int(stop)], device=self.device)
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            stop = bool(flag.item())
+        return stop
+
+    def run(self) -> TrainResult:
+        args = self.args
+        deadline = time.monotonic() + 60 * args.max_minutes if args.max_minutes else None
+        progress = Progress(args.max_steps, self.step, args.quiet, enabled=self.is_main)
+        last_metrics: Dict[str, float] = {}
+        window_tokens, window_loss, window_steps, window_start = 0, 0.0, 0, time.monotonic()
+        try:
+            while not self._should_stop(deadline):
+                lr = self.scheduler.get_last_lr()[0]
+                loss, n_tokens = self._train_step()
+                window_tokens += n_tokens * self.dist.world_size
+                window_loss, window_steps = window_loss + loss, window_steps + 1
+                progress.step()
+                if self.step % args.log_interval == 0:
+                    tokens_per_s = window_tokens / max(time.monotonic() - window_start, 1e-9)
+                    progress.show(self.step, window_loss / window_steps, lr, tokens_per_s)
+                    if self.is_main:
+                        self.metrics_log.append({"kind": "train", "step": self.step, "epoch": self.stream.epoch,
+                                                 "loss": window_loss / window_steps, "lr": lr,
+                                                 "tokens_per_s": tokens_per_s})
+                    window_tokens, window_loss, window_steps, window_start = 0, 0.0, 0, time.monotonic()
+                if self.step % args.valid_interval == 0:
+                    last_metrics = self._validate_and_save(progress)
+            if self.last_valid_step != self.step:
+                last_metrics = self._validate_and_save(progress)
+        finally:
+            progress.close()
+        if self.is_main:
+            plot_curves(self.run_dir / "metrics.jsonl", self.run_dir / "curves.png")
+        return TrainResult(self.run_dir, self.step, self.stream.epoch, dict(self.best), last_metrics, self.model)

@@ -1,0 +1,112 @@
+"""The machine description, the markdown tables and the JSON file of a benchmark run."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import subprocess
+import time
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from bench.base_model import atomic_write
+from bench.measure import CaseResult, Scaling
+
+OVERLAY_PACKAGES = {"optimum", "optimum_onnx", "transformers", "tokenizers", "huggingface_hub"}
+PACKAGES = ["seq2onnx", "numpy", "onnxruntime-gpu", "onnxruntime", "tokenizers", "torch", "ctranslate2",
+            "transformers"]
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _git(*args: str) -> str:
+    try:
+        return subprocess.run(["git", *args], capture_output=True, text=True, cwd=Path(__file__).parent,
+                              timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def machine(overlay: Optional[Path]) -> Dict:
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = version(name)
+        except PackageNotFoundError:
+            pass
+    if overlay is not None:        # Optimum's own transformers, in its subprocess
+        for dist in sorted(overlay.glob("*.dist-info")):
+            name, _, ver = dist.name[:-len(".dist-info")].rpartition("-")
+            if name in OVERLAY_PACKAGES:
+                versions[f"{name} (Optimum process)"] = ver
+    mem = ""
+    if Path("/proc/meminfo").exists():
+        mem = Path("/proc/meminfo").read_text().splitlines()[0].split(":", 1)[1].strip()
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {
+        "cpu": _cpu_model(), "cpus_usable": usable, "memory": mem,
+        "os": f"{platform.system()} {platform.release()}", "python": platform.python_version(),
+        "packages": versions, "git_commit": _git("rev-parse", "--short", "HEAD"),
+        "git_dirty": bool(_git("status", "--porcelain")),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+    }
+
+
+def speed_table(results: Dict[str, CaseResult], systems: List[str], baseline: str) -> str:
+    """Rows: cases; columns: systems; cells: median target tokens/s (ratio to the baseline)."""
+    head = "| case | " + " | ".join(systems) + " |"
+    lines = [head, "|---|" + "---:|" * len(systems)]
+    for case, res in results.items():
+        by = {t.system: t for t in res.timings}
+        cells = []
+        for s in systems:
+            t = by.get(s)
+            if t is None:
+                cells.append("-")
+            elif t.ratio_to_baseline is None or s == baseline:
+                cells.append(f"{t.tokens_per_s:.0f}")
+            else:
+                cells.append(f"{t.tokens_per_s:.0f} ({t.ratio_to_baseline:.2f}x)")
+        lines.append(f"| {case} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def fidelity_table(fidelity: Dict[str, Dict[str, str]], cases: List[str]) -> str:
+    """fidelity[check][case] = 'matching rows / rows'."""
+    lines = ["| rows equal | " + " | ".join(cases) + " |", "|---|" + "---:|" * len(cases)]
+    for check, per_case in fidelity.items():
+        lines.append(f"| {check} | " + " | ".join(per_case.get(c, "-") for c in cases) + " |")
+    return "\n".join(lines)
+
+
+def scaling_table(points: List[Scaling], generated: List[int], sources: List[int]) -> str:
+    cols = [f"gen {n}" for n in generated] + [f"gen {generated[-1]} / gen {generated[0]}"] + \
+           [f"src {n}" for n in sources]
+    lines = ["| ms per token (batch 1 greedy) | " + " | ".join(cols) + " |", "|---|" + "---:|" * len(cols)]
+    for system in dict.fromkeys(p.system for p in points):
+        by = {(p.kind, p.size): p.ms_per_token for p in points if p.system == system}
+        cells = [f"{by[('generated', n)]:.2f}" for n in generated]
+        cells.append(f"{by[('generated', generated[-1])] / by[('generated', generated[0])]:.2f}x")
+        cells += [f"{by[('source', n)]:.2f}" for n in sources]
+        lines.append(f"| {system} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def write(out_dir: Path, stem: str, data: Dict, markdown: str) -> None:
+    """out_dir/stem.json and out_dir/stem.md, each written atomically."""
+    def plain(o):
+        return dataclasses.asdict(o) if dataclasses.is_dataclass(o) else str(o)
+
+    text = json.dumps(data, indent=1, default=plain)
+    atomic_write(out_dir / f"{stem}.json", lambda tmp: Path(tmp).write_text(text + "\n"))
+    atomic_write(out_dir / f"{stem}.md", lambda tmp: Path(tmp).write_text(markdown + "\n"))

@@ -22,6 +22,7 @@ from tokenizers import Tokenizer
 
 from .config import ModelConfig
 from .errors import ModelPackageError
+from .shipped_models import available_models, resolve_model_dir
 
 FORMAT = "seq2onnx-model"
 FORMAT_VERSION = 1
@@ -82,7 +83,9 @@ def _field(manifest: Dict[str, Any], key: str, kind: type, where: Path) -> Any:
 def _read_manifest(root: Path) -> Dict[str, Any]:
     if not root.is_dir():
         what = "is not a folder" if root.exists() else "does not exist"
-        raise ModelPackageError(f"{root} {what}: pass the folder written by `seq2onnx export`")
+        shipped = ", ".join(available_models()) or "none"
+        raise ModelPackageError(f"{root} {what}: pass the folder written by `seq2onnx export`, "
+                                f"or the name of a shipped model ({shipped})")
     path = root / MANIFEST
     if not path.is_file():
         raise ModelPackageError(f"{path} is missing: {root} is not a seq2onnx model package; {REEXPORT}")
@@ -171,7 +174,7 @@ def _read_tokenizer(root: Path, manifest: Dict[str, Any], config: ModelConfig, v
 
 def read_package(model_dir: Union[str, os.PathLike], verify: bool = True) -> ModelPackage:
     """Read and check a package folder; see the module docstring for what is checked."""
-    root = Path(model_dir)
+    root = resolve_model_dir(model_dir)
     manifest = _read_manifest(root)
     try:
         config = ModelConfig.from_dict(_field(manifest, "config", dict, root / MANIFEST))

@@ -1,9 +1,21 @@
 #!/usr/bin/env bash
+# make demo: translate a few English numbers into German with the shipped model, through the CLI of a
+# runtime-only install (numpy + onnxruntime + tokenizers; no torch). The model is found by name in the
+# installed package (seq2onnx.models), not in this checkout.
 set -euo pipefail
 venv=${1:-.venv-runtime}
-if [ ! -f models/numbers-en-de/manifest.json ]; then
-  echo "demo: no shipped model yet (models/numbers-en-de); train and export one as the README shows" >&2
-  exit 1
+examples=$(mktemp)
+trap 'rm -f "$examples"' EXIT
+cat > "$examples" <<'LINES'
+forty-two
+three hundred and one
+two thousand and twenty-six
+four hundred and ninety-five thousand, five hundred and seventeen
+nine hundred and ninety-nine thousand, nine hundred and ninety-nine
+LINES
+echo "\$ seq2onnx translate numbers-en-de --beam-size 4 < examples.txt" >&2
+"$venv/bin/seq2onnx" translate numbers-en-de --beam-size 4 --input "$examples" \
+  | paste -d '\t' "$examples" - | awk -F '\t' '{ printf "%-68s -> %s\n", $1, $2 }'
+if "$venv/bin/python" -c "import torch" 2>/dev/null; then
+  echo "demo: torch is importable in $venv, but the runtime install should not bring it" >&2; exit 1
 fi
-printf 'three hundred and one\nfour hundred and ninety-five thousand, five hundred and seventeen\n' \
-  | "$venv/bin/seq2onnx" translate models/numbers-en-de

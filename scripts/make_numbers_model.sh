@@ -15,16 +15,25 @@ out=${OUT:-models/numbers-en-de}
 s2o="$venv/bin/seq2onnx"
 mkdir -p "$work"
 
-# 1. data: every number below 1,000 plus 199,000 sampled from 1,000..999,999; 1,000 valid and 1,000 test
-"$s2o" data numbers --out "$work/data" --size 200000 --seed 1 --force
+# 1. data: every number below 1,000 twenty times (20,000 lines) plus 180,000 numbers sampled from
+#    1,000..999,999; 1,000 valid and 1,000 test numbers
+"$s2o" data numbers --out "$work/data" --size 200000 --repeat-small 20 --seed 1 --force
 
 # 2. train: the small preset (d_model 128, 4 heads, 3+3 layers, FFN 512), a 500-piece joint BPE,
 #    the paper's inverse-square-root schedule with a short warm-up, a checkpoint every 500 steps
+max_steps=5000
 train_args=(--train "$work/data/train.tsv" --valid "$work/data/valid.tsv" --preset small --vocab-size 500
-            --max-tokens 4096 --lr-factor 1.0 --warmup-steps 800 --max-steps 5000 --valid-interval 500
+            --max-tokens 4096 --lr-factor 1.0 --warmup-steps 800 --max-steps "$max_steps" --valid-interval 500
             --valid-decode-max 1000 --best-metric exact_match --keep-last 5 --threads 2 --seed 1
             --log-interval 100 --out "$work/run")
+done_steps=0
 if [ -f "$work/run/last.pt" ]; then
+  done_steps=$("$venv/bin/python" -c 'import sys, torch
+print(torch.load(sys.argv[1], map_location="cpu", weights_only=False)["train_meta"]["step"])' "$work/run/last.pt")
+fi
+if [ "$done_steps" -ge "$max_steps" ]; then
+  echo "training: $work/run already holds step $done_steps; skipped"
+elif [ "$done_steps" -gt 0 ]; then
   "$s2o" train "${train_args[@]}" --resume
 else
   "$s2o" train "${train_args[@]}"

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -298,3 +299,18 @@ def test_numbers_data_splits_are_disjoint_and_train_has_every_small_number(tmp_p
     assert cli_main([*args[:3], str(other), *args[4:-1], "5"]) == 0
     assert (other / "valid.tsv").read_bytes() != (out / "valid.tsv").read_bytes()
     assert DE[4] in (out / "train.tsv").read_text(encoding="utf-8")
+
+
+def test_numbers_data_repeat_small_weights_the_short_inputs(tmp_path):
+    out = tmp_path / "numbers"
+    assert cli_main(["data", "numbers", "--out", str(out), "--size", "5000", "--repeat-small", "3",
+                     "--valid-size", "30", "--test-size", "30", "--seed", "2"]) == 0
+    train = [row.split("\t")[0] for row in (out / "train.tsv").read_text(encoding="utf-8").splitlines()]
+    counts = Counter(train)
+    small = {number_pair(n).split("\t")[0] for n in range(1000)}
+    assert len(train) == 5000
+    assert {counts[s] for s in small} == {3}                                # every number below 1000, 3 times
+    assert len(train) - 3 * len(small) == 2000 and all(counts[s] == 1 for s in counts if s not in small)
+    held_out = set((out / "valid.tsv").read_text(encoding="utf-8").split("\n")) | \
+        set((out / "test.tsv").read_text(encoding="utf-8").split("\n"))
+    assert not {row.split("\t")[0] for row in held_out if row} & set(train)

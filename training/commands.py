@@ -138,12 +138,16 @@ def data_main(argv: List[str]) -> int:
                    help="training pairs, every number below 1000 included (default %(default)s)")
     n.add_argument("--valid-size", type=int, default=d.valid_size, help="(default %(default)s)")
     n.add_argument("--test-size", type=int, default=d.test_size, help="(default %(default)s)")
+    n.add_argument("--repeat-small", type=_positive_int, default=d.repeat_small, metavar="N",
+                   help="each number below 1000 appears N times in train: more weight on the short inputs "
+                        "(default %(default)s)")
     n.add_argument("--seed", type=int, default=d.seed)
     n.add_argument("--force", action="store_true", help="overwrite existing split files in --out")
     ns = p.parse_args(argv)
     if ns.dataset is None:
         raise Seq2OnnxError("no data set named: use `seq2onnx data numbers --out DIR`")
-    counts = write_numbers_data(Path(ns.out), NumbersSpec(ns.size, ns.valid_size, ns.test_size, ns.seed),
+    counts = write_numbers_data(Path(ns.out), NumbersSpec(ns.size, ns.valid_size, ns.test_size, ns.seed,
+                                                                  ns.repeat_small),
                                 overwrite=ns.force)
     print(f"wrote {', '.join(f'{k} {v}' for k, v in counts.items())} pairs to {ns.out}", file=sys.stderr)
     return 0

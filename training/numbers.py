@@ -4,8 +4,10 @@
          -> "vierhundertfünfundneunzigtausendfünfhundertsiebzehn"
 
 Splits are by number (no number is in two splits):
-  * train holds every number below 1,000 (the atoms larger numbers are built from), then numbers
-    from 1,000..999,999 sampled evenly over the 4-, 5- and 6-digit bands (small, medium, large);
+  * train holds every number below 1,000 (the atoms larger numbers are built from), each
+    `repeat_small` times (they are short and few: without repeats a model sees "five" once per
+    epoch among hundreds of thousand-sized numbers, and fails on the inputs users try first), then
+    numbers from 1,000..999,999 sampled evenly over the 4-, 5- and 6-digit bands (small, medium, large);
   * valid and test hold numbers from 1,000..999,999, evenly over the same three bands.
 Everything is deterministic by seed.
 """
@@ -33,6 +35,7 @@ class NumbersSpec:
     valid_size: int = 1_000
     test_size: int = 1_000
     seed: int = 1
+    repeat_small: int = 1       # times each number below 1,000 appears in train
 
 
 def _even_shares(total: int, parts: int) -> List[int]:
@@ -41,21 +44,24 @@ def _even_shares(total: int, parts: int) -> List[int]:
 
 def split_numbers(spec: NumbersSpec) -> Dict[str, List[int]]:
     """{"train", "valid", "test"} -> the numbers of each split (train shuffled, valid/test sorted)."""
-    if spec.size < ATOMS:
-        raise Seq2OnnxError(f"--size {spec.size} is below {ATOMS}: the training split holds every number "
-                            f"below {ATOMS}; pass --size {ATOMS} or more")
+    if spec.repeat_small < 1:
+        raise Seq2OnnxError(f"--repeat-small must be >= 1, got {spec.repeat_small}")
+    small = ATOMS * spec.repeat_small
+    if spec.size < small:
+        raise Seq2OnnxError(f"--size {spec.size} is below {small}: the training split holds every number "
+                            f"below {ATOMS} ({spec.repeat_small} times); pass --size {small} or more")
     if spec.valid_size < 0 or spec.test_size < 0:
         raise Seq2OnnxError("--valid-size and --test-size must be >= 0")
     capacity = sum(hi - lo + 1 for lo, hi in BANDS)
-    if spec.size - ATOMS + spec.valid_size + spec.test_size > capacity:
+    if spec.size - small + spec.valid_size + spec.test_size > capacity:
         raise Seq2OnnxError(f"--size {spec.size} with {spec.valid_size} valid and {spec.test_size} test numbers "
                             f"needs more than the {capacity} numbers in 1,000..999,999: lower --size")
     rng = np.random.default_rng(spec.seed)
-    splits: Dict[str, List[int]] = {"train": list(range(ATOMS)), "valid": [], "test": []}
+    splits: Dict[str, List[int]] = {"train": list(range(ATOMS)) * spec.repeat_small, "valid": [], "test": []}
     valid_shares = _even_shares(spec.valid_size, len(BANDS))
     test_shares = _even_shares(spec.test_size, len(BANDS))
     # train: even over the bands, a small band's shortfall passed on to the larger ones
-    wanted_train = spec.size - ATOMS
+    wanted_train = spec.size - small
     for b, (lo, hi) in enumerate(BANDS):
         room = hi - lo + 1 - valid_shares[b] - test_shares[b]
         n_train = min(room, -(-wanted_train // (len(BANDS) - b)))   # ceil of the rest over the bands left

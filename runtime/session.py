@@ -154,24 +154,82 @@ class _Graphs:
         self.empty_past_shape = (config.n_heads, 0, config.head_dim)
 
 
+class _CachePool:
+    """Reused memory for one decoding call's self-attention cache (CPU).
+
+    Two sets of flat float32 buffers, one buffer per cache tensor. A step writes its present
+    into the set that does not hold its past, and a reorder writes into the set that does not
+    hold its source, so the sets alternate and nothing is allocated once they are big enough.
+    Fresh arrays cost a page fault per 4 KiB every step: for the Transformer-base beam-4 cache
+    (12 x [64, 8, P, 64]) np.take into new arrays measured 5-15x slower than into reused ones.
+    """
+
+    def __init__(self, n: int):
+        self.sets: List[List[np.ndarray]] = [[], []]
+        self.n = n
+        self.log_probs = np.empty(0, dtype=np.float32)
+
+    def views(self, which: int, shape: Tuple[int, ...]) -> List[np.ndarray]:
+        size = int(np.prod(shape))
+        bufs = self.sets[which]
+        if not bufs or bufs[0].size < size:
+            grown = max(size, int(bufs[0].size * 1.5) if bufs else 0)     # np.empty: pages come on first use
+            bufs = self.sets[which] = [np.empty(grown, dtype=np.float32) for _ in range(self.n)]
+        return [b[:size].reshape(shape) for b in bufs]
+
+    def log_probs_view(self, rows: int, vocab: int) -> np.ndarray:
+        if self.log_probs.size < rows * vocab:
+            self.log_probs = np.empty(rows * vocab, dtype=np.float32)
+        return self.log_probs[:rows * vocab].reshape(rows, vocab)
+
+
+class _Cache(list):
+    """The self-attention cache of ArrayEngine: the arrays, and the pool set they live in."""
+
+    def __init__(self, arrays: List[np.ndarray], pool: _CachePool, which: int):
+        super().__init__(arrays)
+        self.pool, self.which = pool, which
+
+
 class ArrayEngine(_Graphs):
-    """Decoding engine on numpy arrays (CPU provider)."""
+    """Decoding engine on numpy arrays (CPU provider).
+
+    The decoder writes its outputs through IO binding into reused memory (_CachePool): the cache
+    arrays a step returns, and its log-probs, are valid until the step after next (the log-probs:
+    until the next step). A reorder (take) of such a cache gathers into the pool as well.
+    """
 
     def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> Tuple[np.ndarray, List[np.ndarray]]:
         cross = self.encoder.run(self.cross_names, {"input_ids": input_ids, "attention_mask": attention_mask})
         return attention_mask, cross
 
     def step(self, input_ids, encoder_mask, past, cross):
-        if past is None:
-            empty = np.zeros((len(input_ids), *self.empty_past_shape), dtype=np.float32)
-            past = [empty] * len(self.past_names)
-        feeds = {"input_ids": np.ascontiguousarray(input_ids), "encoder_attention_mask": encoder_mask}
-        feeds.update(zip(self.past_names, past))
-        feeds.update(zip(self.cross_names, cross))
-        log_probs, *present = self.decoder.run(self.output_names, feeds)
-        return log_probs, present
+        rows = len(input_ids)
+        if isinstance(past, _Cache):
+            pool, out = past.pool, 1 - past.which
+        else:                                   # first step, or the rows changed: a new pool
+            pool, out = _CachePool(len(self.past_names)), 0
+            if past is None:
+                empty = np.zeros((rows, *self.empty_past_shape), dtype=np.float32)
+                past = [empty] * len(self.past_names)
+        present = pool.views(out, (rows, self.config.n_heads, past[0].shape[2] + 1, self.config.head_dim))
+        log_probs = pool.log_probs_view(rows, self.config.vocab_size)
+        io = self.decoder.io_binding()
+        io.bind_cpu_input("input_ids", np.ascontiguousarray(input_ids))
+        io.bind_cpu_input("encoder_attention_mask", encoder_mask)
+        for name, value in zip(self.past_names + self.cross_names, list(past) + list(cross)):
+            io.bind_cpu_input(name, value)
+        for name, value in zip(self.output_names, [log_probs] + present):
+            io.bind_output(name, "cpu", 0, np.float32, value.shape, value.ctypes.data)
+        self.decoder.run_with_iobinding(io)
+        return log_probs, _Cache(present, pool, out)
 
     def take(self, values: List[np.ndarray], index: np.ndarray) -> List[np.ndarray]:
+        if isinstance(values, _Cache):          # beam reorder: gather into the pool's other set
+            dst = values.pool.views(1 - values.which, (len(index), *values[0].shape[1:]))
+            for src, out in zip(values, dst):
+                np.take(src, index, axis=0, out=out, mode="wrap")   # "wrap": unbuffered; index is in range
+            return _Cache(dst, values.pool, 1 - values.which)
         return [np.take(v, index, axis=0) for v in values]
 
 

@@ -232,6 +232,24 @@ def test_top_candidates_is_a_stable_descending_sort(rows, cols, seed):
     assert np.array_equal(top_candidates(scores, m), expected)
 
 
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 5), st.sampled_from([64, 500, 4000, 32000]), st.integers(1, 16), st.integers(0, 3),
+       st.integers(0, 10**6))
+def test_top_candidates_sampled_bound_is_a_stable_descending_sort(rows, cols, m, kind, seed):
+    """Wide rows (beam x vocab) take the sampled-bound path: log-prob-like rows, rows of few distinct
+    values (ties across the cut), rows mostly -inf (the first beam step), rows with NaN."""
+    rng = np.random.default_rng(seed)
+    scores = np.log(rng.random((rows, cols))).astype(np.float32)
+    if kind == 1:
+        scores = rng.integers(-3, 1, size=(rows, cols)).astype(np.float32)
+    elif kind == 2:
+        scores[:, : cols * 3 // 4] = -np.inf
+    elif kind == 3:
+        scores[rng.random((rows, cols)) < 0.3] = np.nan
+    expected = np.argsort(-scores, axis=1, kind="stable")[:, :m]
+    assert np.array_equal(top_candidates(scores, m), expected)
+
 def test_no_repeat_ngram_bans_the_completing_token():
     toks = np.array([[5, 6, 7, 5, 6], [5, 6, 7, 8, 9]])
     lp = np.zeros((2, 12), dtype=np.float32)

@@ -107,6 +107,7 @@ def test_manifest_describes_the_package(tiny_package, tiny_ckpt):
         ("encoder.int8.onnx", "decoder_step.int8.onnx", "int8")
     assert int8["parity"]["top1_agreement"] >= int8["thresholds"]["top1_agreement"] == parity.MIN_TOP1_AGREEMENT
     assert int8["parity"]["greedy_token_match"] >= int8["thresholds"]["greedy_token_match"]
+    assert int8["status"] == "checked"
     assert (tiny_package / "README.md").read_text(encoding="utf-8").startswith("# seq2onnx model package")
 
 
@@ -205,6 +206,26 @@ def test_failed_parity_writes_nothing(tiny_checkpoint, tmp_path, monkeypatch, ca
     assert last.startswith("seq2onnx export: error: fp32 parity check 'decoder log-probs' failed: max abs diff"), err
     assert not out.exists() and list(tmp_path.iterdir()) == []
 
+
+def test_skip_int8_validation_keeps_the_variant_and_says_so(tiny_checkpoint, tmp_path, monkeypatch, capsys):
+    """--skip-int8-validation (the benchmark's random weights fail the int8 gate): the variant is written
+    with its measured figures, status "validation-skipped"; fp32 keeps every check."""
+    monkeypatch.setattr(parity, "MIN_TOP1_AGREEMENT", 1.01)          # a gate no int8 variant passes
+    with pytest.raises(SystemExit) as exc:                           # the option is about the int8 variant
+        cli_main(["export", str(tiny_checkpoint), str(tmp_path / "a"), "--skip-int8-validation"])
+    assert exc.value.code == 2 and "add --int8" in capsys.readouterr().err
+    out = tmp_path / "model"
+    assert cli_main(["export", str(tiny_checkpoint), str(out), "--int8", "--skip-int8-validation"]) == 0
+    captured = capsys.readouterr()
+    assert "validation skipped" in captured.out and "validation skipped" in captured.err
+    m = assert_complete_package(out)
+    int8 = m["variants"]["int8"]
+    assert int8["status"] == "validation-skipped" and int8["thresholds"]["top1_agreement"] == 1.01
+    assert 0 < int8["parity"]["top1_agreement"] < 1.01 and 0 < int8["parity"]["greedy_token_match"] <= 1
+    assert m["variants"]["fp32"]["parity"]["greedy_token_match"] == 1.0
+    from seq2onnx.runtime.translator import Translator
+    tr = Translator(out, device="cpu", compute_type="int8")               # the runtime loads it as any int8
+    assert tr.variant == "int8" and len(tr.translate_ids([[5, tr.config.eos_id]])) == 1
 
 KILL_DRIVER = textwrap.dedent("""
     import os, sys, time

@@ -47,4 +47,4 @@ fi
 
 # 5. measure the test split through `seq2onnx translate` and write MODEL_CARD.md
 "$venv/bin/python" scripts/numbers_model_card.py --model "$out" --data "$work/data" --run "$work/run" \
-  --seq2onnx "$s2o" --train-args "${train_args[*]}"
+  --checkpoint "$work/averaged.pt" --seq2onnx "$s2o" --train-args "${train_args[*]}"

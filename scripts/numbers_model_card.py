@@ -58,18 +58,19 @@ def measure(seq2onnx: str, model: Path, pairs: List[Tuple[str, str]], threads: i
     return rows
 
 
-def parameters(run: Path) -> int:
+def load_meta_and_parameters(checkpoint: Path) -> Tuple[Dict, int]:
+    """The averaged checkpoint's train_meta and its parameter count."""
     import torch
-    ckpt = torch.load(run / "last.pt", map_location="cpu", weights_only=False)
-    seen = {}
-    for t in ckpt["model"].values():          # tied tensors appear under several names: count once
-        seen[(t.data_ptr(), t.numel())] = t.numel()
-    return sum(seen.values())
+    from seq2onnx.runtime.config import ModelConfig
+    from seq2onnx.training.model import Transformer
+    ckpt = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    model = Transformer(ModelConfig.from_dict(ckpt["config"]))      # parameters(): tied ones once, no buffers
+    return ckpt["train_meta"], sum(p.numel() for p in model.parameters())
 
 
-def train_wall_seconds(run: Path) -> float:
-    """From the run folder's first file (config.json, written at start) to its final last.pt."""
-    return (run / "last.pt").stat().st_mtime - (run / "config.json").stat().st_mtime
+def train_wall_seconds(run: Path, step: int) -> float:
+    """From the run folder's first file (config.json, written at start) to its checkpoint of `step`."""
+    return (run / f"step_{step}.pt").stat().st_mtime - (run / "config.json").stat().st_mtime
 
 
 def cpu_name() -> str:
@@ -96,6 +97,7 @@ def main() -> None:
     p.add_argument("--model", type=Path, required=True)
     p.add_argument("--data", type=Path, required=True)
     p.add_argument("--run", type=Path, required=True)
+    p.add_argument("--checkpoint", type=Path, required=True, help="the averaged checkpoint that was exported")
     p.add_argument("--seq2onnx", default="seq2onnx")
     p.add_argument("--train-args", required=True, help="the arguments given to seq2onnx train")
     p.add_argument("--threads", type=int, default=2)
@@ -111,16 +113,20 @@ def main() -> None:
     atom_rows = measure(a.seq2onnx, a.model, atoms, a.threads)
 
     valid = [json.loads(line) for line in (a.run / "metrics.jsonl").read_text().splitlines()]
-    valid = [v for v in valid if v.get("kind") == "valid"]
+    meta, n_params = load_meta_and_parameters(a.checkpoint)
+    valid = [v for v in valid if v.get("kind") == "valid" and v["step"] <= meta["step"]]
     curve = ", ".join(f"{v['step']}: {100 * v['exact_match']:.1f}%" for v in valid)
     files = manifest["files"]
     size = lambda names: sum(files[n]["bytes"] for n in names) / 1e6            # noqa: E731
     fp32_files = ["encoder.onnx", "decoder_step.onnx"]
     int8_files = ["encoder.int8.onnx", "decoder_step.int8.onnx"]
     all_files = [n for n in files]
-    minutes = train_wall_seconds(a.run) / 60
-    errors = [f"- {r['compute_type']} beam {r['beam_size']}: `{s}` -> `{h}` (reference `{ref}`)"
+    minutes = train_wall_seconds(a.run, meta["step"]) / 60
+    kept = sorted(int(Path(name).stem.split("_")[1]) for name in meta.get("averaged_from", [f"step_{meta['step']}"]))
+    errors = [f"- {r['compute_type']} beam {r['beam_size']}: `{s}` -> `{h[:120]}` (reference `{ref}`)"
               for r in rows for s, ref, h in r["errors"][:SHOWN_ERRORS]]
+    atom_errors = [f"- {r['compute_type']} beam {r['beam_size']}: `{s}` -> `{h[:120]}` (reference `{ref}`)"
+                   for r in atom_rows for s, ref, h in r["errors"][:2 * SHOWN_ERRORS]]
     variants = manifest["variants"]
     int8_parity = variants.get("int8", {}).get("parity") or {}
 
@@ -151,13 +157,17 @@ Numbers 0..999 (all of them in the training split, the inputs a user tries first
 
 {table(atom_rows)}
 
+{"Errors on 0..999 (up to " + str(2 * SHOWN_ERRORS) + " per case):" if atom_errors else "No errors on 0..999."}
+{chr(10).join(atom_errors)}
+
 {"Errors on the test split (up to " + str(SHOWN_ERRORS) + " per case):" if errors else "No errors on the test split."}
 {chr(10).join(errors)}
 
 ## Data
-`seq2onnx data numbers --out DIR --size 200000 --seed 1`: pairs generated with `num2words`
+`seq2onnx data numbers --out DIR --size 200000 --repeat-small 20 --seed 1`: pairs generated with `num2words`
 (`lang="en"` -> `lang="de"`) for integers 0..999,999, split by number (no number in two splits).
-Train: every number below 1,000, then 199,000 numbers spread evenly over the 4-, 5- and 6-digit bands;
+Train: every number below 1,000 twenty times (20,000 lines: short inputs are few, and users try them
+first), then 180,000 numbers spread evenly over the 4-, 5- and 6-digit bands;
 valid and test: 1,000 numbers each from 1,000..999,999, evenly over the same bands.
 
 ## Model
@@ -165,7 +175,7 @@ The Transformer of "Attention Is All You Need" (post-norm, sinusoidal positions,
 source/target embedding tied to the output projection), the `small` preset:
 d_model {cfg['d_model']}, {cfg['n_heads']} heads, {cfg['encoder_layers']}+{cfg['decoder_layers']} layers,
 FFN {cfg['d_ff']}, dropout {cfg['dropout']}, a {cfg['vocab_size']}-piece joint BPE (HuggingFace tokenizers, Metaspace);
-{parameters(a.run):,} parameters.
+{n_params:,} parameters.
 
 Package: {size(all_files):.1f} MB in all; fp32 graphs {size(fp32_files):.1f} MB, int8 graphs
 {size(int8_files):.1f} MB (per-channel int8 weights). Export parity vs PyTorch: fp32 max abs
@@ -179,9 +189,10 @@ seq2onnx average RUN --last 5 --out averaged.pt
 seq2onnx export averaged.pt models/numbers-en-de --int8 --parity-data DATA/valid.tsv --overwrite
 ```
 Adam (0.9, 0.98, 1e-9), lr = d_model^-0.5 * min(step^-0.5, step * 800^-1.5), label smoothing 0.1,
-batches of up to 4,096 padded tokens. Training wall time: {minutes:.1f} minutes on {os.cpu_count()} cores
+batches of up to 4,096 padded tokens. Training wall time (from the run folder's first file to its last
+checkpoint): {minutes:.1f} minutes on {os.cpu_count()} cores
 ({cpu_name()}, Python {platform.python_version()}), tokenizer training included. The shipped weights
-are the average of the last 5 checkpoints (steps 3,000..5,000).
+are the average of the last {len(kept)} checkpoints (steps {', '.join(f'{k:,}' for k in kept)}).
 
 Validation exact match (greedy, 1,000 numbers) by step: {curve}.
 

@@ -37,6 +37,16 @@ def test_wheel_holds_every_subpackage_under_seq2onnx(wheel):
             assert "/".join(["seq2onnx", package.split(".")[1], *rel.parts]) in names, f"{py} missing from the wheel"
 
 
+def test_wheel_ships_every_model_package_whole(wheel):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    shipped = [m.parent for m in (REPO / "models").glob("*/manifest.json")]
+    assert shipped, "models/ holds no model package"
+    for folder in shipped:
+        listed = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))["files"]
+        for name in ["manifest.json", "MODEL_CARD.md", *listed]:
+            assert f"seq2onnx/models/{folder.name}/{name}" in names, f"{folder.name}/{name} is not in the wheel"
+
+
 def test_base_install_brings_no_torch(wheel, tmp_path):
     report = tmp_path / "report.json"
     proc = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "-q",

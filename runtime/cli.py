@@ -3,10 +3,11 @@ only when it runs, so `seq2onnx translate` never loads torch and a missing extra
 in one line."""
 from __future__ import annotations
 
+import argparse
 import importlib
 import os
 import sys
-from typing import List, Optional
+from typing import List, NoReturn, Optional
 
 from .errors import Seq2OnnxError
 
@@ -22,6 +23,14 @@ COMMANDS = {
 
 # third-party modules an extra brings; importing one that is missing means the extra is missing
 EXTRA_MODULES = {"torch", "onnx", "onnxscript", "sacrebleu", "tqdm", "num2words", "onnx_ir"}
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that reports a bad command line as one Seq2OnnxError line (printed by `main`, exit 2)
+    instead of its usage block; --help still prints the full help."""
+
+    def error(self, message: str) -> NoReturn:
+        raise Seq2OnnxError(f"{message} (see {self.prog} --help)")
 
 
 def usage() -> str:

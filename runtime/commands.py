@@ -5,32 +5,52 @@ import argparse
 import itertools
 import json
 import os
+import re
 import sys
 import tempfile
 import warnings
 from contextlib import contextmanager
 from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Tuple
 
+from .cli import OneLineParser
 from .errors import Seq2OnnxError
+from .options import (LENGTH_PENALTY_RANGE, MAX_BEAM_SIZE, MAX_LENGTH_A, MAX_LENGTH_B, MIN_TOPP,
+                      REPETITION_PENALTY_RANGE, TEMPERATURE_RANGE)
 
-TRANSLATE_FORMAT = """\
-input: one source per line, UTF-8, from stdin or --input.
+TRANSLATE_FORMAT = f"""\
+input: one source per line (split at \\n; a trailing \\r is dropped), UTF-8, from stdin or --input.
   - invalid UTF-8 bytes are replaced with U+FFFD (a warning on stderr names the line);
-  - an empty or blank line is not translated: it gives one empty hypothesis with score 0;
-  - a line over --max-input-length tokens is cut to that length (a warning names the line).
+  - an empty or blank (whitespace-only) line is not translated: one empty hypothesis, score 0
+    (one output line, also with --n-best);
+  - characters the model's tokenizer never saw (emoji, CJK, control characters, NUL) become its
+    <unk> piece: the line is translated;
+  - a line over --max-input-length tokens (default: the model's max_positions) is cut to that
+    length, EOS kept (a warning names the line); the other lines are not affected.
 output: lines in input order, written (and flushed) batch by batch, to stdout or --output
-(written to a temporary file beside it and renamed into place at the end). Newlines inside
+(written to a temporary file beside it and renamed into place at the end). Line breaks inside
 a translation become spaces.
   default           TEXT                        one line per input
   --scores          SCORE<TAB>TEXT              SCORE = normalized score (score / length ** length_penalty)
-  --n-best K        LINE<TAB>TEXT               K lines per input, best first, LINE = 1-based input line
+  --n-best K        LINE<TAB>TEXT               up to K lines per input, best first, LINE = 1-based input line
   --n-best K --scores  LINE<TAB>SCORE<TAB>TEXT
+options and their ranges (a value outside is a one-line error, exit 2, before anything is read):
+  --beam-size 1..{MAX_BEAM_SIZE}; --n-best 1..beam size (1..{MAX_BEAM_SIZE} when sampling);
+  --length-penalty {LENGTH_PENALTY_RANGE[0]:g}..{LENGTH_PENALTY_RANGE[1]:g};
+  --max-decoding-length >= 0 (0: every output empty; capped by max_positions);
+  --min-decoding-length 0..max-decoding-length; --max-length-a 0..{MAX_LENGTH_A:g}; --max-length-b 0..{MAX_LENGTH_B};
+  --sampling-topk >= 0; --sampling-topp {MIN_TOPP:g}..1;
+  --sampling-temperature 0 or {TEMPERATURE_RANGE[0]:g}..{TEMPERATURE_RANGE[1]:g};
+  --repetition-penalty {REPETITION_PENALTY_RANGE[0]:g}..{REPETITION_PENALTY_RANGE[1]:g}; --no-repeat-ngram-size >= 0; --seed >= 0;
+  --max-input-length 1..max_positions; --max-batch-size >= 1; --intra-threads 0..4 x CPU cores;
+  --inter-threads 1..4 x CPU cores.
+exit status: 0 done; 2 a bad option, input file or model folder (one line on stderr naming it
+and the fix); 1 an unexpected error (one line; SEQ2ONNX_DEBUG=1 shows the traceback).
 """
 
 
 def _translate_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="seq2onnx translate", description="Translate lines with a model package.",
-                                epilog=TRANSLATE_FORMAT, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = OneLineParser(prog="seq2onnx translate", description="Translate lines with a model package.",
+                      epilog=TRANSLATE_FORMAT, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model_dir", metavar="MODEL_DIR", help="package folder written by `seq2onnx export`")
     p.add_argument("--input", "-i", metavar="FILE", help="read sources from FILE (default: stdin)")
     p.add_argument("--output", "-o", metavar="FILE", help="write translations to FILE (default: stdout)")
@@ -67,7 +87,6 @@ CLI_NAMES = {"num_hypotheses": "--n-best"}
 
 def _cli_message(error: Exception) -> str:
     """An option error of the Python API, with the option named as on the command line."""
-    import re
     return re.sub(r"\b(?:[a-z]+_)+[a-z]+\b",
                   lambda m: CLI_NAMES.get(m.group(0), "--" + m.group(0).replace("_", "-")), str(error), count=1)
 
@@ -110,10 +129,14 @@ def _open_output(path: Optional[str]) -> Iterator[BinaryIO]:
         raise
 
 
+# every character str.splitlines() breaks at: none may split one output line into two
+LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+
+
 def _format(number: int, texts: List[str], scores: List[float], n_best: int, with_scores: bool) -> bytes:
     lines = []
     for text, score in zip(texts, scores):
-        text = text.replace("\r", " ").replace("\n", " ")
+        text = LINE_BREAKS.sub(" ", text)
         fields = ([str(number)] if n_best > 1 else []) + ([f"{score:.6f}"] if with_scores else []) + [text]
         lines.append("\t".join(fields) + "\n")
     return "".join(lines).encode("utf-8")
@@ -143,7 +166,7 @@ def translate_main(argv: List[str]) -> int:
                         intra_threads=args.intra_threads, inter_threads=args.inter_threads,
                         verify=not args.no_verify)
     except ValueError as e:
-        raise Seq2OnnxError(str(e)) from e
+        raise Seq2OnnxError(_cli_message(e)) from e
     limit = tr.config.max_positions if args.max_input_length is None else args.max_input_length
     if not 1 <= limit <= tr.config.max_positions:
         raise Seq2OnnxError(f"--max-input-length must be in [1, {tr.config.max_positions}] (the model's "
@@ -166,25 +189,20 @@ def translate_main(argv: List[str]) -> int:
 
 
 def _translate_block(tr: Any, block: List[Tuple[int, str]], decoding: Dict[str, Any], args: Any, limit: int) -> bytes:
-    todo = [(n, t) for n, t in block if t.strip()]
-    results = {}
-    if todo:
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")            # truncation: reported below with line numbers
-                out = tr.translate_batch([t for _, t in todo], max_batch_size=args.max_batch_size,
-                                         batch_type=args.batch_type, max_input_length=args.max_input_length,
-                                         return_scores=True, **decoding)
-        except ValueError as e:
-            raise Seq2OnnxError(_cli_message(e)) from e
-        for (n, _), r in zip(todo, out):
-            if r.truncated:
-                _warn(f"line {n}: longer than {limit} tokens, truncated (--max-input-length)")
-            results[n] = (r.hypotheses, r.normalized_scores)
+    """Blank lines come back from the Translator as one empty hypothesis with score 0."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")            # truncation: reported below with line numbers
+            out = tr.translate_batch([t for _, t in block], max_batch_size=args.max_batch_size,
+                                     batch_type=args.batch_type, max_input_length=args.max_input_length,
+                                     return_scores=True, **decoding)
+    except ValueError as e:
+        raise Seq2OnnxError(_cli_message(e)) from e
     data = b""
-    for n, _ in block:
-        texts, scores = results.get(n, ([""], [0.0]))
-        data += _format(n, texts, scores, args.n_best, args.scores)
+    for (n, _), r in zip(block, out):
+        if r.truncated:
+            _warn(f"line {n}: longer than {limit} tokens, truncated (--max-input-length)")
+        data += _format(n, r.hypotheses, r.normalized_scores, args.n_best, args.scores)
     return data
 
 
@@ -250,7 +268,7 @@ def _print_info(info: Dict[str, Any]) -> None:
 
 
 def info_main(argv: List[str]) -> int:
-    p = argparse.ArgumentParser(prog="seq2onnx info", description="Describe a model package.")
+    p = OneLineParser(prog="seq2onnx info", description="Describe a model package.")
     p.add_argument("model_dir", metavar="MODEL_DIR")
     p.add_argument("--json", action="store_true", help="print the description as JSON")
     p.add_argument("--no-verify", action="store_true", help="skip the SHA-256 check of the package files")

@@ -1,9 +1,23 @@
-"""Decoding options, named as CTranslate2 users know them, checked once with clear messages."""
+"""Decoding options, named as CTranslate2 users know them, checked once with clear messages.
+
+Every option has a range (the table in docs/CONTRACTS.md, "Decoding options"); a value outside it
+is a ValueError naming the option, the range and the value, raised before any work. The upper
+bounds keep the arithmetic defined: a beam of a million rows, a length penalty of 1e308 or a
+temperature that rounds to 0 in float32 would exhaust memory or turn scores into inf/nan.
+"""
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
 from typing import Any, Dict, Optional
+
+MAX_BEAM_SIZE = 256                     # beam_size, and num_hypotheses when sampling
+LENGTH_PENALTY_RANGE = (-10.0, 10.0)
+MAX_LENGTH_A = 1000.0
+MAX_LENGTH_B = 2**31 - 1
+MIN_TOPP = 1e-6
+TEMPERATURE_RANGE = (1e-4, 1e4)         # or exactly 0 (argmax)
+REPETITION_PENALTY_RANGE = (1e-4, 1e4)
 
 
 def _check_int(name: str, value: Any, low: int, high: Optional[int] = None) -> None:
@@ -38,17 +52,22 @@ class DecodingOptions:
     seed: Optional[int] = None            # sampling seed; None: fresh entropy
 
     def __post_init__(self) -> None:
-        _check_int("beam_size", self.beam_size, 1)
+        _check_int("beam_size", self.beam_size, 1, MAX_BEAM_SIZE)
         _check_int("max_decoding_length", self.max_decoding_length, 0)
         _check_int("min_decoding_length", self.min_decoding_length, 0, self.max_decoding_length)
-        _check_float("length_penalty", self.length_penalty, "(finite)", lambda x: True)
-        _check_float("max_length_a", self.max_length_a, ">= 0", lambda x: x >= 0)
+        low, high = LENGTH_PENALTY_RANGE
+        _check_float("length_penalty", self.length_penalty, f"in [{low:g}, {high:g}]", lambda x: low <= x <= high)
+        _check_float("max_length_a", self.max_length_a, f"in [0, {MAX_LENGTH_A:g}]", lambda x: 0 <= x <= MAX_LENGTH_A)
         if self.max_length_b is not None:
-            _check_int("max_length_b", self.max_length_b, 0)
+            _check_int("max_length_b", self.max_length_b, 0, MAX_LENGTH_B)
         _check_int("sampling_topk", self.sampling_topk, 0)
-        _check_float("sampling_topp", self.sampling_topp, "in (0, 1]", lambda x: 0 < x <= 1)
-        _check_float("sampling_temperature", self.sampling_temperature, ">= 0", lambda x: x >= 0)
-        _check_float("repetition_penalty", self.repetition_penalty, "> 0", lambda x: x > 0)
+        _check_float("sampling_topp", self.sampling_topp, f"in [{MIN_TOPP:g}, 1]", lambda x: MIN_TOPP <= x <= 1)
+        low, high = TEMPERATURE_RANGE
+        _check_float("sampling_temperature", self.sampling_temperature, f"0 or in [{low:g}, {high:g}]",
+                     lambda x: x == 0 or low <= x <= high)
+        low, high = REPETITION_PENALTY_RANGE
+        _check_float("repetition_penalty", self.repetition_penalty, f"in [{low:g}, {high:g}]",
+                     lambda x: low <= x <= high)
         _check_int("no_repeat_ngram_size", self.no_repeat_ngram_size, 0)
         if self.seed is not None:
             _check_int("seed", self.seed, 0)
@@ -56,7 +75,7 @@ class DecodingOptions:
             if self.beam_size != 1:
                 raise ValueError(f"sampling (sampling_topk={self.sampling_topk}) needs beam_size=1, "
                                  f"got beam_size={self.beam_size}")
-            _check_int("num_hypotheses", self.num_hypotheses, 1)
+            _check_int("num_hypotheses", self.num_hypotheses, 1, MAX_BEAM_SIZE)
         else:
             _check_int("num_hypotheses", self.num_hypotheses, 1, self.beam_size)
 

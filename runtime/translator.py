@@ -7,11 +7,19 @@
 
 One Translator may be used from many threads at once: it holds only the read-only package and
 the onnxruntime sessions (which are thread-safe); every call keeps its state local.
+
+Awkward input has a defined result (docs/CONTRACTS.md, "Runtime input"):
+  * a text with nothing but whitespace ("" included) is not translated: one empty hypothesis, score 0;
+  * a lone surrogate (a str that is not valid Unicode, e.g. from surrogateescape) becomes U+FFFD,
+    with a warning naming the input;
+  * characters the tokenizer never saw (emoji, CJK, control characters, NUL) become its <unk> piece;
+  * a text over max_input_length tokens is cut to it (EOS kept), with a warning naming the input.
 """
 from __future__ import annotations
 
 import logging
 import os
+import re
 import warnings
 from dataclasses import dataclass
 from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
@@ -27,6 +35,8 @@ log = logging.getLogger("seq2onnx.runtime")
 # compute_type -> package variant; "default" is fp16 on CUDA when the package has it, else fp32
 COMPUTE_TYPES = {"default": None, "float32": "fp32", "int8": "int8", "float16": "fp16"}
 BATCH_TYPES = ("examples", "tokens")
+MAX_THREADS = 4 * (os.cpu_count() or 1)     # intra/inter-op threads: more only thrash (10**6 hangs onnxruntime)
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass
@@ -76,9 +86,15 @@ def pick_variant(package: ModelPackage, compute_type: str, device: str) -> str:
     return name
 
 
-def _check_count(name: str, value: Any, low: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+def _check_count(name: str, value: Any, low: int, high: Optional[int] = None) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < low or (high is not None and value > high):
+        allowed = f">= {low}" if high is None else f"in [{low}, {high}]"
+        raise ValueError(f"{name} must be an integer {allowed}, got {value!r}")
+
+
+def is_blank(text: str) -> bool:
+    """Nothing to translate: empty or whitespace only (str.isspace), the empty hypothesis."""
+    return not text.strip()
 
 
 class Translator:
@@ -89,12 +105,13 @@ class Translator:
 
         device: "auto" (CUDA when usable, else CPU; int8 always picks the CPU), "cpu", "cuda".
         compute_type: "default", "float32", "int8" (CPU), "float16" (CUDA).
-        intra_threads: onnxruntime intra-op threads (0: its default); inter_threads: inter-op threads.
+        intra_threads: onnxruntime intra-op threads (0: its default); inter_threads: inter-op threads;
+            each at most 4 x the CPU cores (MAX_THREADS).
         verify: check the SHA-256 of the files loaded against the manifest.
         optimization: onnxruntime graph optimisation level (disable, basic, extended, all).
         """
-        _check_count("intra_threads", intra_threads, 0)
-        _check_count("inter_threads", inter_threads, 1)
+        _check_count("intra_threads", intra_threads, 0, MAX_THREADS)
+        _check_count("inter_threads", inter_threads, 1, MAX_THREADS)
         _check_count("device_id", device_id, 0)
         if optimization not in ("disable", "basic", "extended", "all"):
             raise ValueError(f"optimization must be one of disable, basic, extended, all, got {optimization!r}")
@@ -109,22 +126,48 @@ class Translator:
         v = self.package.variants[self.variant]
         sc = SessionConfig(self.device, device_id, intra_threads, inter_threads, optimization)
         self.engine = open_engine(str(v.encoder), str(v.decoder_step), self.config, sc)
+        self._check_graph_vocab(v.decoder_step)
         self._tokenizer = self.package.tokenizer
         # self.engine: the decoding engine (decoding.Engine), for id-level use with decoding.decode
         log.info("seq2onnx: %s runs on %s (variant %s, %s)", self.package.root, self.device, self.variant, v.precision)
 
+    def _check_graph_vocab(self, decoder_path: Any) -> None:
+        """The decoder's log-probs must cover exactly the tokenizer's ids (a swapped tokenizer.json or an
+        edited manifest would otherwise decode ids that mean other pieces, or none)."""
+        dims = self.engine.decoder.get_outputs()[0].shape
+        width = dims[-1] if dims else None
+        if isinstance(width, int) and width != self.config.vocab_size:
+            raise ModelPackageError(f"{decoder_path}: the graph scores {width} tokens per step but {self.package.root} "
+                                    f"has a tokenizer and config of {self.config.vocab_size}: the tokenizer does not "
+                                    f"belong to this model; re-export the model with `seq2onnx export`")
+
     # --- text <-> ids --------------------------------------------------------------------------
-    def _sources(self, texts: Sequence[str], max_input_length: Optional[int]) -> Tuple[List[List[int]], List[bool]]:
-        """texts -> source ids (+ EOS), cut to max_input_length ids (EOS kept) with a warning."""
+    def _check_texts(self, texts: Sequence[str]) -> List[str]:
+        """Each text must be a str; lone surrogates (not encodable as UTF-8) become U+FFFD, with a warning."""
+        if isinstance(texts, str):
+            raise TypeError("texts must be a list of str, got one str: wrap it in a list, or call translate()")
+        checked = []
+        for i, t in enumerate(texts):
+            if not isinstance(t, str):
+                raise TypeError(f"texts[{i}] must be str, got {type(t).__name__}")
+            if _SURROGATE.search(t):
+                warnings.warn(f"input {i} is not valid Unicode (lone surrogates); they were replaced with U+FFFD",
+                              stacklevel=3)
+                t = _SURROGATE.sub("\ufffd", t)
+            checked.append(t)
+        return checked
+
+    def _sources(self, texts: Sequence[str], max_input_length: Optional[int],
+                 numbers: Optional[Sequence[int]] = None) -> Tuple[List[List[int]], List[bool]]:
+        """texts -> source ids (+ EOS), cut to max_input_length ids (EOS kept) with a warning naming
+        the input (its number in `numbers`, default its position)."""
         limit = self.config.max_positions if max_input_length is None else max_input_length
         if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= self.config.max_positions:
             raise ValueError(f"max_input_length must be an integer in [1, {self.config.max_positions}] "
                              f"(the model's max_positions), got {max_input_length!r}")
-        for t in texts:
-            if not isinstance(t, str):
-                raise TypeError(f"texts must be str, got {type(t).__name__}")
         sources, truncated = [], []
-        for i, enc in enumerate(self._tokenizer.encode_batch(list(texts))):
+        for j, enc in enumerate(self._tokenizer.encode_batch(list(texts))):
+            i = j if numbers is None else numbers[j]
             ids = enc.ids + [self.config.eos_id]
             truncated.append(len(ids) > limit)
             if len(ids) > limit:
@@ -155,9 +198,13 @@ class Translator:
         _check_count("max_batch_size", max_batch_size, 0)
         if batch_type not in BATCH_TYPES:
             raise ValueError(f"batch_type must be one of {', '.join(BATCH_TYPES)}, got {batch_type!r}")
-        for s in sources:
+        vocab = self.config.vocab_size
+        for i, s in enumerate(sources):
             if not 1 <= len(s) <= self.config.max_positions:
                 raise ValueError(f"a source must hold 1..{self.config.max_positions} ids, got {len(s)}")
+            if min(s) < 0 or max(s) >= vocab:
+                raise ValueError(f"sources[{i}] holds an id outside the vocabulary [0, {vocab}): "
+                                 f"{min(s) if min(s) < 0 else max(s)}")
         results: List[List[Hypothesis]] = [[] for _ in sources]
         for batch in split_batches([len(s) for s in sources], max_batch_size, batch_type):
             prefixes = None if target_prefix_ids is None else [target_prefix_ids[i] for i in batch]
@@ -170,21 +217,27 @@ class Translator:
                         max_input_length: Optional[int] = None, return_scores: bool = False,
                         target_prefix: Optional[Sequence[Optional[str]]] = None,
                         **decoding: Any) -> List[TranslationResult]:
-        """Translate texts; results in the caller's order. Decoding options: see DecodingOptions
+        """Translate texts; results in the caller's order (awkward input: the module docstring).
+        Decoding options: see DecodingOptions
         (beam_size, num_hypotheses, length_penalty, max_decoding_length, min_decoding_length,
         max_length_a, max_length_b, sampling_topk, sampling_topp, sampling_temperature,
         repetition_penalty, no_repeat_ngram_size, seed)."""
         DecodingOptions.from_kwargs(**decoding)                 # bad options fail before any work
-        sources, truncated = self._sources(texts, max_input_length)
-        hyps = self.translate_ids(sources, max_batch_size, batch_type, self._prefixes(target_prefix, len(texts)),
-                                  **decoding)
-        results = []
-        for h, cut in zip(hyps, truncated):
+        texts = self._check_texts(texts)
+        prefixes = self._prefixes(target_prefix, len(texts))
+        todo = [i for i, t in enumerate(texts) if not is_blank(t)]   # blank texts: the empty hypothesis
+        sources, truncated = self._sources([texts[i] for i in todo], max_input_length, todo)
+        hyps = self.translate_ids(sources, max_batch_size, batch_type,
+                                  None if prefixes is None else [prefixes[i] for i in todo], **decoding)
+        zero = [0.0] if return_scores else None
+        results = [TranslationResult([""], [[]], zero and [0.0], zero and [0.0]) if is_blank(t) else None
+                   for t in texts]
+        for i, h, cut in zip(todo, hyps, truncated):
             ids = [x.tokens for x in h]
-            results.append(TranslationResult(
+            results[i] = TranslationResult(
                 self._tokenizer.decode_batch(ids), ids,
                 [x.score for x in h] if return_scores else None,
-                [x.normalized_score for x in h] if return_scores else None, cut))
+                [x.normalized_score for x in h] if return_scores else None, cut)
         return results
 
     def translate(self, text: str, target_prefix: Optional[str] = None, **options: Any) -> str:
@@ -203,6 +256,9 @@ class Translator:
         if decoding.get("num_hypotheses", 1) != 1:
             raise ValueError("generate_tokens streams one hypothesis: num_hypotheses must be 1")
         options = DecodingOptions.from_kwargs(**decoding)
+        (text,) = self._check_texts([text])
+        if is_blank(text):                                      # as translate(): the empty translation
+            return
         sources, _ = self._sources([text], max_input_length)
         prefixes = None if target_prefix is None else self._prefixes([target_prefix], 1)
         steps = decode_steps(self.engine, self.config, sources, options, prefixes)

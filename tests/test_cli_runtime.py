@@ -87,9 +87,9 @@ def test_awkward_lines_through_stdin(tiny_package, translator, sources):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--beam-size", "0"], "--beam-size must be an integer >= 1"),
+    (["--beam-size", "0"], "--beam-size must be an integer in [1, 256], got 0"),
     (["--n-best", "5", "--beam-size", "2"], "--n-best must be an integer in [1, 2]"),
-    (["--sampling-topp", "2"], "--sampling-topp must be a number in (0, 1]"),
+    (["--sampling-topp", "2"], "--sampling-topp must be a number in [1e-06, 1], got 2.0"),
     (["--compute-type", "float16", "--device", "cpu"], "float16 runs on CUDA only"),
     (["--input", "/nonexistent/file.txt"], "no such file"),
     (["--max-input-length", "100000"], "--max-input-length must be in [1,"),

@@ -9,17 +9,11 @@ import argparse
 import sys
 from dataclasses import fields
 from pathlib import Path
-from typing import List, NoReturn
+from typing import List
 
+from seq2onnx.runtime.cli import OneLineParser as _Parser
 from seq2onnx.runtime.config import PRESETS
 from seq2onnx.runtime.errors import Seq2OnnxError
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports a bad command line as one Seq2OnnxError line instead of usage + exit."""
-
-    def error(self, message: str) -> NoReturn:
-        raise Seq2OnnxError(f"{message} (see {self.prog} --help)")
 
 
 def _positive_int(text: str) -> int:

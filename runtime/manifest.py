@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Union
@@ -28,6 +29,9 @@ FORMAT = "seq2onnx-model"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 REEXPORT = "re-export the model with `seq2onnx export`"
+# what a killed `seq2onnx export` leaves beside OUT_DIR (export/package.py): .OUT_DIR.partial-PID-XXXX (the
+# unfinished staging folder) and .OUT_DIR.old-PID-XXXX (the previous package, renamed aside for --overwrite)
+_EXPORT_LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?P<kind>partial|old)-\d+-")
 
 
 @dataclass(frozen=True)
@@ -52,15 +56,18 @@ class ModelPackage:
 
     def verify_file(self, name: str) -> None:
         """SHA-256 of root/name against the manifest."""
-        expected = self.manifest["files"][name]["sha256"]
-        if sha256_of(self.root / name) != expected:
-            raise ModelPackageError(f"{self.root / name}: its SHA-256 does not match {MANIFEST} (the file is "
-                                    f"corrupt or was changed); copy the package again or {REEXPORT}")
+        _verify_sha256(self.root, self.manifest, name)
 
     def verify_variant(self, name: str) -> None:
         variant = self.variants[name]
         for path in (variant.encoder, variant.decoder_step):
             self.verify_file(path.name)
+
+
+def _verify_sha256(root: Path, manifest: Dict[str, Any], name: str) -> None:
+    if sha256_of(root / name) != manifest["files"][name]["sha256"]:
+        raise ModelPackageError(f"{root / name}: its SHA-256 does not match {MANIFEST} (the file is "
+                                f"corrupt or was changed); copy the package again or {REEXPORT}")
 
 
 def sha256_of(path: Path, chunk: int = 1 << 20) -> str:
@@ -80,7 +87,33 @@ def _field(manifest: Dict[str, Any], key: str, kind: type, where: Path) -> Any:
     return manifest[key]
 
 
+def _interrupted_export(root: Path) -> str:
+    """A sentence about what a killed export left at or beside `root`, or "" when nothing."""
+    m = _EXPORT_LEFTOVER.match(root.name)
+    if m and m.group("kind") == "partial":
+        return (f"{root} is the unfinished staging folder of an interrupted `seq2onnx export` to "
+                f"{root.parent / m.group('name')}: run that export again (it removes this folder)")
+    if root.exists() or not root.parent.is_dir():
+        return ""
+    left = {}
+    for p in sorted(root.parent.iterdir()):
+        m = _EXPORT_LEFTOVER.match(p.name)
+        if m and m.group("name") == root.name and p.is_dir():
+            left.setdefault(m.group("kind"), p)
+    if "old" in left:
+        return (f"{root} does not exist: an export to it was interrupted and the previous package is left aside "
+                f"at {left['old']}: run the export again with --overwrite (it puts the previous package back "
+                f"first), or rename {left['old'].name} back to {root.name}")
+    if "partial" in left:
+        return (f"{root} does not exist: an export to it was interrupted (its unfinished staging folder "
+                f"{left['partial'].name} is left): run the export again")
+    return ""
+
+
 def _read_manifest(root: Path) -> Dict[str, Any]:
+    interrupted = _interrupted_export(root)
+    if interrupted:
+        raise ModelPackageError(interrupted)
     if not root.is_dir():
         what = "is not a folder" if root.exists() else "does not exist"
         shipped = ", ".join(available_models()) or "none"
@@ -97,7 +130,7 @@ def _read_manifest(root: Path) -> Dict[str, Any]:
         got = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
         raise ModelPackageError(f"{path}: format is {got!r}, not {FORMAT!r}: this is not a seq2onnx model package")
     version = manifest.get("format_version")
-    if version != FORMAT_VERSION:
+    if version != FORMAT_VERSION or not isinstance(version, int) or isinstance(version, bool):
         newer = isinstance(version, int) and not isinstance(version, bool) and version > FORMAT_VERSION
         fix = "upgrade seq2onnx (pip install -U seq2onnx)" if newer else REEXPORT
         raise ModelPackageError(f"{path}: format_version {version!r} is unknown; this runtime reads "
@@ -150,9 +183,8 @@ def _read_tokenizer(root: Path, manifest: Dict[str, Any], config: ModelConfig, v
     if name not in manifest["files"]:
         raise ModelPackageError(f"{where}: the tokenizer {name!r} is not listed in 'files'; {REEXPORT}")
     path = root / name
-    if verify and sha256_of(path) != manifest["files"][name]["sha256"]:
-        raise ModelPackageError(f"{path}: its SHA-256 does not match {MANIFEST}; copy the package again "
-                                f"or {REEXPORT}")
+    if verify:
+        _verify_sha256(root, manifest, name)
     try:
         tokenizer = Tokenizer.from_file(str(path))
     except Exception as e:  # noqa: BLE001 - tokenizers raises a plain Exception

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import shutil
 import threading
+import warnings
 
 import pytest
 
@@ -150,23 +152,51 @@ def test_devices_without_gpu(tiny_package, caplog):
     assert [r.getMessage() for r in caplog.records if "runs on cpu" in r.getMessage()]
 
 
-def test_thread_safety(translator, pairs):
-    """8 threads share one Translator; each call's result equals the sequential one."""
-    texts = [s for s, _ in pairs]
-    jobs = [dict(beam_size=1), dict(beam_size=4, num_hypotheses=2), dict(beam_size=2, length_penalty=0.5),
-            dict(beam_size=1, sampling_topk=0, seed=5)]
-    calls = [(texts[i % 7:i % 7 + 9], jobs[i % len(jobs)]) for i in range(24)]
-    expected = [[r.hypotheses for r in translator.translate_batch(t, **o)] for t, o in calls]
-    got = [None] * len(calls)
+def load_requests(n: int, seed: int):
+    """n requests of mixed lengths (1..12 words, blank, unknown characters, over max_input_length) and
+    options (greedy, beam, n-best, sampling with a seed, length limits, penalties, batching), as
+    (kind, texts, options); kind "batch" is translate_batch, "stream" is generate_tokens."""
+    rng = random.Random(seed)
+    texts = [s for s, _ in toy_pairs(200, seed=seed, min_words=1, max_words=12)]
+    texts += ["", "  ", "one \x00 two 😀", "三 four", " ".join(["seven"] * 40)]
+    options = [dict(beam_size=1), dict(beam_size=4, num_hypotheses=2), dict(beam_size=2, length_penalty=0.5),
+               dict(beam_size=1, sampling_topk=0, seed=5, num_hypotheses=2), dict(beam_size=1, sampling_topk=5,
+               sampling_topp=0.8, sampling_temperature=0.7, seed=6), dict(beam_size=3, min_decoding_length=3,
+               max_decoding_length=8), dict(beam_size=1, repetition_penalty=1.3, no_repeat_ngram_size=2),
+               dict(beam_size=4, max_batch_size=2), dict(beam_size=2, max_batch_size=30, batch_type="tokens"),
+               dict(beam_size=1, max_input_length=6), dict(beam_size=4, max_length_a=0.5, max_length_b=1)]
+    requests = []
+    for _ in range(n):
+        if rng.random() < 0.15:
+            requests.append(("stream", [rng.choice(texts)], dict(beam_size=rng.choice([1, 4]))))
+        else:
+            requests.append(("batch", rng.sample(texts, rng.randint(1, 6)), rng.choice(options)))
+    return requests
+
+
+def run_request(translator, request):
+    kind, texts, options = request
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")                                  # truncation warnings
+        if kind == "stream":
+            return ["".join(translator.generate_tokens(texts[0], **options))]
+        return [(r.hypotheses, r.token_ids, r.truncated) for r in translator.translate_batch(texts, **options)]
+
+
+def test_thread_safety(translator):
+    """8 threads x 50 requests of mixed lengths and options share one Translator: every result equals
+    the sequential run's, and no call fails."""
+    requests = load_requests(400, seed=21)
+    expected = [run_request(translator, r) for r in requests]
+    got = [None] * len(requests)
     errors = []
     barrier = threading.Barrier(8)
 
     def work(worker):
         try:
             barrier.wait()
-            for i in range(worker, len(calls), 8):
-                t, o = calls[i]
-                got[i] = [r.hypotheses for r in translator.translate_batch(t, max_batch_size=4, **o)]
+            for i in range(worker, len(requests), 8):
+                got[i] = run_request(translator, requests[i])
         except Exception as e:  # noqa: BLE001 - reported by the assertion below
             errors.append(e)
 
@@ -175,5 +205,7 @@ def test_thread_safety(translator, pairs):
         th.start()
     for th in threads:
         th.join()
-    assert not errors
+    assert errors == []
+    assert sum(g is not None for g in got) == 400
     assert got == expected
+    assert {r[0] for r in requests} == {"batch", "stream"} and len({str(r[2]) for r in requests}) >= 12

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -121,48 +122,160 @@ def test_checkpoint_loading_rejects_foreign_and_future_files(tiny_checkpoint, tm
 
 # --- kill and resume --------------------------------------------------------------------------
 def _train_cmd(data_dir: Path, out: Path, config: Path, *extra: str):
-    return [sys.executable, "-m", "seq2onnx.runtime.cli", "train", "--train", str(data_dir / "train.tsv"),
-            "--valid", str(data_dir / "valid.tsv"), "--out", str(out), "--config", str(config),
-            "--vocab-size", "128", "--max-tokens", "256", "--warmup-steps", "20", "--max-steps", "150",
-            "--valid-interval", "10", "--valid-decode-max", "8", "--keep-last", "2", "--threads", "1",
-            "--seed", "3", "--quiet", *extra]
+    return ["train", "--train", str(data_dir / "train.tsv"), "--valid", str(data_dir / "valid.tsv"), "--out", str(out),
+            "--config", str(config), "--vocab-size", "128", "--max-tokens", "256", "--warmup-steps", "20",
+            "--max-steps", "150", "--valid-interval", "10", "--valid-decode-max", "8", "--keep-last", "2",
+            "--best-metric", "loss", "--threads", "1", "--seed", "3", "--quiet", *extra]
+
+
+# `seq2onnx ARGS` that, when PAUSE=FILE@STEP, stops in the middle of writing FILE at training step STEP (half
+# of its bytes in the temp file that would be renamed onto it), prints PAUSED and waits to be killed
+TRAIN_DRIVER = textwrap.dedent("""
+    import io, os, shutil, sys, time
+    import torch
+    name, _, step = os.environ.get("PAUSE", "@").partition("@")
+    seen = {"step": None}
+    def pause_with_half(data, f):
+        f.write(data[:len(data) // 2]); f.flush(); os.fsync(f.fileno())
+        print("PAUSED", flush=True)
+        time.sleep(600)
+    real_save, real_copy = torch.save, shutil.copyfile
+    def save(obj, f, *args, **kwargs):
+        seen["step"] = obj.get("train_meta", {}).get("step") if isinstance(obj, dict) else None
+        if name and os.path.basename(f.name).startswith("." + name + ".") and str(seen["step"]) == step:
+            buf = io.BytesIO()
+            real_save(obj, buf, *args, **kwargs)
+            pause_with_half(buf.getvalue(), f)
+        return real_save(obj, f, *args, **kwargs)
+    def copyfile(src, dst, *args, **kwargs):
+        if name and os.path.basename(dst).startswith("." + name + ".") and str(seen["step"]) == step:
+            with open(src, "rb") as s, open(dst, "wb") as f:
+                pause_with_half(s.read(), f)
+        return real_copy(src, dst, *args, **kwargs)
+    torch.save, shutil.copyfile = save, copyfile
+    from seq2onnx.runtime.cli import main
+    sys.exit(main(sys.argv[1:]))
+""")
+
+
+def _state(run: Path):
+    """(last.pt's step or None, step_N.pt names, best.pt's step or None, temp files)"""
+    def step(name):
+        return load_checkpoint(run / name)["train_meta"]["step"] if (run / name).exists() else None
+    return (step("last.pt"), [p.name for p in step_checkpoints(run)], step("best.pt"),
+            sorted(p.name for p in run.iterdir() if p.name.endswith(".tmp")))
 
 
 @pytest.mark.slow
-def test_killed_and_resumed_run_ends_bit_identical(tiny_data_dir, tmp_path):
+def test_run_killed_at_five_moments_ends_bit_identical(tiny_data_dir, tmp_path):
+    """SIGKILL before the first checkpoint, in the middle of writing last.pt, of step_N.pt (best.pt due too),
+    of best.pt, and at a random moment; each time resumed with --resume. The run completes, and its
+    weights, optimizer state, checkpoints and metrics equal those of an uninterrupted run (CPU, 1 thread)."""
+    seed = int(os.environ.get("SEQ2ONNX_KILL_SEED", time.time_ns() % 10**6))
+    rng = random.Random(seed)
     config = tmp_path / "model.json"                         # tiny, with dropout: the RNG state matters
     config.write_text(json.dumps(ModelConfig.preset("tiny", dropout=0.1, attention_dropout=0.1).to_dict()))
+    driver = tmp_path / "driver.py"
+    driver.write_text(TRAIN_DRIVER, encoding="utf-8")
     env = {**os.environ, "PYTHONHASHSEED": "0"}
-    whole = subprocess.run(_train_cmd(tiny_data_dir, tmp_path / "whole", config), env=env,
-                           capture_output=True, text=True)
+    whole = subprocess.run([sys.executable, str(driver), *_train_cmd(tiny_data_dir, tmp_path / "whole", config)],
+                           env=env, capture_output=True, text=True)
     assert whole.returncode == 0, whole.stderr
+    valid = [r for r in map(json.loads, (tmp_path / "whole" / "metrics.jsonl").read_text().splitlines())
+             if r["kind"] == "valid"]
+    improved = [r["step"] for r in valid if r["loss"] == r["best"]]
+
+    def best_at(step):                                       # best.pt's step once `step` was saved
+        return max(s for s in improved if s <= step)
+    s1, s2 = [s for s in improved if s > 40][:2]             # validation loss falls: best.pt is rewritten there
 
     run = tmp_path / "killed"
-    proc = subprocess.Popen(_train_cmd(tiny_data_dir, run, config), env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 120
-    while not (run / "step_30.pt").exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    killed_while_running = proc.poll() is None
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert killed_while_running, "the run ended before it could be killed: raise --max-steps"
-    step_at_kill = load_checkpoint(run / "last.pt")["train_meta"]["step"]
-    assert 30 <= step_at_kill < 150
+    cmd = [sys.executable, str(driver), *_train_cmd(tiny_data_dir, run, config)]
+    where = f"(SEQ2ONNX_KILL_SEED={seed})"
 
-    resumed = subprocess.run(_train_cmd(tiny_data_dir, run, config, "--resume"), env=env,
-                             capture_output=True, text=True)
+    def start(resume: bool, pause: str = ""):
+        return subprocess.Popen(cmd + (["--resume"] if resume else []), env={**env, "PAUSE": pause},
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def kill(proc):
+        alive = proc.poll() is None
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        err = proc.stderr.read()
+        proc.stdout.close()
+        proc.stderr.close()
+        assert alive, f"the run ended before it could be killed {where}: {err[-2000:]}"
+        return err
+
+    def kill_when_paused(proc):
+        line = proc.stdout.readline()
+        assert line.strip() == "PAUSED", f"the run did not reach its pause {where}: {line!r}"
+        return kill(proc)
+
+    def kill_after(proc, path: Path, delay: float):
+        deadline = time.monotonic() + 120
+        while not path.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        time.sleep(delay)
+        return kill(proc)
+
+    # 1: a random moment before the first checkpoint (config.json and tokenizer.json written, no last.pt)
+    kill_after(start(False), run / "config.json", rng.uniform(0, 0.02))
+    assert _state(run)[0] is None and (run / "tokenizer.json").exists(), where
+    # 2: half of last.pt written at step 40 (the resume starts again from step 0: no checkpoint yet)
+    kill_when_paused(start(True, "last.pt@40"))
+    assert _state(run)[:3] == (30, ["step_20.pt", "step_30.pt"], best_at(30)) and len(_state(run)[3]) == 1, where
+    # 3: half of step_{s1}.pt written; last.pt is already at s1 and best.pt, due at s1, is not
+    kill_when_paused(start(True, f"step_{s1}.pt@{s1}"))
+    last, steps, best, temps = _state(run)
+    assert (last, steps, best, len(temps)) == (s1, [f"step_{s1 - 20}.pt", f"step_{s1 - 10}.pt"], best_at(s1 - 10), 1), where
+    # 4: half of best.pt written at s2 (last.pt and step_{s2}.pt are complete)
+    kill_when_paused(start(True, f"best.pt@{s2}"))
+    last, steps, best, temps = _state(run)
+    assert (last, steps, best, len(temps)) == (s2, [f"step_{s2 - 10}.pt", f"step_{s2}.pt"], best_at(s2 - 10), 1), where
+    # 5: a random moment after step 110's checkpoint: training, validating or checkpointing
+    kill_after(start(True), run / "step_110.pt", rng.uniform(0, 0.3))
+    assert 110 <= _state(run)[0] < 150, where
+
+    resumed = subprocess.run(cmd + ["--resume"], env=env, capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stderr
     a, b = load_checkpoint(tmp_path / "whole" / "last.pt"), load_checkpoint(run / "last.pt")
     assert a["train_meta"]["step"] == b["train_meta"]["step"] == 150
     assert a["data_state"] == b["data_state"]
     for name in a["model"]:
-        assert torch.equal(a["model"][name], b["model"][name]), f"{name} differs after resume"
+        assert torch.equal(a["model"][name], b["model"][name]), f"{name} differs after resume {where}"
     for sa, sb in zip(a["optimizer"]["state"].values(), b["optimizer"]["state"].values()):
-        assert torch.equal(sa["exp_avg_sq"], sb["exp_avg_sq"])
-    # metrics.jsonl of the resumed run has each step once, like the uninterrupted one
-    steps = lambda d: [(r["kind"], r["step"]) for r in map(json.loads, (d / "metrics.jsonl").read_text().splitlines())]
-    assert steps(run) == steps(tmp_path / "whole")
+        assert torch.equal(sa["exp_avg"], sb["exp_avg"]) and torch.equal(sa["exp_avg_sq"], sb["exp_avg_sq"])
+    # the folder is the uninterrupted run's: the same checkpoints with the same weights, no temp files
+    assert sorted(p.name for p in run.iterdir()) == sorted(p.name for p in (tmp_path / "whole").iterdir())
+    for name in ["best.pt"] + [p.name for p in step_checkpoints(run)]:
+        wa, wb = load_checkpoint(tmp_path / "whole" / name), load_checkpoint(run / name)
+        assert wa["train_meta"]["step"] == wb["train_meta"]["step"], name
+        assert all(torch.equal(wa["model"][k], wb["model"][k]) for k in wa["model"]), f"{name} differs {where}"
+    # metrics.jsonl holds each step once, with the same figures (but for the speed)
+    def records(d):
+        return [{k: v for k, v in r.items() if k != "tokens_per_s"}
+                for r in map(json.loads, (d / "metrics.jsonl").read_text().splitlines())]
+    assert records(run) == records(tmp_path / "whole")
+
+
+def test_torn_metrics_line_is_dropped_on_resume(tmp_path):
+    """A kill in the middle of appending to metrics.jsonl leaves a line without its newline: reading skips
+    it, and the resume's truncation removes it before new records are appended."""
+    from seq2onnx.training.logs import MetricsLog
+    log = MetricsLog(tmp_path / "metrics.jsonl")
+    log.append({"kind": "train", "step": 1, "loss": 2.0})
+    log.append({"kind": "valid", "step": 2, "loss": 1.5})
+    with open(log.path, "a", encoding="utf-8") as f:
+        f.write('{"kind": "train", "st')
+    assert log.read() == [{"kind": "train", "step": 1, "loss": 2.0}, {"kind": "valid", "step": 2, "loss": 1.5}]
+    log.truncate_after(1)
+    log.append({"kind": "train", "step": 2, "loss": 1.9})
+    assert log.path.read_text(encoding="utf-8").splitlines() == [
+        '{"kind": "train", "loss": 2.0, "step": 1}', '{"kind": "train", "loss": 1.9, "step": 2}']
+    log.path.write_text('{"kind": "train", "step": 1}\nnot json\n{"kind": "train", "step": 2}\n', encoding="utf-8")
+    with pytest.raises(Seq2OnnxError, match=r"metrics.jsonl line 2 is not JSON .*: delete that line and run again"):
+        log.read()
 
 
 # --- distributed data-parallel ----------------------------------------------------------------

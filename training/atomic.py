@@ -5,11 +5,15 @@ A kill at any moment leaves either the old file or the new one, never a torn one
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, Collection, Iterator, List
+
+# the temp file of atomic_path(DIR/NAME): DIR/.NAME.XXXXXXXX.tmp (mkstemp's 8 random characters)
+_TEMP = re.compile(r"^\.(?P<name>.+)\.[A-Za-z0-9_]{8}\.tmp$")
 
 
 def _umask() -> int:
@@ -44,6 +48,23 @@ def atomic_open(path: os.PathLike, mode: str = "w") -> Iterator[IO]:
     with atomic_path(path) as tmp:
         with open(tmp, mode, **({"encoding": "utf-8"} if mode == "w" else {})) as f:
             yield f
+
+
+def remove_stale_temps(folder: os.PathLike, owns: "Collection[str] | re.Pattern[str]") -> List[str]:
+    """Delete the temp files that writes of `owns` (file names, or a pattern of them) left in `folder`
+    when the process was killed mid-write. Only for a folder no other process is writing. -> names removed."""
+    removed = []
+    folder = Path(folder)
+    if not folder.is_dir():
+        return removed
+    for p in sorted(folder.iterdir()):
+        m = _TEMP.match(p.name)
+        if m and p.is_file():
+            name = m.group("name")
+            if (owns.match(name) is not None) if isinstance(owns, re.Pattern) else name in owns:
+                p.unlink()
+                removed.append(p.name)
+    return removed
 
 
 def write_text_atomic(path: os.PathLike, text: str) -> None:

@@ -132,7 +132,12 @@ def save_step_checkpoint(ckpt: Dict[str, Any], run_dir: os.PathLike, step: int, 
     """Write step_{step}.pt and delete older step checkpoints beyond the newest `keep_last`."""
     path = Path(run_dir) / f"step_{step}.pt"
     save_checkpoint(ckpt, path)
+    rotate_step_checkpoints(run_dir, keep_last)
+    return path
+
+
+def rotate_step_checkpoints(run_dir: os.PathLike, keep_last: int) -> None:
+    """Delete step checkpoints beyond the newest `keep_last` (0: keep all)."""
     if keep_last > 0:
         for old in step_checkpoints(run_dir)[:-keep_last]:
             old.unlink()
-    return path

@@ -9,6 +9,8 @@ from typing import Any, Dict, List, Optional
 
 from tqdm import tqdm
 
+from seq2onnx.runtime.errors import Seq2OnnxError
+
 from .atomic import atomic_path, write_text_atomic
 
 
@@ -22,19 +24,32 @@ class MetricsLog:
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(json.dumps(record, sort_keys=True) + "\n")
 
-    def read(self) -> List[Dict[str, Any]]:
+    def _read(self) -> "tuple[List[Dict[str, Any]], bool]":
+        """-> (records, torn): a last line without its newline (a kill in the middle of `append`) is
+        dropped and reported as torn; any other line that is not JSON is an error naming it."""
         if not self.path.exists():
-            return []
-        with open(self.path, encoding="utf-8") as f:
-            return [json.loads(line) for line in f if line.strip()]
+            return [], False
+        with open(self.path, encoding="utf-8", errors="replace") as f:
+            lines = f.read().split("\n")
+        torn = lines[-1] != ""                 # the file should end with a newline
+        records = []
+        for number, line in enumerate(lines[:-1], 1):
+            if line.strip():
+                try:
+                    records.append(json.loads(line))
+                except ValueError as e:
+                    raise Seq2OnnxError(f"{self.path} line {number} is not JSON ({e}): delete that line "
+                                        "and run again") from e
+        return records, torn
+
+    def read(self) -> List[Dict[str, Any]]:
+        return self._read()[0]
 
     def truncate_after(self, step: int) -> None:
-        """Drop records logged after `step` (a resumed run logs them again)."""
-        if not self.path.exists():
-            return
-        records = self.read()
+        """Drop records logged after `step` (a resumed run logs them again) and a torn last line."""
+        records, torn = self._read()
         kept = [r for r in records if r.get("step", 0) <= step]
-        if len(kept) != len(records):
+        if torn or len(kept) != len(records):
             write_text_atomic(self.path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
 
 

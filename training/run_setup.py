@@ -3,11 +3,14 @@
 A run folder `DIR` holds config.json (the ModelConfig), tokenizer.json, metrics.jsonl, last.pt,
 best.pt, step_{N}.pt and curves.png (when matplotlib is installed). A new run refuses a folder
 that already holds a run; `--resume` continues one from DIR/last.pt with its own config and tokenizer.
+A run killed before its first checkpoint (no last.pt yet) is started again from step 0 by `--resume`,
+with the config.json and tokenizer.json it had written: the same run as an uninterrupted one.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,15 +21,17 @@ import torch.distributed as dist
 from seq2onnx.runtime.config import ModelConfig
 from seq2onnx.runtime.errors import Seq2OnnxError
 
+from .atomic import remove_stale_temps, write_text_atomic
 from .checkpoint import STEP_FILE, has_resume_state, load_checkpoint
 from .data import BatchStream, Example, SkipCounts, encode_pairs, read_parallel, read_tsv
-from .atomic import write_text_atomic
 from .tokenizer import Tokenizer, load_tokenizer, special_ids, tokenizer_from_json, train_tokenizer
 
 if TYPE_CHECKING:
     from .train import TrainArgs
 
 RUN_FILES = ("last.pt", "best.pt", "config.json", "tokenizer.json", "metrics.jsonl")
+# every file a run writes (atomically, except metrics.jsonl's appends): their temp files are a kill's leftovers
+WRITTEN = re.compile(r"^(last\.pt|best\.pt|step_\d+\.pt|config\.json|tokenizer\.json|metrics\.jsonl|curves\.png)$")
 
 
 @dataclass
@@ -98,13 +103,19 @@ def check_run_dir(args: "TrainArgs") -> Optional[Dict[str, Any]]:
     if args.resume:
         last = run_dir / "last.pt"
         if not last.is_file():
-            raise Seq2OnnxError(f"nothing to resume in {run_dir} (no last.pt): drop --resume to start a new run")
-        ckpt = load_checkpoint(last)
-        if not has_resume_state(ckpt):
-            raise Seq2OnnxError(f"{last} has no optimizer/data state to resume from: start a new run")
-        if args.preset or args.config:
-            wanted = _model_config(args).to_dict()
+            if not holds_run(run_dir):
+                raise Seq2OnnxError(f"nothing to resume in {run_dir} (no last.pt): drop --resume to start a new run")
+            if (run_dir / "best.pt").exists() or any(STEP_FILE.match(p.name) for p in run_dir.iterdir()):
+                raise Seq2OnnxError(f"{last} is missing but {run_dir} holds other checkpoints: copy the newest "
+                                    "step_N.pt to last.pt to resume from it")
+            saved = _saved_config(run_dir)             # killed before its first checkpoint: from step 0
+        else:
+            ckpt = load_checkpoint(last)
+            if not has_resume_state(ckpt):
+                raise Seq2OnnxError(f"{last} has no optimizer/data state to resume from: start a new run")
             saved = ckpt["config"]
+        if (args.preset or args.config) and saved is not None:
+            wanted = _model_config(args).to_dict()
             fixed = ("vocab_size", "pad_id", "bos_id", "eos_id", "unk_id")   # come from the tokenizer
             if {k: v for k, v in wanted.items() if k not in fixed} != {k: v for k, v in saved.items() if k not in fixed}:
                 raise Seq2OnnxError(f"--preset/--config differ from the model of the run in {run_dir}: "
@@ -113,6 +124,17 @@ def check_run_dir(args: "TrainArgs") -> Optional[Dict[str, Any]]:
         raise Seq2OnnxError(f"{run_dir} already holds a training run: pass --resume to continue it, "
                             "or choose another --out")
     return ckpt
+
+
+def _saved_config(run_dir: Path) -> Optional[Dict[str, Any]]:
+    """DIR/config.json of a run that has not checkpointed yet (None when it was not written either)."""
+    path = run_dir / "config.json"
+    if not path.is_file():
+        return None
+    try:
+        return ModelConfig.from_json(str(path)).to_dict()
+    except (ValueError, TypeError) as e:
+        raise Seq2OnnxError(f"{path} is not a model config ({e}): delete {run_dir} and start the run again")
 
 
 def _read(args: "TrainArgs", side: str):
@@ -141,8 +163,11 @@ def load_run_data(args: "TrainArgs", d: DistInfo, resume_ckpt: Optional[Dict[str
                                 "expect UTF-8 text with 'source<TAB>target' per line")
 
     # tokenizer: the run's own when resuming, a given file, or trained here by rank 0 and sent to the others
+    restart = args.resume and resume_ckpt is None        # killed before its first checkpoint: from step 0
     if resume_ckpt is not None:
         tok_json = resume_ckpt["tokenizer"]
+    elif restart and (run_dir / "tokenizer.json").is_file():
+        tok_json = (run_dir / "tokenizer.json").read_text(encoding="utf-8")
     elif args.tokenizer:
         try:
             tok_json = load_tokenizer(args.tokenizer).to_str()
@@ -161,6 +186,8 @@ def load_run_data(args: "TrainArgs", d: DistInfo, resume_ckpt: Optional[Dict[str
         raise Seq2OnnxError(str(e))
     if resume_ckpt is not None:
         cfg = ModelConfig.from_dict(resume_ckpt["config"])
+    elif restart and _saved_config(run_dir) is not None:
+        cfg = ModelConfig.from_dict(_saved_config(run_dir))
     else:
         cfg = ModelConfig.from_dict({**_model_config(args).to_dict(), "vocab_size": tok.get_vocab_size(), **ids})
 
@@ -177,6 +204,11 @@ def load_run_data(args: "TrainArgs", d: DistInfo, resume_ckpt: Optional[Dict[str
     # all checks passed: now the folder is written (a failed start leaves no half-made run behind)
     if d.rank == 0:
         run_dir.mkdir(parents=True, exist_ok=True)
+        for name in remove_stale_temps(run_dir, WRITTEN):
+            print(f"note: removed {name}, left in {run_dir} by a killed run", file=sys.stderr)
+        if restart:
+            print(f"note: {run_dir} has no last.pt (the run stopped before its first checkpoint): "
+                  "starting it again from step 0", file=sys.stderr)
         if resume_ckpt is None:
             write_text_atomic(run_dir / "tokenizer.json", tok_json)
             write_text_atomic(run_dir / "config.json", json.dumps(cfg.to_dict(), indent=2) + "\n")

@@ -28,7 +28,7 @@ import torch.distributed as dist
 from seq2onnx.runtime.errors import Seq2OnnxError
 
 from .atomic import copy_atomic
-from .checkpoint import make_checkpoint, save_checkpoint, save_step_checkpoint
+from .checkpoint import make_checkpoint, rotate_step_checkpoints, save_checkpoint, save_step_checkpoint
 from .evaluate import greedy_translations, translation_metrics, validation_loss
 from .logs import MetricsLog, Progress, plot_curves
 from .model import Transformer
@@ -195,12 +195,17 @@ class _Trainer:
                                                          args.lr_factor, tuple(args.adam_betas), args.adam_eps)
         self.stream = data.stream
         self.step, self.last_valid_step = 0, -1
+        # the train loss logged every log_interval steps averages this window; it is checkpointed so that a
+        # resumed run logs the figures of an uninterrupted one
+        self.window = {"loss": 0.0, "steps": 0}
         self.best: Dict[str, Any] = {"metric": args.best_metric, "value": None, "step": None}
         self.metrics_log = MetricsLog(self.run_dir / "metrics.jsonl")
         if resume_ckpt is not None:
             self._restore(resume_ckpt)
         else:
             torch.manual_seed(args.seed + dist_info.rank)       # dropout differs per rank
+            if args.resume and self.is_main:                    # restarted from step 0: its records go
+                self.metrics_log.truncate_after(0)
         self.ddp = None
         if dist_info.world_size > 1:
             self.ddp = torch.nn.parallel.DistributedDataParallel(
@@ -215,11 +220,24 @@ class _Trainer:
         self.stream.load_state_dict(ckpt["data_state"])
         meta = ckpt["train_meta"]
         self.step = self.last_valid_step = int(meta["step"])
+        self.window = dict(meta.get("log_window", self.window))
         if meta.get("best", {}).get("metric") == self.args.best_metric:
             self.best = dict(meta["best"])
         _set_rng_state(ckpt["rng"])
         if self.is_main:
             self.metrics_log.truncate_after(self.step)
+            self._finish_interrupted_save(meta)
+
+    def _finish_interrupted_save(self, meta: Dict[str, Any]) -> None:
+        """`_save` writes last.pt, then step_N.pt, then best.pt: a kill after last.pt leaves the other two
+        behind. last.pt holds what they should: put it in their place, as the uninterrupted run did."""
+        last = self.run_dir / "last.pt"
+        step_file = self.run_dir / f"step_{self.step}.pt"
+        if self.args.keep_last > 0 and not step_file.exists():
+            copy_atomic(last, step_file)
+            rotate_step_checkpoints(self.run_dir, self.args.keep_last)
+        if meta.get("best", {}).get("step") == self.step:
+            copy_atomic(last, self.run_dir / "best.pt")
 
     # --- one optimizer step -------------------------------------------------------------------
     def _train_step(self) -> Tuple[float, int]:
@@ -271,6 +289,7 @@ class _Trainer:
                                        "scheduler": self.scheduler.state_dict(),
                                        "rng": _rng_state(), "data_state": self.stream.state_dict()})
         ckpt["train_meta"]["best"] = dict(self.best)
+        ckpt["train_meta"]["log_window"] = dict(self.window)
         last = self.run_dir / "last.pt"
         save_checkpoint(ckpt, last)
         if self.args.keep_last > 0:
@@ -311,22 +330,24 @@ class _Trainer:
         deadline = time.monotonic() + 60 * args.max_minutes if args.max_minutes else None
         progress = Progress(args.max_steps, self.step, args.quiet, enabled=self.is_main)
         last_metrics: Dict[str, float] = {}
-        window_tokens, window_loss, window_steps, window_start = 0, 0.0, 0, time.monotonic()
+        window_tokens, window_start = 0, time.monotonic()
         try:
             while not self._should_stop(deadline):
                 lr = self.scheduler.get_last_lr()[0]
                 loss, n_tokens = self._train_step()
                 window_tokens += n_tokens * self.dist.world_size
-                window_loss, window_steps = window_loss + loss, window_steps + 1
+                self.window = {"loss": self.window["loss"] + loss, "steps": self.window["steps"] + 1}
                 progress.step()
                 if self.step % args.log_interval == 0:
                     tokens_per_s = window_tokens / max(time.monotonic() - window_start, 1e-9)
-                    progress.show(self.step, window_loss / window_steps, lr, tokens_per_s)
+                    mean_loss = self.window["loss"] / self.window["steps"]
+                    progress.show(self.step, mean_loss, lr, tokens_per_s)
                     if self.is_main:
                         self.metrics_log.append({"kind": "train", "step": self.step, "epoch": self.stream.epoch,
-                                                 "loss": window_loss / window_steps, "lr": lr,
+                                                 "loss": mean_loss, "lr": lr,
                                                  "tokens_per_s": tokens_per_s})
-                    window_tokens, window_loss, window_steps, window_start = 0, 0.0, 0, time.monotonic()
+                    window_tokens, window_start = 0, time.monotonic()
+                    self.window = {"loss": 0.0, "steps": 0}
                 if self.step % args.valid_interval == 0:
                     last_metrics = self._validate_and_save(progress)
             if self.last_valid_step != self.step:

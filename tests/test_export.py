@@ -8,11 +8,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +27,8 @@ from seq2onnx.export import onnx_export, package, parity
 from seq2onnx.export.commands import ExportOptions, run_export
 from seq2onnx.runtime.cli import main as cli_main
 from seq2onnx.runtime.config import ModelConfig
-from seq2onnx.runtime.errors import Seq2OnnxError
+from seq2onnx.runtime.errors import ModelPackageError, Seq2OnnxError
+from seq2onnx.runtime.translator import Translator
 from seq2onnx.training.checkpoint import load_checkpoint
 from seq2onnx.training.reference import beam_search, greedy_search, pad_batch
 from seq2onnx.training.tokenizer import encode_source, tokenizer_from_json
@@ -252,40 +256,72 @@ KILL_DRIVER = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("mode", ["before-manifest", "between-renames"])
-def test_killed_export_leaves_no_half_package(tiny_checkpoint, tiny_package, tmp_path, mode):
+@pytest.mark.parametrize("mode, previous", [("before-manifest", False), ("before-manifest", True),
+                                            ("between-renames", True), ("random", True)])
+def test_killed_export_leaves_no_half_package(tiny_checkpoint, tiny_package, tmp_path, mode, previous):
+    """SIGKILL in the write stage (a pause there), or at a random moment: OUT is then the previous complete
+    package (or the new complete one, when the kill came after the rename), or nothing, which the runtime
+    explains; the next export tidies up and restores the previous package."""
     out = tmp_path / "model"
-    previous = None
-    if mode == "between-renames":
+    before = None
+    if previous:
         shutil.copytree(tiny_package, out)
-        previous = assert_complete_package(out)
+        before = assert_complete_package(out)
     driver = tmp_path / "driver.py"
     driver.write_text(KILL_DRIVER, encoding="utf-8")
-    proc = subprocess.Popen([sys.executable, str(driver), mode, str(tiny_checkpoint), str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    seen = []
-    try:
-        for line in proc.stdout:
-            seen.append(line)
-            if line.strip() == "PAUSED":
-                break
-        else:
-            pytest.fail("the export ended before the write stage paused:\n" + "".join(seen))
-        os.kill(proc.pid, signal.SIGKILL)                         # killed in the middle of the write stage
-    finally:
+    if mode == "random":
+        seed = int(os.environ.get("SEQ2ONNX_KILL_SEED", time.time_ns() % 10**6))
+        proc = subprocess.Popen([sys.executable, "-m", "seq2onnx.runtime.cli", "export", str(tiny_checkpoint),
+                                 str(out), "--overwrite"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(random.Random(seed).uniform(0, 8))          # an export of the tiny model takes ~6-10 s
         proc.kill()
         proc.wait(timeout=60)
-        proc.stdout.close()
-
-    if mode == "before-manifest":
-        assert not out.exists()
-        (partial,) = [tmp_path / n for n in leftovers(tmp_path, "model")]
-        assert ".partial-" in partial.name and not (partial / "manifest.json").exists()   # not loadable
     else:
+        proc = subprocess.Popen([sys.executable, str(driver), mode, str(tiny_checkpoint), str(out)],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        seen = []
+        try:
+            for line in proc.stdout:
+                seen.append(line)
+                if line.strip() == "PAUSED":
+                    break
+            else:
+                pytest.fail("the export ended before the write stage paused:\n" + "".join(seen))
+            os.kill(proc.pid, signal.SIGKILL)                         # killed in the middle of the write stage
+        finally:
+            proc.kill()
+            proc.wait(timeout=60)
+            proc.stdout.close()
+
+    left = [tmp_path / n for n in leftovers(tmp_path, "model")]
+    if mode == "before-manifest":
+        (partial,) = left
+        assert ".partial-" in partial.name and not (partial / "manifest.json").exists()   # not loadable
+        with pytest.raises(ModelPackageError, match=f"^{re.escape(str(partial))} is the unfinished staging folder"):
+            Translator(partial, device="cpu")
+        if previous:                                              # untouched: still the previous package
+            assert assert_complete_package(out)["files"] == before["files"]
+            Translator(out, device="cpu").translate("one two")
+        else:
+            assert not out.exists()
+            with pytest.raises(ModelPackageError, match=f"^{re.escape(str(out))} does not exist: an export to it "
+                                                        "was interrupted .*: run the export again$"):
+                Translator(out, device="cpu")
+    elif mode == "between-renames":
         assert not out.exists()                                   # old aside, new not yet in: nothing at OUT
+        with pytest.raises(ModelPackageError, match="the previous package is left aside at .*run the export "
+                                                    "again with --overwrite"):
+            Translator(out, device="cpu")
         restored = package.recover_interrupted(out)
         assert any("restored" in m for m in restored), restored
-        assert assert_complete_package(out)["files"] == previous["files"]
+        assert assert_complete_package(out)["files"] == before["files"]
+    else:                                                         # random: previous, new, or (between renames) none
+        if not out.exists():
+            package.recover_interrupted(out)
+        files = assert_complete_package(out)["files"]                 # the previous one, or the new (fp32 only)
+        assert files == before["files"] or sorted(files) == ["README.md", "decoder_step.onnx", "encoder.onnx",
+                                                             "tokenizer.json"], f"SEQ2ONNX_KILL_SEED={seed}"
+        Translator(out, device="cpu").translate("one two")
     package.recover_interrupted(out)                              # the next export tidies the rest
     assert leftovers(tmp_path, "model") == []
 

@@ -177,6 +177,18 @@ def _read_variants(root: Path, manifest: Dict[str, Any]) -> Dict[str, Variant]:
     return variants
 
 
+def specials_as_text(tokenizer: Tokenizer) -> Tokenizer:
+    """Make `tokenizer` encode a literal "<s>", "</s>", "<pad>" or "<unk>" in text as ordinary pieces, so
+    that no input (source or target prefix) can inject a control token: ids of specials come only from
+    the model code (docs/CONTRACTS.md). Training and export load their tokenizers the same way.
+    (tokenizers < 0.15.1 cannot: there such text stays a special token.)"""
+    try:
+        tokenizer.encode_special_tokens = True
+    except AttributeError:
+        pass
+    return tokenizer
+
+
 def _read_tokenizer(root: Path, manifest: Dict[str, Any], config: ModelConfig, verify: bool) -> Tokenizer:
     where = root / MANIFEST
     name = _field(manifest, "tokenizer", str, where)
@@ -186,7 +198,7 @@ def _read_tokenizer(root: Path, manifest: Dict[str, Any], config: ModelConfig, v
     if verify:
         _verify_sha256(root, manifest, name)
     try:
-        tokenizer = Tokenizer.from_file(str(path))
+        tokenizer = specials_as_text(Tokenizer.from_file(str(path)))
     except Exception as e:  # noqa: BLE001 - tokenizers raises a plain Exception
         raise ModelPackageError(f"{path} is not a tokenizers JSON file ({e}); {REEXPORT}") from e
     size = tokenizer.get_vocab_size(with_added_tokens=True)

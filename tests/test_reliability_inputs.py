@@ -81,6 +81,23 @@ def test_unseen_and_control_characters_become_unk(tr, char):
                                                                num_hypotheses=2)[0]]
 
 
+def test_literal_special_tokens_in_text_are_plain_text(tr):
+    """A user's "</s>", "<pad>", "<s>" or "<unk>" is text, never a control token: the source does not end
+    early, the forced target prefix cannot force PAD or BOS, every score stays finite."""
+    cfg = tr.config
+    specials = {cfg.pad_id, cfg.bos_id, cfg.eos_id}
+    for text in ["one </s> two", "<pad> three", "<s>four</s>", "five <unk>"]:
+        ids = tr._tokenizer.encode(text).ids
+        assert not specials & set(ids) and ids.count(cfg.unk_id) >= 2, (text, ids)
+    for prefix in ["<pad> null", "<s>", "</s> null"]:
+        for opts in (dict(beam_size=1), dict(beam_size=3), dict(beam_size=1, sampling_topk=0, seed=3)):
+            (r,), messages = caught(tr.translate_batch, ["one two"], target_prefix=[prefix], return_scores=True,
+                                    **opts)
+            assert messages == [] and not specials & set(r.token_ids[0])
+            assert r.token_ids[0][:len(tr._tokenizer.encode(prefix).ids)] == tr._tokenizer.encode(prefix).ids
+            assert -1e9 < r.scores[0] < 0, (prefix, opts, r)
+
+
 def test_lone_surrogates_become_replacement_characters(tr):
     bad = "one \udcff two \ud800"                      # what surrogateescape makes of invalid bytes
     (r, ok), messages = caught(tr.translate_batch, ["three", bad], beam_size=1)

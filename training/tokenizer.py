@@ -13,6 +13,8 @@ from typing import Dict, Iterable, List, Tuple
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
+from seq2onnx.runtime.manifest import specials_as_text
+
 # name in ModelConfig -> token; their ids are looked up in the trained tokenizer, never assumed
 SPECIAL_TOKENS: Dict[str, str] = {"pad_id": "<pad>", "bos_id": "<s>", "eos_id": "</s>", "unk_id": "<unk>"}
 
@@ -36,12 +38,12 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int) -> Tokenizer:
 
 
 def load_tokenizer(path: str) -> Tokenizer:
-    return Tokenizer.from_file(str(path))
+    return specials_as_text(Tokenizer.from_file(str(path)))
 
 
 def tokenizer_from_json(text: str) -> Tokenizer:
     """The tokenizer stored in a checkpoint (the tokenizer.json text)."""
-    return Tokenizer.from_str(text)
+    return specials_as_text(Tokenizer.from_str(text))
 
 
 def special_ids(tok: Tokenizer) -> Dict[str, int]:

@@ -14,21 +14,9 @@ from seq2onnx.runtime.errors import ModelPackageError
 from seq2onnx.runtime.manifest import sha256_of
 from seq2onnx.runtime.translator import Translator
 from seq2onnx.training.tokenizer import train_tokenizer
+from test_manifest import edit_manifest, pkg  # noqa: F401 - pkg: a copy of the tiny package, per test
 
 REEXPORT = "re-export the model with `seq2onnx export`"
-
-
-@pytest.fixture
-def pkg(tiny_package, tmp_path):
-    copy = tmp_path / "model"
-    shutil.copytree(tiny_package, copy)
-    return copy
-
-
-def edit_manifest(pkg, change):
-    manifest = json.loads((pkg / "manifest.json").read_text(encoding="utf-8"))
-    change(manifest)
-    (pkg / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
 
 
 def relist(pkg, name):
@@ -164,7 +152,7 @@ def test_config_edited_to_the_other_tokenizer_is_caught_by_the_graph(pkg, capsys
 # --- what an interrupted export leaves ----------------------------------------------------------------
 def test_staging_folder_of_an_interrupted_export(pkg, capsys):
     """The hidden folder an export writes into (export/package.py) before manifest.json, its last file."""
-    staging = pkg.parent / ".model.partial-4242-x1y2z3"
+    staging = pkg.parent / f".{pkg.name}.partial-4242-x1y2z3"
     pkg.rename(staging)
     (staging / "manifest.json").unlink()
     refused(staging, f"{staging} is the unfinished staging folder of an interrupted `seq2onnx export` to "
@@ -174,7 +162,7 @@ def test_staging_folder_of_an_interrupted_export(pkg, capsys):
 
 
 def test_previous_package_left_aside_by_an_interrupted_overwrite(pkg, capsys):
-    aside = pkg.parent / ".model.old-4242-abcd1234"
+    aside = pkg.parent / f".{pkg.name}.old-4242-abcd1234"
     pkg.rename(aside)
     refused(pkg, f"{pkg} does not exist: an export to it was interrupted and the previous package is left aside at "
                  f"{aside}: run the export again with --overwrite (it puts the previous package back first), or "

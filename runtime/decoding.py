@@ -194,24 +194,30 @@ class RowSearch:
         self.scores = np.zeros(len(self.row_ids), dtype=np.float64)     # [R] (float64 as the reference)
         self.finished: List[List[Hypothesis]] = [[] for _ in range(n_examples)]
 
-    def _finish(self, rows: np.ndarray, lengths: int, ended: bool) -> None:
+    def _finish(self, rows: np.ndarray, lengths: int, ended: bool, drop_last: bool) -> None:
         for r in rows.tolist():
             score = float(self.scores[r])
-            tokens = self.tokens[r, :-1] if ended else self.tokens[r]
+            tokens = self.tokens[r, :-1] if drop_last else self.tokens[r]
             self.finished[self.row_example[r]].append(
                 Hypothesis(tokens.tolist(), score, normalize(score, lengths, self.length_penalty), ended))
 
     def advance(self, log_probs: np.ndarray, step: int) -> np.ndarray:
         """Pick each row's next token; return the parents (current rows that go on) [R']."""
         rows = np.arange(len(log_probs))
+        # a row whose filters forbid every token (e.g. no_repeat_ngram_size=1 with min_decoding_length
+        # past the vocabulary) ends here, unfinished, with the tokens it has
+        stuck = ~(log_probs.max(axis=1) > -np.inf)
+        if stuck.any():
+            log_probs[stuck, self.eos] = 0.0          # a placeholder pick, dropped below
         tokens = log_probs.argmax(axis=1) if self.sampler is None else self.sampler(log_probs, self.row_ids)
         self.scores += log_probs[rows, tokens].astype(np.float64)
         self.tokens = np.concatenate([self.tokens, tokens[:, None]], axis=1)
-        ended = tokens == self.eos
-        at_limit = ~ended & (step + 1 >= self.limits[self.row_example])
-        self._finish(np.flatnonzero(ended), step + 1, ended=True)
-        self._finish(np.flatnonzero(at_limit), step + 1, ended=False)
-        parents = np.flatnonzero(~ended & ~at_limit)
+        ended = (tokens == self.eos) & ~stuck
+        at_limit = ~ended & ~stuck & (step + 1 >= self.limits[self.row_example])
+        self._finish(np.flatnonzero(ended), step + 1, ended=True, drop_last=True)
+        self._finish(np.flatnonzero(at_limit), step + 1, ended=False, drop_last=False)
+        self._finish(np.flatnonzero(stuck), step, ended=False, drop_last=True)
+        parents = np.flatnonzero(~ended & ~at_limit & ~stuck)
         if len(parents) < len(rows):
             self.row_ids, self.row_example = self.row_ids[parents], self.row_example[parents]
             self.tokens, self.scores = self.tokens[parents], self.scores[parents]
@@ -263,8 +269,13 @@ class BeamSearch:
         new_cum = np.take_along_axis(score, cols, axis=1)                   # [A, K]
         parents = (np.arange(n_act)[:, None] * k + np.take_along_axis(beam, cols, axis=1)).reshape(-1)
         new_tokens = np.take_along_axis(token, cols, axis=1).reshape(-1, 1)
+        # a sentence whose filters forbid every continuation ends here: its live beams, unfinished
+        stuck = ~(new_cum > -np.inf).any(axis=1) & (self.n_finished[self.examples] < k)
+        for a in np.flatnonzero(stuck):
+            for b in np.flatnonzero(self.cum[a] > -np.inf):
+                self._add(a, self.tokens[a * k + b], float(self.cum[a, b]), step, ended=False)
         self.tokens = np.concatenate([self.tokens[parents], new_tokens], axis=1)
-        done = self.n_finished[self.examples] >= k
+        done = (self.n_finished[self.examples] >= k) | stuck
         at_limit = ~done & (step + 1 >= self.limits[self.examples])
         for a in np.flatnonzero(at_limit):                                 # live beams end without EOS
             for b in np.flatnonzero(new_cum[a] > -np.inf):

@@ -170,6 +170,26 @@ def test_max_decoding_length_1_is_the_first_token(tr):
     assert all(len(o.token_ids[0]) == 1 for o in one[:8])          # the toy sentences never end at once
 
 
+@pytest.mark.parametrize("opts", [dict(beam_size=1), dict(beam_size=3, num_hypotheses=2),
+                                  dict(beam_size=1, sampling_topk=0, seed=5)])
+def test_a_row_whose_filters_forbid_every_token_ends_there(tr, opts):
+    # no_repeat_ngram_size=1 uses up each token once, and EOS stays forbidden far past the vocabulary:
+    # once every token is used, nothing may follow and the hypothesis ends there, unfinished
+    usable = tr.config.vocab_size - 3                                   # all but PAD, BOS and EOS
+    results, messages = caught(tr.translate_batch, ["three one four", "eight"], no_repeat_ngram_size=1,
+                               min_decoding_length=usable + 50, max_decoding_length=usable + 60,
+                               return_scores=True, **opts)
+    assert messages == []
+    for r in results:
+        assert len(r.token_ids) == opts.get("num_hypotheses", 1)
+        for ids, score in zip(r.token_ids, r.scores):
+            assert len(ids) == usable and len(set(ids)) == usable          # every usable token, once
+            assert score > float("-inf") and score == score                  # finite, not nan
+    prefixed = tr.translate_batch(["eight"], target_prefix=["eight eight"], no_repeat_ngram_size=1,
+                                  beam_size=1, return_scores=True)[0]
+    assert prefixed.scores[0] > float("-inf") and tr.config.pad_id not in prefixed.token_ids[0]
+
+
 # --- every option at and beyond its bounds --------------------------------------------------------------
 TEXTS = ["three one four", "one five nine two six", "eight"]
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,6 +96,22 @@ def atomic_write(path: Path, write) -> None:
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+def atomic_folder(out_dir: Path, write) -> Path:
+    """write(tmp_folder) into a temp folder beside out_dir, then swap it in place of out_dir."""
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=out_dir.name + ".tmp"))
+    try:
+        write(tmp)
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        os.rename(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir
 
 
 def save_checkpoint(model: Transformer, tokenizer: Tokenizer, path: Path, seed: int) -> None:

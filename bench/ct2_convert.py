@@ -26,10 +26,7 @@ The model is saved in float32; CTranslate2 quantizes it to int8 when loaded with
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import List
 
@@ -39,7 +36,7 @@ import torch
 if __package__ in (None, ""):          # run as a script: python bench/ct2_convert.py
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.base_model import load_model  # noqa: E402
+from bench.base_model import atomic_folder, load_model  # noqa: E402
 from seq2onnx.training.checkpoint import load_checkpoint  # noqa: E402
 from seq2onnx.training.model import MultiHeadAttention, SubLayer, Transformer  # noqa: E402
 
@@ -125,18 +122,7 @@ def convert(checkpoint: Path, out_dir: Path, tokens: List[str]) -> Path:
     spec = transformer_spec(load_model(checkpoint), tokens)
     spec.validate()
     spec.optimize(quantization="float32")
-    out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=out_dir.name + ".tmp"))
-    try:
-        spec.save(str(tmp))
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.rename(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out_dir
+    return atomic_folder(out_dir, lambda tmp: spec.save(str(tmp)))
 
 
 def checkpoint_tokens(path: Path) -> List[str]:

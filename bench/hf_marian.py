@@ -24,10 +24,7 @@ tied to the output projection. Checked against transformers' modeling_marian.py,
 """
 from __future__ import annotations
 
-import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -36,7 +33,7 @@ import torch
 if __package__ in (None, ""):          # run as a script
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.base_model import load_model  # noqa: E402
+from bench.base_model import atomic_folder, load_model  # noqa: E402
 from seq2onnx.runtime.config import ModelConfig  # noqa: E402
 from seq2onnx.training.model import MultiHeadAttention, SubLayer, Transformer  # noqa: E402
 
@@ -153,15 +150,4 @@ def save_marian(checkpoint: Path, out_dir: Path) -> Path:
 
     hf = marian_from_transformer(load_model(checkpoint))
     hf_logging.disable_progress_bar()
-    out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=out_dir.name + ".tmp"))
-    try:
-        hf.save_pretrained(str(tmp))
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.rename(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out_dir
+    return atomic_folder(out_dir, lambda tmp: hf.save_pretrained(str(tmp)))

@@ -19,7 +19,7 @@ PACKAGES = ["seq2onnx", "numpy", "onnxruntime-gpu", "onnxruntime", "tokenizers",
             "transformers"]
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -54,7 +54,7 @@ def machine(overlay: Optional[Path]) -> Dict:
         mem = Path("/proc/meminfo").read_text().splitlines()[0].split(":", 1)[1].strip()
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return {
-        "cpu": _cpu_model(), "cpus_usable": usable, "memory": mem,
+        "cpu": cpu_model(), "cpus_usable": usable, "memory": mem,
         "os": f"{platform.system()} {platform.release()}", "python": platform.python_version(),
         "packages": versions, "git_commit": _git("rev-parse", "--short", "HEAD"),
         "git_dirty": bool(_git("status", "--porcelain")),

@@ -20,6 +20,9 @@ import time
 from pathlib import Path
 from typing import Dict, List, Tuple
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # the checkout, for bench/
+from bench.report import cpu_model                              # noqa: E402
+
 CASES = [("float32", 1), ("float32", 4), ("int8", 1), ("int8", 4)]
 SHOWN_ERRORS = 5
 
@@ -71,16 +74,6 @@ def load_meta_and_parameters(checkpoint: Path) -> Tuple[Dict, int]:
 def train_wall_seconds(run: Path, step: int) -> float:
     """From the run folder's first file (config.json, written at start) to its checkpoint of `step`."""
     return (run / f"step_{step}.pt").stat().st_mtime - (run / "config.json").stat().st_mtime
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def table(rows: List[Dict]) -> str:
@@ -191,7 +184,7 @@ seq2onnx export averaged.pt models/numbers-en-de --int8 --parity-data DATA/valid
 Adam (0.9, 0.98, 1e-9), lr = d_model^-0.5 * min(step^-0.5, step * 800^-1.5), label smoothing 0.1,
 batches of up to 4,096 padded tokens. Training wall time (from the run folder's first file to its last
 checkpoint): {minutes:.1f} minutes on {os.cpu_count()} cores
-({cpu_name()}, Python {platform.python_version()}), tokenizer training included. The shipped weights
+({cpu_model()}, Python {platform.python_version()}), tokenizer training included. The shipped weights
 are the average of the last {len(kept)} checkpoints (steps {', '.join(f'{k:,}' for k in kept)}).
 
 Validation exact match (greedy, 1,000 numbers) by step: {curve}.

@@ -56,8 +56,19 @@ class SessionConfig:
 
     def providers(self) -> List[Any]:
         if self.device == "cuda":
-            return [("CUDAExecutionProvider", {"device_id": self.device_id}), "CPUExecutionProvider"]
+            return [("CUDAExecutionProvider", cuda_provider_options(self.device_id)), "CPUExecutionProvider"]
         return ["CPUExecutionProvider"]
+
+
+def cuda_provider_options(device_id: int) -> Dict[str, str]:
+    """The CUDA provider's options. float32 means IEEE float32 on the GPU too: onnxruntime's default
+    TF32 matmuls (Ampere and later) moved scores by ~2e-4 and flipped near-tied beam choices against
+    the CPU on an H100, so TF32 is off; float16 is the fast GPU compute type. device_id is passed
+    only when it is not 0: onnxruntime >= 1.26 logs a warning per session for an explicit device_id."""
+    options = {"use_tf32": "0"}
+    if device_id:
+        options["device_id"] = str(device_id)
+    return options
 
 
 # --- device choice ---------------------------------------------------------------------------
@@ -82,7 +93,7 @@ def _probe_cuda(device_id: int) -> Tuple[bool, str]:
     ort.set_default_logger_severity(4)    # a failed CUDA start logs errors; we report it ourselves
     try:
         sess = ort.InferenceSession(gather_model_bytes([(np.float32, 1)]), sess_options=ort.SessionOptions(),
-                                    providers=[("CUDAExecutionProvider", {"device_id": device_id})])
+                                    providers=[("CUDAExecutionProvider", cuda_provider_options(device_id))])
         if "CUDAExecutionProvider" not in sess.get_providers():
             return False, "the CUDA provider did not start (no GPU, or the CUDA/cuDNN libraries " \
                           "onnxruntime-gpu needs are missing)"
@@ -152,6 +163,8 @@ class _Graphs:
         self.past_names = [n for n in io["decoder_step"][0] if n.startswith("past_")]
         self.output_names = io["decoder_step"][1]          # log_probs, present_*
         self.empty_past_shape = (config.n_heads, 0, config.head_dim)
+        types = {i.name: i.type for i in decoder.get_inputs()}   # the fp16 variant's caches are float16
+        self.cache_dtype = np.float16 if types[self.past_names[0]] == "tensor(float16)" else np.float32
 
 
 class _CachePool:
@@ -265,7 +278,7 @@ class IoBindingEngine(_Graphs):
     def step(self, input_ids, encoder_mask, past, cross):
         if past is None:
             empty = ort.OrtValue.ortvalue_from_shape_and_type(
-                [len(input_ids), *self.empty_past_shape], np.float32, self.device, self.device_id)
+                [len(input_ids), *self.empty_past_shape], self.cache_dtype, self.device, self.device_id)
             past = [empty] * len(self.past_names)
         io = self.decoder.io_binding()
         io.bind_cpu_input("input_ids", np.ascontiguousarray(input_ids))

@@ -46,7 +46,7 @@ def test_nbest_and_scores_format(tiny_package, tmp_path, capsys, translator, sou
     src = tmp_path / "in.txt"
     src.write_text("\n".join(sources[:4]) + "\n", encoding="utf-8")
     rc, out, _ = run_cli(["translate", str(tiny_package), "-i", str(src), "--n-best", "2", "--scores",
-                          "--beam-size", "4"], capsys)
+                          "--beam-size", "4", "--device", "cpu"], capsys)   # the same device as `translator`
     assert rc == 0
     rows = [line.split("\t") for line in out.splitlines()]
     assert [int(r[0]) for r in rows] == [1, 1, 2, 2, 3, 3, 4, 4]

@@ -386,7 +386,8 @@ def test_cli_without_model_dir_is_one_line(capsys):
 def test_cli_option_at_its_bound_matches_the_api(tiny_package, tr, tmp_path, capsys, args, opts):
     src = tmp_path / "in.txt"
     src.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
-    rc, out, err = cli(["translate", str(tiny_package), "-i", str(src), "--scores", "--n-best", "1", *args], capsys)
+    rc, out, err = cli(["translate", str(tiny_package), "-i", str(src), "--scores", "--n-best", "1", "--device", "cpu",
+                        *args], capsys)                                   # the same device as `tr`
     assert rc == 0
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

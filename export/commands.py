@@ -16,7 +16,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import onnx
 import onnxruntime as ort
@@ -197,10 +197,16 @@ def _check(path: Path, inputs: List[str], outputs: List[str]) -> str:
         raise Seq2OnnxError(f"check failed for {path.name}: {reason}; the package was not written")
 
 
-def _check_variant(fp32: Path, variant: Path, inputs: List[str], outputs: List[str]) -> None:
-    """A variant passes the checks of the fp32 graph and keeps its I/O exactly (names, float32, axes)."""
+def _check_variant(fp32: Path, variant: Path, inputs: List[str], outputs: List[str],
+                   float16_io: Sequence[str] = ()) -> None:
+    """A variant passes the checks of the fp32 graph and keeps its I/O exactly (names, dtypes, axes),
+    except that the I/O named in float16_io is float16 instead of float32 (fp16 variant)."""
     _check(variant, inputs, outputs)
-    if onnx_export.graph_io(variant) != onnx_export.graph_io(fp32):
+    expected = onnx_export.graph_io(fp32)
+    for io in expected["inputs"] + expected["outputs"]:
+        if io["name"] in float16_io and io["dtype"] == "float32":
+            io["dtype"] = "float16"
+    if onnx_export.graph_io(variant) != expected:
         raise Seq2OnnxError(f"check failed for {variant.name}: its inputs/outputs differ from {fp32.name}'s; "
                             "the package was not written")
 
@@ -243,10 +249,11 @@ def cuda_works(model_path: Path) -> bool:
 def _fp16_variant(model, staging: Path, enc: Path, dec: Path, names: GraphNames,
                   batches: List[parity.ParityBatch]) -> Dict[str, Any]:
     enc16, dec16 = (staging / f for f in VARIANT_FILES["fp16"])
-    quantize.convert_fp16(enc, enc16)
-    quantize.convert_fp16(dec, dec16)
-    _check_variant(enc, enc16, names.encoder_inputs, names.encoder_outputs)    # loads on the CPU provider
-    _check_variant(dec, dec16, names.decoder_inputs, names.decoder_outputs)
+    quantize.convert_fp16(enc, enc16)                                   # cross K/V out in float16
+    quantize.convert_fp16(dec, dec16, keep_float32=["log_probs"])       # caches in and out in float16
+    caches = [n for n in names.decoder_inputs + names.decoder_outputs if n.startswith(("past_", "present_", "cross_"))]
+    _check_variant(enc, enc16, names.encoder_inputs, names.encoder_outputs, caches)   # loads on the CPU provider
+    _check_variant(dec, dec16, names.decoder_inputs, names.decoder_outputs, caches)
     variant = {"encoder": enc16.name, "decoder_step": dec16.name, "precision": "float16"}
     if cuda_works(dec16):
         pair = parity.OnnxPair(enc16, dec16, model.cfg, provider="CUDAExecutionProvider")

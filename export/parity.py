@@ -151,8 +151,11 @@ class OnnxPair:
         return out[0], out[1:]
 
     def empty_cache(self, batch: int) -> List[np.ndarray]:
+        """In the dtype of the graph's past inputs (float16 in the fp16 variant)."""
         shape = (batch, self.cfg.n_heads, 0, self.cfg.head_dim)
-        return [np.zeros(shape, np.float32) for _ in range(2 * self.cfg.decoder_layers)]
+        types = {i.name: i.type for i in self.decoder.get_inputs()}
+        dtype = np.float16 if types["past_key_0"] == "tensor(float16)" else np.float32
+        return [np.zeros(shape, dtype) for _ in range(2 * self.cfg.decoder_layers)]
 
 
 # --- minimal decoding loops over the ONNX pair (semantics of training/reference.py) ---------------------

@@ -21,6 +21,7 @@ import logging
 import os
 import tempfile
 from pathlib import Path
+from typing import Sequence
 
 import onnx
 
@@ -77,14 +78,17 @@ def quantize_int8(src: Path, dst: Path, per_channel: bool = PER_CHANNEL) -> None
         os.unlink(cleaned)
 
 
-def convert_fp16(src: Path, dst: Path) -> None:
-    """src fp32 .onnx -> dst with fp16 weights and activations, float32 inputs and outputs."""
+def convert_fp16(src: Path, dst: Path, keep_float32: Sequence[str] = ()) -> None:
+    """src fp32 .onnx -> dst with fp16 weights, activations and float inputs/outputs, except the
+    inputs/outputs named in keep_float32. The KV caches stay float16 between steps: with float32 cache
+    inputs and outputs the graph cast every cache tensor in and out at every step."""
     from onnxruntime.transformers import float16
     from onnxruntime.transformers.onnx_model import OnnxModel
 
     model = onnx.load(str(src))
     blocked = list(float16.DEFAULT_OP_BLOCK_LIST) + ["LogSoftmax"]
-    model16 = OnnxModel(float16.convert_float_to_float16(model, keep_io_types=True, op_block_list=blocked))
+    model16 = OnnxModel(float16.convert_float_to_float16(model, keep_io_types=list(keep_float32),
+                                                         op_block_list=blocked))
     model16.topological_sort()          # the converter appends its input casts after their readers
     onnx.save(model16.model, str(dst))
 

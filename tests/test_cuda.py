@@ -65,7 +65,10 @@ def test_cuda_translator_matches_cpu(tiny_package, sources):
     gpu = Translator(tiny_package, device="cuda", compute_type="float32")
     assert gpu.device == "cuda" and isinstance(gpu.engine, IoBindingEngine)
     for opts in (dict(beam_size=1), dict(beam_size=4, num_hypotheses=2)):
-        assert tokens(gpu.translate_ids(sources, **opts)) == tokens(cpu.translate_ids(sources, **opts))
+        got, expected = gpu.translate_ids(sources, **opts), cpu.translate_ids(sources, **opts)
+        assert tokens(got) == tokens(expected)
+        for g, e in zip(got, expected):      # float32 is IEEE float32 on the GPU too (TF32 off)
+            assert [h.score for h in g] == pytest.approx([h.score for h in e], abs=1e-4)
 
 
 @needs_gpu
@@ -92,3 +95,25 @@ def test_cuda_default_compute_type(tiny_package, sources):
 def _padded(sources, pad_id):
     from seq2onnx.runtime.decoding import pad_sources
     return pad_sources(sources, pad_id)
+
+
+@needs_gpu
+@pytest.mark.gpu
+def test_cuda_float16_variant_keeps_float16_caches(tiny_checkpoint, tmp_path, sources):
+    """--fp16 at export is checked on the GPU; on CUDA it is the default compute type and its caches stay
+    float16 on the device (no float32 cast of the whole cache per step)."""
+    import json
+
+    from seq2onnx.export.commands import ExportOptions, run_export
+
+    out = tmp_path / "model"
+    run_export(ExportOptions(tiny_checkpoint, out, fp16=True))
+    fp16 = json.loads((out / "manifest.json").read_text())["variants"]["fp16"]
+    assert (fp16["status"], fp16["checked_on"]) == ("checked", "CUDAExecutionProvider")
+    gpu, cpu = Translator(out, device="cuda"), Translator(out, device="cpu")
+    assert gpu.variant == "fp16" and gpu.engine.cache_dtype == np.float16
+    mask, cross = gpu.engine.encode(*_padded(sources[:2], gpu.config.pad_id))
+    assert all(c.data_type() == "tensor(float16)" and c.device_name().lower() == "cuda" for c in cross)
+    got, expected = gpu.translate_ids(sources, beam_size=4), cpu.translate_ids(sources, beam_size=4)
+    same = sum(g[0].tokens == e[0].tokens for g, e in zip(got, expected))
+    assert same >= 0.75 * len(sources), f"fp16 on CUDA equals fp32 on the CPU on {same}/{len(sources)} sentences"

@@ -23,11 +23,16 @@ import onnx
 import pytest
 import torch
 
+from fixtures_training import toy_pairs
 from seq2onnx.export import onnx_export, package, parity
 from seq2onnx.export.commands import ExportOptions, run_export
 from seq2onnx.runtime.cli import main as cli_main
 from seq2onnx.runtime.config import ModelConfig
 from seq2onnx.runtime.errors import ModelPackageError, Seq2OnnxError
+from seq2onnx.runtime.decoding import decode
+from seq2onnx.runtime.manifest import read_package
+from seq2onnx.runtime.options import DecodingOptions
+from seq2onnx.runtime.session import IoBindingEngine, SessionConfig, open_session
 from seq2onnx.runtime.translator import Translator
 from seq2onnx.training.checkpoint import load_checkpoint
 from seq2onnx.training.reference import beam_search, greedy_search, pad_batch
@@ -342,13 +347,31 @@ def test_overwrite_replaces_a_package_and_fp16_variant(tiny_checkpoint, tiny_pac
     else:
         assert fp16["status"] == "checked" and fp16["checked_on"] == "CUDAExecutionProvider"
     graph = onnx.load(str(out / "decoder_step.fp16.onnx"))
-    assert graph.graph.input[2].type.tensor_type.elem_type == onnx.TensorProto.FLOAT      # float32 I/O
-    assert any(t.data_type == onnx.TensorProto.FLOAT16 for t in graph.graph.initializer)
+    types = {v.name: v.type.tensor_type.elem_type for v in [*graph.graph.input, *graph.graph.output]}
+    fp16, fp32 = onnx.TensorProto.FLOAT16, onnx.TensorProto.FLOAT
+    assert [types[n] for n in ("past_key_0", "cross_value_0", "present_value_0")] == [fp16] * 3   # caches stay fp16
+    assert (types["log_probs"], types["input_ids"]) == (fp32, onnx.TensorProto.INT64)
+    assert onnx.load(str(out / "encoder.fp16.onnx")).graph.output[0].type.tensor_type.elem_type == fp16
+    assert any(t.data_type == fp16 for t in graph.graph.initializer)
     # the same function at fp16 precision (onnxruntime's CPU provider runs the fp16 graph too)
     report = parity.measure(tiny_model, parity.OnnxPair(out / "encoder.fp16.onnx", out / "decoder_step.fp16.onnx",
                                                         tiny_model.cfg))
     assert report.top1_agreement >= parity.MIN_TOP1_AGREEMENT and report.decoder_max_abs_diff < 0.5
     assert leftovers(tmp_path, "model") == []
+    # the runtime's CUDA engine (IO binding; here on the CPU provider) keeps float16 caches between steps
+    pkg, sc = read_package(out), SessionConfig("cpu")
+    engines = {}
+    for name in ("fp32", "fp16"):
+        v = pkg.variants[name]
+        engines[name] = IoBindingEngine(open_session(v.encoder, "encoder", pkg.config, sc),
+                                        open_session(v.decoder_step, "decoder_step", pkg.config, sc), pkg.config,
+                                        device="cpu")
+    assert (engines["fp16"].cache_dtype, engines["fp32"].cache_dtype) == (np.float16, np.float32)
+    sources = [pkg.tokenizer.encode(s).ids + [pkg.config.eos_id] for s, _ in toy_pairs(8, seed=3, max_words=6)]
+    opts = DecodingOptions(beam_size=2)
+    got, expected = (decode(engines[n], pkg.config, sources, opts) for n in ("fp16", "fp32"))
+    same = sum(g[0].tokens == e[0].tokens for g, e in zip(got, expected))
+    assert same >= 6, f"fp16 equals fp32 on {same}/8 sentences"
 
 
 # --- one-line errors --------------------------------------------------------------------------------------

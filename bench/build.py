@@ -15,7 +15,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 from bench.base_model import BenchModel, atomic_write
 
@@ -50,25 +50,32 @@ def _cached(out: Path, key: str, build: Callable[[], None], label: str) -> Path:
 EXPORT_ARGS = ["--int8", "--skip-int8-validation", "--overwrite"]
 
 
-def export_package(checkpoint: Path, out: Path) -> None:
-    """Our exporter through its CLI (fp32 + int8 variants), int8 gate off (see above)."""
-    cmd = [sys.executable, "-m", "seq2onnx.runtime.cli", "export", str(checkpoint), str(out), *EXPORT_ARGS]
+# --device cuda adds the float16 variant, checked on the GPU against PyTorch at export (its thresholds apply).
+FP16_ARGS = ["--fp16"]
+
+
+def export_package(checkpoint: Path, out: Path, extra: Sequence[str] = ()) -> None:
+    """Our exporter through its CLI (fp32 + int8 variants, + `extra`), int8 gate off (see above)."""
+    cmd = [sys.executable, "-m", "seq2onnx.runtime.cli", "export", str(checkpoint), str(out), *EXPORT_ARGS, *extra]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"seq2onnx export failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
 
 
 def build_all(cache: Path, bm: BenchModel, overlay: Path, ours: bool = True, ct2: bool = True, hf: bool = True,
-              optimum: bool = True) -> Artifacts:
-    """cache: this model's folder; overlay: where Optimum's transformers is installed (shared by models)."""
+              optimum: bool = True, fp16: bool = False) -> Artifacts:
+    """cache: this model's folder; overlay: where Optimum's transformers is installed (shared by models);
+    fp16: our package also gets the float16 variant (package-fp16/, needs a GPU at export)."""
     from bench import ct2_convert, hf_marian
     from bench.engines import ensure_optimum_overlay, optimum_env
 
     art = Artifacts()
     if ours:
-        art.package = _cached(cache / "package", f"{bm.key} export {' '.join(EXPORT_ARGS)}",
-                              lambda: export_package(bm.checkpoint, cache / "package"),
-                              "seq2onnx export " + " ".join(EXPORT_ARGS))
+        extra = FP16_ARGS if fp16 else []
+        folder = cache / ("package-fp16" if fp16 else "package")
+        args = " ".join(EXPORT_ARGS + extra)
+        art.package = _cached(folder, f"{bm.key} export {args}", lambda: export_package(bm.checkpoint, folder, extra),
+                              "seq2onnx export " + args)
     if ct2:
         art.ct2 = _cached(cache / "ct2", bm.key, lambda: ct2_convert.convert(bm.checkpoint, cache / "ct2", bm.tokens),
                           "CTranslate2 conversion")

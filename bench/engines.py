@@ -34,16 +34,24 @@ class Engine(abc.ABC):
         pass
 
 
+def synchronize(device: str) -> None:
+    """Wait for the GPU's queued work, so that a timer read after it counts that work."""
+    if device == "cuda":
+        import torch
+        torch.cuda.synchronize()
+
+
 class Seq2OnnxRuntime(Engine):
-    """Our runtime: seq2onnx.runtime.Translator on the exported package, fed token ids (translate_ids)."""
+    """Our runtime: seq2onnx.runtime.Translator on the exported package, fed token ids (translate_ids).
+    Its decoding call is synchronous on CUDA too: every step's log-probs come back to numpy."""
 
-    COMPUTE_TYPES = {"fp32": "float32", "int8": "int8"}     # package variant -> Translator compute_type
+    COMPUTE_TYPES = {"fp32": "float32", "fp16": "float16", "int8": "int8"}   # package variant -> compute_type
 
-    def __init__(self, package_dir: Path, variant: str, threads: int):
+    def __init__(self, package_dir: Path, variant: str, threads: int, device: str = "cpu"):
         from seq2onnx.runtime.translator import Translator
 
         self.name, self.precision = f"seq2onnx {variant}", variant
-        self.translator = Translator(str(package_dir), device="cpu", compute_type=self.COMPUTE_TYPES[variant],
+        self.translator = Translator(str(package_dir), device=device, compute_type=self.COMPUTE_TYPES[variant],
                                      intra_threads=threads, inter_threads=1)
 
     def run(self, sources, beam, length):
@@ -59,13 +67,14 @@ class Seq2OnnxTorch(Engine):
 
     name = "seq2onnx PyTorch ref"
 
-    def __init__(self, checkpoint: Path, threads: int):
+    def __init__(self, checkpoint: Path, threads: int, device: str = "cpu"):
         import torch
 
         from bench.base_model import load_model
 
         torch.set_num_threads(threads)
-        self.model = load_model(checkpoint)
+        self.device = device
+        self.model = load_model(checkpoint).to(device)
 
     def run(self, sources, beam, length):
         from seq2onnx.training.reference import beam_search, greedy_search
@@ -76,19 +85,23 @@ class Seq2OnnxTorch(Engine):
         else:
             hyps = [h[0] for h in beam_search(self.model, sources, beam_size=beam,
                                               max_length=length, min_length=length)]
+        synchronize(self.device)
         return [h.tokens for h in hyps], time.perf_counter() - start
 
 
 class CTranslate2(Engine):
     """CTranslate2 on the model written by bench/ct2_convert.py (float32 weights, int8 at load)."""
 
-    def __init__(self, model_dir: Path, compute_type: str, tokens: List[str], never: Sequence[int], threads: int):
+    PRECISIONS = {"float32": "fp32", "float16": "fp16", "int8": "int8"}
+
+    def __init__(self, model_dir: Path, compute_type: str, tokens: List[str], never: Sequence[int], threads: int,
+                 device: str = "cpu"):
         """tokens: id -> token string (CTranslate2 speaks strings); never: ids never generated (PAD, BOS)."""
         import ctranslate2
 
         self.name = f"CTranslate2 {compute_type}"
-        self.precision = "int8" if compute_type.startswith("int8") else "fp32"
-        self.translator = ctranslate2.Translator(str(model_dir), device="cpu", compute_type=compute_type,
+        self.precision = self.PRECISIONS[compute_type]
+        self.translator = ctranslate2.Translator(str(model_dir), device=device, compute_type=compute_type,
                                                  inter_threads=1, intra_threads=threads)
         self.tokens = tokens
         self.ids = {t: i for i, t in enumerate(tokens)}
@@ -107,9 +120,7 @@ class CTranslate2(Engine):
 class HFTorch(Engine):
     """HuggingFace transformers MarianMTModel.generate (PyTorch), our weights mapped by hf_marian.py."""
 
-    name = "HF transformers (torch)"
-
-    def __init__(self, checkpoint: Path, threads: int):
+    def __init__(self, checkpoint: Path, threads: int, device: str = "cpu", precision: str = "fp32"):
         import torch
 
         from bench.base_model import load_model
@@ -118,17 +129,22 @@ class HFTorch(Engine):
         torch.set_num_threads(threads)
         model = load_model(checkpoint)
         self.pad, self.bos = model.cfg.pad_id, model.cfg.bos_id
-        self.model = marian_from_transformer(model)
+        self.device, self.precision = device, precision
+        self.name = "HF transformers (torch)" + (" fp16" if precision == "fp16" else "")
+        self.model = marian_from_transformer(model).to(device)
+        if precision == "fp16":
+            self.model = self.model.half()
 
     def run(self, sources, beam, length):
         import torch
 
-        ids = torch.tensor([list(s) for s in sources], dtype=torch.long)   # equal lengths: no padding
+        ids = torch.tensor([list(s) for s in sources], dtype=torch.long, device=self.device)   # equal lengths
         start = time.perf_counter()
         with torch.inference_mode():
             out = self.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), num_beams=beam,
                                       do_sample=False, max_new_tokens=length, min_new_tokens=length,
                                       suppress_tokens=[self.pad, self.bos])
+        synchronize(self.device)
         seconds = time.perf_counter() - start
         return out[:, 1:].tolist(), seconds                                 # drop the decoder start token
 

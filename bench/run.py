@@ -1,7 +1,8 @@
 """Benchmark seq2onnx against CTranslate2, HF transformers and HF Optimum on the same weights.
 
-    python bench/run.py            # the full run (several minutes), writes bench/results/latest.{json,md}
-    python bench/run.py --quick    # a smoke run on a tiny model, writes bench/.cache/results/quick.*
+    python bench/run.py                 # the full run (several minutes), writes bench/results/latest.{json,md}
+    python bench/run.py --quick         # a smoke run on a tiny model, writes bench/.cache/results/quick.*
+    python bench/run.py --device cuda   # on an NVIDIA GPU, writes bench/results/latest-cuda.{json,md}
 
 See bench/README.md for what each system is and how the numbers are taken.
 """
@@ -49,17 +50,20 @@ QUICK = Settings(preset="tiny", vocab_size=1000, length=16, rounds=2, scaling_ge
                  scaling_sources=[8, 16, 32], scaling_rounds=1)
 
 
-def make_engines(art, bm, systems: List[str], threads: int):
+def make_engines(art, bm, systems: List[str], threads: int, device: str = "cpu"):
+    """CPU: fp32 and int8 of each system. CUDA: fp32 and fp16 (int8 is a CPU format here)."""
     never = (bm.config.pad_id, bm.config.bos_id)                 # ids no system may generate
+    reduced = "fp16" if device == "cuda" else "int8"
     out, worker = [], None
     if "ours" in systems:
-        out += [E.Seq2OnnxRuntime(art.package, "fp32", threads), E.Seq2OnnxRuntime(art.package, "int8", threads)]
+        out += [E.Seq2OnnxRuntime(art.package, v, threads, device) for v in ("fp32", reduced)]
     if "torch" in systems:
-        out.append(E.Seq2OnnxTorch(bm.checkpoint, threads))
+        out.append(E.Seq2OnnxTorch(bm.checkpoint, threads, device))
     if "ct2" in systems:
-        out += [E.CTranslate2(art.ct2, ct, bm.tokens, never, threads) for ct in ("float32", "int8")]
+        out += [E.CTranslate2(art.ct2, ct, bm.tokens, never, threads, device)
+                for ct in ("float32", "float16" if device == "cuda" else "int8")]
     if "hf" in systems:
-        out.append(E.HFTorch(bm.checkpoint, threads))
+        out += [E.HFTorch(bm.checkpoint, threads, device, p) for p in (["fp32", "fp16"] if device == "cuda" else ["fp32"])]
     if "optimum" in systems:
         worker = E.OptimumWorker(art.overlay, art.optimum, threads)
         out += [E.OptimumORT(worker, "fp32"), E.OptimumORT(worker, "int8")]
@@ -77,6 +81,33 @@ def fidelity(results, names: List[str]):
     return checks
 
 
+def cuda_systems(asked: List[str]) -> List[str]:
+    """The asked systems that can run on CUDA here; says on stderr why any other is left out."""
+    import torch
+
+    from seq2onnx.runtime.session import cuda_status
+
+    ok, reason = cuda_status()
+    if not (ok and torch.cuda.is_available()):
+        raise SystemExit(f"--device cuda: no usable GPU (onnxruntime: {reason}; torch.cuda.is_available() = "
+                         f"{torch.cuda.is_available()}); run without --device cuda")
+    keep = [s for s in asked if s != "optimum"]
+    if "optimum" in asked:
+        print("[cuda] Optimum left out: its worker runs on the CPU provider only", file=sys.stderr)
+    if "ct2" in keep:
+        try:
+            import ctranslate2
+            n = ctranslate2.get_cuda_device_count()
+        except Exception as e:  # noqa: BLE001 - not installed, or a build without CUDA libraries
+            n, why = 0, f"{type(e).__name__}: {e}"
+        else:
+            why = "its build sees no CUDA device"
+        if n == 0:
+            keep.remove("ct2")
+            print(f"[cuda] CTranslate2 left out: {why}", file=sys.stderr)
+    return keep
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="tiny model, 2 rounds, short outputs: a smoke run")
@@ -85,29 +116,36 @@ def main(argv=None) -> int:
     ap.add_argument("--no-scaling", action="store_true", help="skip the scaling measurements")
     ap.add_argument("--cache", type=Path, default=BENCH / ".cache", help="model files (default bench/.cache)")
     ap.add_argument("--out", type=Path, help="results folder (default bench/results, quick: CACHE/results)")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="cpu (default): every system on 2 CPU threads; cuda: the systems that run on an "
+                         "NVIDIA GPU, fp32 and fp16 (ours, our PyTorch reference, HF transformers, CTranslate2 "
+                         "when its build has CUDA; not Optimum), no scaling, results in latest-cuda.*")
     args = ap.parse_args(argv)
+    if args.device == "cuda":
+        args.systems, args.no_scaling = cuda_systems(args.systems), True
     st = QUICK if args.quick else Settings()
     if args.rounds:
         st = replace(st, rounds=args.rounds)
     cache = args.cache / ("quick" if args.quick else "base")
     out_dir = args.out or (args.cache / "results" if args.quick else BENCH / "results")
-    stem = "quick" if args.quick else "latest"
+    stem = ("quick" if args.quick else "latest") + ("-cuda" if args.device == "cuda" else "")
 
     started, load_before = time.time(), os.getloadavg()
     import torch
     torch.set_num_threads(st.threads)
     bm = prepare(cache, st.preset, st.vocab_size, st.seed)
     art = build_all(cache, bm, args.cache / "optimum-site", ours="ours" in args.systems, ct2="ct2" in args.systems,
-                    hf="hf" in args.systems, optimum="optimum" in args.systems)
-    engines, worker = make_engines(art, bm, args.systems, st.threads)
+                    hf="hf" in args.systems, optimum="optimum" in args.systems, fp16=args.device == "cuda")
+    engines, worker = make_engines(art, bm, args.systems, st.threads, args.device)
     names = [e.name for e in engines]
+    baseline = BASELINE if BASELINE in names else "HF transformers (torch)"
     first_id = len(SPECIALS)
     try:
         results = {}
         for i, case in enumerate(CASES):
             sources = make_sources(case.batch, st.src_len, bm.config.vocab_size, first_id, bm.config.eos_id,
                                    seed=st.seed + 1 + i)
-            results[case.name] = run_case(engines, case, sources, st.length, st.rounds, BASELINE)
+            results[case.name] = run_case(engines, case, sources, st.length, st.rounds, baseline)
         scaling = []
         if not args.no_scaling:
             scaled = [e for e in engines if e.name in (OURS_FP32, "seq2onnx int8", BASELINE)]
@@ -122,26 +160,31 @@ def main(argv=None) -> int:
 
     checks = fidelity(results, names)
     elapsed = time.time() - started
+    where = (f"on {torch.cuda.get_device_name(0)} (CUDA)" if args.device == "cuda"
+             else f"{st.threads} intra-op threads everywhere")
     md = [f"# seq2onnx benchmark ({stem})", "",
           f"Model: preset {st.preset}, vocab {st.vocab_size}, random weights (seed {st.seed}); "
           f"source {st.src_len} ids (EOS included), exactly {st.length} generated tokens, "
-          f"{st.threads} intra-op threads everywhere; median of {st.rounds} interleaved rounds after a warm-up.", "",
-          "## Target tokens/s (ratio to CTranslate2 float32, same rounds)", "",
-          report.speed_table(results, names, BASELINE), "",
+          f"{where}; median of {st.rounds} interleaved rounds after a warm-up.", "",
+          f"## Target tokens/s (ratio to {baseline}, same rounds)", "",
+          report.speed_table(results, names, baseline), "",
           "## Fidelity: output rows equal, row by row", "", report.fidelity_table(checks, list(results)), ""]
     if scaling:
         md += [f"## Scaling: ms per generated token, batch 1 greedy (source {st.src_len} when varying the generated "
                f"length, {st.length} generated when varying the source); median of {st.scaling_rounds} rounds",
                "", report.scaling_table(scaling, st.scaling_generated, st.scaling_sources), ""]
     mach = report.machine(art.overlay)
-    md += ["## Machine", "", f"{mach['cpu']}, {mach['cpus_usable']} usable CPUs, {mach['memory']}, {mach['os']}, "
+    if args.device == "cuda":
+        mach["gpu"] = torch.cuda.get_device_name(0)
+    md += ["## Machine", "", ("GPU " + mach["gpu"] + "; " if "gpu" in mach else "") +
+           f"{mach['cpu']}, {mach['cpus_usable']} usable CPUs, {mach['memory']}, {mach['os']}, "
            f"Python {mach['python']}; load average {load_before[0]:.2f} before, {os.getloadavg()[0]:.2f} after; "
            f"run took {elapsed / 60:.1f} min; git {mach['git_commit']}{' (dirty)' if mach['git_dirty'] else ''}; "
            f"{mach['date']}.", "",
            "Packages: " + ", ".join(f"{k} {v}" for k, v in mach["packages"].items()) + "."]
     markdown = "\n".join(md)
     print(markdown)
-    data = {"settings": asdict(st), "machine": mach, "baseline": BASELINE, "systems": names,
+    data = {"settings": asdict(st), "device": args.device, "machine": mach, "baseline": baseline, "systems": names,
             "timings": [t for res in results.values() for t in res.timings], "fidelity": checks,
             "scaling": scaling, "load_average_before": load_before[0], "load_average_after": os.getloadavg()[0],
             "elapsed_s": elapsed}

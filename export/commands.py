@@ -23,6 +23,7 @@ import onnxruntime as ort
 import torch
 
 from seq2onnx.runtime import __version__
+from seq2onnx.runtime.cli import OneLineParser
 from seq2onnx.runtime.errors import Seq2OnnxError
 from seq2onnx.training.checkpoint import load_checkpoint
 from seq2onnx.training.tokenizer import SPECIAL_TOKENS, tokenizer_from_json
@@ -57,8 +58,8 @@ class ExportResult:
 
 
 def parse_args(argv: List[str]) -> ExportOptions:
-    p = argparse.ArgumentParser(prog="seq2onnx export", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = OneLineParser(prog="seq2onnx export", description=__doc__.split("\n\n")[0],
+                      formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("checkpoint", type=Path, help="a .pt checkpoint written by seq2onnx train / average")
     p.add_argument("out_dir", type=Path, help="the model package folder to write")
     p.add_argument("--int8", action="store_true", help="also write the int8 (dynamic quantisation) variant")

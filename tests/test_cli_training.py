@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from seq2onnx.runtime.cli import main as cli_main
@@ -116,3 +117,15 @@ def test_data_errors(tmp_path, capsys):
     code, _ = run_cli(capsys, "data", "numbers", "--out", out, "--size", "1000", "--valid-size", "5",
                       "--test-size", "5", "--force")
     assert code == 0 and len((out / "valid.tsv").read_text().splitlines()) == 5
+
+
+@pytest.mark.parametrize("argv, fragments", [
+    (["export"], ["required: checkpoint, out_dir", "seq2onnx export --help"]),
+    (["export", "model.pt", "out", "--opset", "x"], ["--opset", "invalid int value"]),
+    (["average"], ["required", "seq2onnx average --help"]),
+    (["data", "bogus"], ["invalid choice: 'bogus'"]),
+    (["train", "--out", "run", "--frobnicate"], ["unrecognized", "--frobnicate"]),
+    (["info"], ["required: MODEL_DIR", "seq2onnx info --help"]),
+])
+def test_every_command_reports_a_bad_command_line_in_one_line(capsys, argv, fragments):
+    assert_one_line_error(*run_cli(capsys, *argv), *fragments)

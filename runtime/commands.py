@@ -162,11 +162,15 @@ def translate_main(argv: List[str]) -> int:
 
     from .translator import Translator
     try:
-        tr = Translator(args.model_dir, device=args.device, compute_type=args.compute_type,
-                        intra_threads=args.intra_threads, inter_threads=args.inter_threads,
-                        verify=not args.no_verify)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            tr = Translator(args.model_dir, device=args.device, compute_type=args.compute_type,
+                            intra_threads=args.intra_threads, inter_threads=args.inter_threads,
+                            verify=not args.no_verify)
     except ValueError as e:
         raise Seq2OnnxError(_cli_message(e)) from e
+    for w in caught:                                   # e.g. an int8 variant exported without its check
+        _warn(str(w.message))
     limit = tr.config.max_positions if args.max_input_length is None else args.max_input_length
     if not 1 <= limit <= tr.config.max_positions:
         raise Seq2OnnxError(f"--max-input-length must be in [1, {tr.config.max_positions}] (the model's "
@@ -221,8 +225,8 @@ def package_info(model_dir: str, verify: bool = True) -> Dict[str, Any]:
     variants = {}
     for name, v in pkg.variants.items():
         sizes = {"encoder": pkg.file_bytes(v.encoder.name), "decoder_step": pkg.file_bytes(v.decoder_step.name)}
-        variants[name] = {"precision": v.precision, "encoder": v.encoder.name, "decoder_step": v.decoder_step.name,
-                          "bytes": sizes, "parity": v.parity}
+        variants[name] = {"precision": v.precision, "status": v.status, "encoder": v.encoder.name,
+                          "decoder_step": v.decoder_step.name, "bytes": sizes, "parity": v.parity}
     return {
         "path": str(pkg.root), "format": m["format"], "format_version": m["format_version"],
         "seq2onnx_version": m.get("seq2onnx_version"), "created": m.get("created"),
@@ -254,7 +258,7 @@ def _print_info(info: Dict[str, Any]) -> None:
     for name, v in info["variants"].items():
         b = v["bytes"]
         print(f"  {name:<5} {v['precision']:<8} {v['encoder']} {_size(b['encoder'])} + "
-              f"{v['decoder_step']} {_size(b['decoder_step'])}")
+              f"{v['decoder_step']} {_size(b['decoder_step'])}; {v['status']}")
         if v["parity"]:
             print("        parity: " + ", ".join(f"{k}={val}" for k, val in v["parity"].items()))
     exporter = ", ".join(f"{k} {val}" for k, val in info["exporter"].items())

@@ -41,6 +41,7 @@ class Variant:
     decoder_step: Path
     precision: str               # float32 | int8 | float16
     parity: Dict[str, Any]       # the exporter's figures for this variant
+    status: str = "checked"      # checked | validation-skipped (int8) | unchecked-on-CUDA (fp16): CONTRACTS.md
 
 
 @dataclass
@@ -171,7 +172,7 @@ def _read_variants(root: Path, manifest: Dict[str, Any]) -> Dict[str, Variant]:
                                         f"listed in 'files'; {REEXPORT}")
             paths.append(root / file)
         variants[name] = Variant(name, paths[0], paths[1], str(entry.get("precision", name)),
-                                 dict(entry.get("parity") or {}))
+                                 dict(entry.get("parity") or {}), str(entry.get("status", "checked")))
     if "fp32" not in variants:
         raise ModelPackageError(f"{where}: no 'fp32' variant; {REEXPORT}")
     return variants

@@ -68,6 +68,11 @@ def split_batches(lengths: Sequence[int], max_batch_size: int, batch_type: str) 
     return batches
 
 
+# manifest variant status (CONTRACTS.md) -> why the variant was not held to the export's thresholds
+UNCHECKED = {"validation-skipped": "was exported with --skip-int8-validation",
+             "unchecked-on-CUDA": "was not checked against PyTorch (no GPU at export)"}
+
+
 def pick_variant(package: ModelPackage, compute_type: str, device: str) -> str:
     if compute_type not in COMPUTE_TYPES:
         raise ValueError(f"compute_type must be one of {', '.join(COMPUTE_TYPES)}, got {compute_type!r}")
@@ -124,6 +129,9 @@ class Translator:
         if verify:
             self.package.verify_variant(self.variant)
         v = self.package.variants[self.variant]
+        if v.status in UNCHECKED:
+            warnings.warn(f"{self.package.root}: the {self.variant} variant {UNCHECKED[v.status]}; its tokens may "
+                          f"differ from float32 more than the export's thresholds allow", stacklevel=2)
         sc = SessionConfig(self.device, device_id, intra_threads, inter_threads, optimization)
         self.engine = open_engine(str(v.encoder), str(v.decoder_step), self.config, sc)
         self._check_graph_vocab(v.decoder_step)

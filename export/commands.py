@@ -146,7 +146,9 @@ def run_export(opts: ExportOptions, log: Callable[[str], None] = lambda msg: Non
         opset, ir_version = onnx_export.opset_and_ir(enc)
         manifest = package.build_manifest(
             config=model.cfg.to_dict(), special_tokens=special_tokens, opset=opset, ir_version=ir_version,
-            graphs={"encoder": onnx_export.graph_io(enc), "decoder_step": onnx_export.graph_io(dec)},
+            graphs={"encoder": onnx_export.graph_io(enc),
+                    # the decoder step takes cross K/V + encoder mask once per sentence (docs/CONTRACTS.md)
+                    "decoder_step": dict(onnx_export.graph_io(dec), cross_per_sentence=True)},
             variants=variants, exporter=exporter_versions(), source_file=Path(opts.checkpoint).name,
             train_meta=ckpt.get("train_meta", {}), seq2onnx_version=__version__)
         manifest = package.finish_package(staging, manifest)

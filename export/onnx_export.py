@@ -1,14 +1,20 @@
 """Trace a Transformer into the two ONNX graphs of docs/CONTRACTS.md.
 
     encoder.onnx       input_ids, attention_mask [B, S]  ->  cross_key_i, cross_value_i [B, H, S, Dh]
-    decoder_step.onnx  input_ids [B, 1], encoder_attention_mask [B, S],
-                       past_key_i, past_value_i [B, H, P, Dh], cross_key_i, cross_value_i [B, H, S, Dh]
-                       ->  log_probs [B, V], present_key_i, present_value_i [B, H, P+1, Dh]
+    decoder_step.onnx  input_ids [R, 1], encoder_attention_mask [B, S],
+                       past_key_i, past_value_i [R, H, P, Dh], cross_key_i, cross_value_i [B, H, S, Dh]
+                       ->  log_probs [R, V], present_key_i, present_value_i [R, H, P+1, Dh]
+
+The decoder step takes the cross K/V and the encoder mask once per sentence (B, axis `sentences`)
+and everything else once per row (R = B x G, axis `rows`, row = sentence * G + g): a beam search's
+G = K beams share their sentence's cross K/V (training/model.py, forward_per_sentence); B = R
+(G = 1) is greedy decoding, or cross K/V copied to every row as packages before this contract took them.
 
 The cut follows the model's own encode + cross_kv / decode_step methods. Both graphs are exported
-with the torch.onnx dynamo exporter from `.eval()` at a batch of 2 and distinct lengths (S=7, P=3),
-so that no axis is specialised; batch, src_len and past_len are named dynamic axes shared by
-every input and output. Weights are stored inside the .onnx files (no external .data file).
+with the torch.onnx dynamo exporter from `.eval()` at a batch of 2 sentences, 10 decoder rows and
+distinct lengths (S=7, P=3), so that no axis is specialised; batch (encoder), rows, sentences,
+src_len and past_len are named dynamic axes. Weights are stored inside the .onnx files (no
+external .data file).
 """
 from __future__ import annotations
 
@@ -31,8 +37,9 @@ from seq2onnx.training.model import Transformer
 DEFAULT_OPSET = 18
 ENCODER_FILE = "encoder.onnx"
 DECODER_FILE = "decoder_step.onnx"
-# trace sizes: batch >= 2 and lengths that differ from each other and from 0/1
+# trace sizes: batch >= 2 and sizes that differ from each other and from 0/1
 TRACE_BATCH, TRACE_SRC_LEN, TRACE_PAST_LEN = 2, 7, 3
+TRACE_ROWS_PER_SENTENCE = 5     # decoder step: rows = TRACE_BATCH sentences x 5 (beams)
 # ops that would mean the exporter took a path the runtime does not expect
 FORBIDDEN_OPS = {"Attention", "MultiHeadAttention", "ScaledDotProductAttention", "If", "Loop"}
 
@@ -110,8 +117,10 @@ def model_from_checkpoint(ckpt: Dict[str, Any]) -> Transformer:
 
 # --- export ------------------------------------------------------------------------------------------
 def trace_inputs(cfg: ModelConfig, batch: int = TRACE_BATCH, src_len: int = TRACE_SRC_LEN,
-                 past_len: int = TRACE_PAST_LEN) -> Tuple[tuple, tuple]:
-    """Example inputs of (encoder, decoder_step) at the given sizes; the second source row is padded."""
+                 past_len: int = TRACE_PAST_LEN, rows_per_sentence: int = TRACE_ROWS_PER_SENTENCE
+                 ) -> Tuple[tuple, tuple]:
+    """Example inputs of (encoder, decoder_step) at the given sizes; the second source row is padded.
+    The decoder step gets `batch` sentences (mask, cross) and batch * rows_per_sentence rows."""
     g = torch.Generator().manual_seed(0)
     n_special = 1 + max(cfg.pad_id, cfg.bos_id, cfg.eos_id, cfg.unk_id)
     ids = torch.randint(n_special, max(cfg.vocab_size, n_special + 1), (batch, src_len), generator=g)
@@ -119,9 +128,11 @@ def trace_inputs(cfg: ModelConfig, batch: int = TRACE_BATCH, src_len: int = TRAC
     mask[1:, src_len - 2:] = 0
     ids[mask == 0] = cfg.pad_id
     h, dh, n = cfg.n_heads, cfg.head_dim, cfg.decoder_layers
-    past = [torch.randn(batch, h, past_len, dh, generator=g) for _ in range(2 * n)]
+    rows = batch * rows_per_sentence
+    past = [torch.randn(rows, h, past_len, dh, generator=g) for _ in range(2 * n)]
     cross = [torch.randn(batch, h, src_len, dh, generator=g) for _ in range(2 * n)]
-    return (ids, mask), (ids[:, :1].clone(), mask, *past, *cross)
+    last = ids[:, :1].repeat_interleave(rows_per_sentence, 0)                       # [rows, 1]
+    return (ids, mask), (last, mask, *past, *cross)
 
 
 def _dynamic_shapes(cfg: ModelConfig) -> Tuple[dict, tuple]:
@@ -130,10 +141,13 @@ def _dynamic_shapes(cfg: ModelConfig) -> Tuple[dict, tuple]:
     src_len = Dim("src_len", min=1, max=cfg.max_positions)          # positions of the source
     # past_len + 1 <= max_positions (the position table); 0 is allowed (first step), see export_graphs
     past_len = Dim("past_len", min=0, max=cfg.max_positions - 1)
+    # decoder step: `rows` (input_ids, past, present, log_probs) = `sentences` (encoder_attention_mask,
+    # cross) x G; G = rows / sentences is computed inside the graph
+    rows, sentences = Dim("rows", min=1), Dim("sentences", min=1)
     n = cfg.decoder_layers
     encoder = {"input_ids": {0: batch, 1: src_len}, "attention_mask": {0: batch, 1: src_len}}
-    decoder = ({0: batch}, {0: batch, 1: src_len},
-               tuple([{0: batch, 2: past_len}] * (2 * n) + [{0: batch, 2: src_len}] * (2 * n)))
+    decoder = ({0: rows}, {0: sentences, 1: src_len},
+               tuple([{0: rows, 2: past_len}] * (2 * n) + [{0: sentences, 2: src_len}] * (2 * n)))
     return encoder, decoder
 
 

@@ -249,11 +249,12 @@ def render_readme(manifest: Dict[str, Any]) -> str:
         "`encoder.onnx`: `input_ids`, `attention_mask` [batch, src_len] int64 -> `cross_key_i`, `cross_value_i` "
         "[batch, heads, src_len, head_dim], computed once per source.",
         "",
-        "`decoder_step.onnx`: `input_ids` [batch, 1], `encoder_attention_mask` [batch, src_len], `past_key_i`, "
-        "`past_value_i` [batch, heads, past_len, head_dim] (past_len 0 at the first step), `cross_key_i`, "
-        "`cross_value_i` -> `log_probs` [batch, vocab] and `present_key_i`, `present_value_i` "
-        "[batch, heads, past_len + 1, head_dim]. Decoding starts from the BOS token; a source is its pieces "
-        "followed by EOS.",
+        "`decoder_step.onnx`: `input_ids` [rows, 1], `encoder_attention_mask` [sentences, src_len], `past_key_i`, "
+        "`past_value_i` [rows, heads, past_len, head_dim] (past_len 0 at the first step), `cross_key_i`, "
+        "`cross_value_i` [sentences, heads, src_len, head_dim] -> `log_probs` [rows, vocab] and `present_key_i`, "
+        "`present_value_i` [rows, heads, past_len + 1, head_dim]. rows = sentences x G, row = sentence * G + g: "
+        "the G beams of a sentence share its cross K/V (G = 1 for greedy decoding). Decoding starts from the "
+        "BOS token; a source is its pieces followed by EOS.",
         "",
         "`manifest.json` lists every file with its SHA-256, the configuration and the parity figures.",
         "",

@@ -7,9 +7,12 @@ random pieces (fixed seed) in batches of 1, 3 and 4, right-padded, 1 to 64 token
   * encoder: every cross_key_i / cross_value_i                      -> encoder_max_abs_diff
   * decoder: log_probs and present caches over STEPS chained steps   -> decoder_max_abs_diff, cache_max_abs_diff
     (past lengths 0 .. STEPS-1), each step fed the reference's argmax token (top1_agreement: the share of
-    steps whose argmax agrees)
+    steps whose argmax agrees); then BEAM_STEPS chained steps shaped as beam search, BEAM_SIZE rows per
+    sentence fed different tokens, the ONNX graph given one cross K/V and mask per sentence and PyTorch
+    a copy per row (an independent computation of the same numbers)   -> the same two figures
   * decoding: greedy and beam-4 (4 hypotheses) from the minimal numpy loops below versus
     training/reference.py's greedy_search / beam_search                -> greedy_token_match, beam4_token_match
+    (the ONNX beam loop, like the runtime, gives the graph one cross K/V and mask per sentence)
 
 Thresholds. fp32: max abs diff <= FP32_TOLERANCE and identical tokens (match 1.0). Reduced precision
 (int8, fp16): top1_agreement >= MIN_TOP1_AGREEMENT and greedy_token_match >= MIN_GREEDY_TOKEN_MATCH.
@@ -45,6 +48,7 @@ FP32_TOLERANCE = 1e-4          # max abs diff of encoder outputs, log-probs and 
 MIN_TOP1_AGREEMENT = 0.98      # reduced precision: share of steps whose argmax token agrees
 MIN_GREEDY_TOKEN_MATCH = 0.90  # reduced precision: share of greedy token positions that agree
 STEPS = 24                     # chained decoder steps compared (past lengths 0 .. STEPS-1)
+BEAM_STEPS = 4                 # chained decoder steps compared with BEAM_SIZE rows per sentence
 MAX_LENGTH = 24                # max_length of the greedy / beam comparisons
 BEAM_SIZE = 4
 
@@ -129,10 +133,15 @@ def session_options() -> ort.SessionOptions:
 
 # --- the ONNX pair ---------------------------------------------------------------------------------
 class OnnxPair:
-    """encoder + decoder_step sessions; arrays in, arrays out (numpy)."""
+    """encoder + decoder_step sessions; arrays in, arrays out (numpy).
 
-    def __init__(self, encoder: Path, decoder: Path, cfg, provider: str = "CPUExecutionProvider"):
+    cross_per_sentence: the decoder step takes cross K/V and encoder mask once per sentence (the graphs
+    this exporter writes); False for graphs of the earlier contract, which need a copy per row."""
+
+    def __init__(self, encoder: Path, decoder: Path, cfg, provider: str = "CPUExecutionProvider",
+                 cross_per_sentence: bool = True):
         self.cfg = cfg
+        self.cross_per_sentence = cross_per_sentence
         self.names = GraphNames.for_config(cfg)
         opts = session_options()
         self.encoder = ort.InferenceSession(str(encoder), opts, providers=[provider])
@@ -145,7 +154,8 @@ class OnnxPair:
 
     def step(self, tokens: np.ndarray, mask: np.ndarray, past: List[np.ndarray],
              cross: List[np.ndarray]) -> Tuple[np.ndarray, List[np.ndarray]]:
-        """tokens [B, 1], mask [B, S], past 2L x [B, H, P, Dh] -> log_probs [B, V], present 2L x [B, H, P+1, Dh]"""
+        """tokens [R, 1], mask [B, S], past 2L x [R, H, P, Dh], cross 2L x [B, H, S, Dh]
+        -> log_probs [R, V], present 2L x [R, H, P+1, Dh]   (R = B, or R = B x G with cross_per_sentence)"""
         feed = dict(zip(self.names.decoder_inputs, [tokens, mask] + list(past) + list(cross)))
         out = self.decoder.run(self.names.decoder_outputs, feed)
         return out[0], out[1:]
@@ -203,8 +213,10 @@ def onnx_beam(pair: OnnxPair, sources: Sequence[Sequence[int]], beam_size: int =
     max_length = min(max_length, cfg.max_positions)
     ids, mask = (t.numpy() for t in pad_batch(sources, cfg.pad_id))
     b = ids.shape[0]
-    cross = [np.repeat(c, k, axis=0) for c in pair.encode(ids, mask)]   # row = sentence * K + beam
-    mask_k = np.repeat(mask, k, axis=0)
+    cross = pair.encode(ids, mask)                                       # [B, H, S, Dh]: one per sentence
+    mask_k = mask                                                        # [B, S]
+    if not pair.cross_per_sentence:                                      # a copy per row = sentence * K + beam
+        cross, mask_k = [np.repeat(c, k, axis=0) for c in cross], np.repeat(mask, k, axis=0)
     past = pair.empty_cache(b * k)
     cum = np.full((b, k), -np.inf, np.float32)
     cum[:, 0] = 0.0                                                      # step 0 expands beam 0 only
@@ -294,7 +306,38 @@ def compare_graphs(model: Transformer, pair: OnnxPair, batch: ParityBatch,
         _forbid(onnx_masked, cfg, 1, 0)
         agree += int((onnx_masked.argmax(axis=-1) == best.numpy()).sum())
         tokens = best[:, None]
-    return enc_diff, logp_diff, cache_diff, agree, b * min(steps, cfg.max_positions)
+    beam_logp_diff, beam_cache_diff = compare_beam_steps(model, pair, mask, cross, onnx_cross)
+    return (enc_diff, max(logp_diff, beam_logp_diff), max(cache_diff, beam_cache_diff), agree,
+            b * min(steps, cfg.max_positions))
+
+
+@torch.no_grad()
+def compare_beam_steps(model: Transformer, pair: OnnxPair, mask: torch.Tensor, cross, onnx_cross: List[np.ndarray],
+                       g: int = BEAM_SIZE, steps: int = BEAM_STEPS) -> Tuple[float, float]:
+    """`steps` chained decoder steps with g rows per sentence (row = sentence * g + j), as beam search
+    runs them: row j is fed the j-th best token of its own previous log-probs, so the rows differ.
+    PyTorch gets the cross K/V and mask copied to every row; ONNX one per sentence when the graph takes
+    them so. -> (max abs diff of log-probs, of present caches)"""
+    cfg = model.cfg
+    b = mask.shape[0]
+    rows_cross = [(k.repeat_interleave(g, 0), v.repeat_interleave(g, 0)) for k, v in cross]
+    rows_mask = mask.repeat_interleave(g, 0)
+    onnx_mask, onnx_cross_in = mask.numpy(), onnx_cross
+    if not pair.cross_per_sentence:
+        onnx_mask, onnx_cross_in = rows_mask.numpy(), [np.repeat(c, g, axis=0) for c in onnx_cross]
+    past, onnx_past = model.empty_cache(b * g), pair.empty_cache(b * g)
+    tokens = torch.full((b * g, 1), cfg.bos_id, dtype=torch.long)
+    logp_diff = cache_diff = 0.0
+    for _ in range(min(steps, cfg.max_positions)):
+        logp, past = model.decode_step(tokens, rows_mask, past, rows_cross)
+        onnx_logp, onnx_past = pair.step(tokens.numpy(), onnx_mask, onnx_past, onnx_cross_in)
+        logp_diff = max(logp_diff, float(np.abs(onnx_logp - logp.numpy()).max()))
+        cache_diff = max(cache_diff, _max_diff(onnx_past, _flat(past)))
+        ranked = logp.clone()
+        ranked[:, [cfg.pad_id, cfg.bos_id]] = -math.inf
+        order = ranked.argsort(dim=-1, descending=True, stable=True)              # [R, V]
+        tokens = order.gather(1, (torch.arange(b * g) % g)[:, None] % order.shape[1])
+    return logp_diff, cache_diff
 
 
 def _token_match(a: List[int], b: List[int]) -> Tuple[int, int]:

@@ -22,10 +22,18 @@ num_hypotheses for sampling). A sentence that stops leaves the active rows at on
 pays for its longest member only with that member's rows. After each step the cache is reordered
 with one gather along the rows axis (`engine.take(values, parents)`).
 
+Cross K/V and encoder mask: when the engine's decoder graph takes them once per sentence
+(`engine.cross_per_sentence`, from the package manifest), beam search keeps one copy per active
+sentence, shared by its K rows (row = sentence * K + beam); when sentences stop, they are shrunk
+by sentence and the cache by row. Otherwise (packages of the earlier contract, and RowSearch,
+whose rows end one by one) they are copied to every row and gathered with the cache.
+
 The engine (session.py) hides where tensors live (numpy on CPU, OrtValues on CUDA):
     encode(input_ids [B, S], attention_mask [B, S]) -> (encoder_mask, cross)   cross: 2 per layer
     step(input_ids [R, 1], encoder_mask, past | None, cross) -> (log_probs [R, V] numpy, present)
+        encoder_mask and cross have R rows, or with cross_per_sentence R / G (G rows per sentence)
     take(values, index [R']) -> values gathered along axis 0
+    cross_per_sentence: bool (an engine without it gets a copy per row, which every graph accepts)
 """
 from __future__ import annotations
 
@@ -49,6 +57,8 @@ class Hypothesis:
 
 
 class Engine(Protocol):
+    cross_per_sentence: bool
+
     def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> Tuple[Any, List[Any]]: ...
 
     def step(self, input_ids: np.ndarray, encoder_mask: Any, past: Optional[List[Any]],
@@ -344,7 +354,10 @@ def decode_steps(engine: Engine, config: ModelConfig, sources: Sequence[Sequence
 
     ids, mask = pad_sources(srcs, config.pad_id)
     encoder_mask, cross = engine.encode(ids, mask)
-    if len(search.row_example) > len(srcs):                                 # each sentence -> its K rows
+    # cross K/V and encoder mask: one row per sentence shared by its K beam rows when the decoder graph
+    # takes them so (a beam search's sentences keep exactly K rows); else one copy per row
+    shared = isinstance(search, BeamSearch) and getattr(engine, "cross_per_sentence", False)
+    if not shared and len(search.row_example) > len(srcs):                  # each sentence -> its K rows
         encoder_mask, *cross = engine.take([encoder_mask, *cross], search.row_example)
     past = None
     last = np.full((len(search.row_example), 1), config.bos_id, dtype=np.int64)
@@ -356,7 +369,11 @@ def decode_steps(engine: Engine, config: ModelConfig, sources: Sequence[Sequence
         yield search
         if len(parents) == 0:
             break
-        if len(parents) < len(last):                                         # sentences left: shrink all
+        if len(parents) < len(last) and shared:            # sentences left: cross by sentence, past by row
+            k = search.k
+            encoder_mask, *cross = engine.take([encoder_mask, *cross], parents[::k] // k)
+            past = engine.take(past, parents)
+        elif len(parents) < len(last):                                       # rows left: shrink all
             encoder_mask, *state = engine.take([encoder_mask, *cross, *past], parents)
             cross, past = state[:len(cross)], state[len(cross):]
         elif not np.array_equal(parents, np.arange(len(parents))):

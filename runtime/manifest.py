@@ -51,6 +51,9 @@ class ModelPackage:
     config: ModelConfig
     tokenizer: Tokenizer
     variants: Dict[str, Variant]
+    # the decoder step takes cross K/V + encoder mask once per sentence (graphs.decoder_step.cross_per_sentence);
+    # False for packages exported before that contract: they take a copy per row (docs/CONTRACTS.md)
+    cross_per_sentence: bool = False
 
     def file_bytes(self, name: str) -> int:
         return int(self.manifest["files"][name]["bytes"])
@@ -178,6 +181,17 @@ def _read_variants(root: Path, manifest: Dict[str, Any]) -> Dict[str, Variant]:
     return variants
 
 
+def _read_cross_per_sentence(root: Path, manifest: Dict[str, Any]) -> bool:
+    """graphs.decoder_step.cross_per_sentence: true, or absent / false (packages exported before it existed)."""
+    graphs = manifest.get("graphs")
+    decoder = graphs.get("decoder_step") if isinstance(graphs, dict) else None
+    value = decoder.get("cross_per_sentence", False) if isinstance(decoder, dict) else False
+    if not isinstance(value, bool):
+        raise ModelPackageError(f"{root / MANIFEST}: graphs.decoder_step.cross_per_sentence should be true or "
+                                f"false, got {value!r}; {REEXPORT}")
+    return value
+
+
 def specials_as_text(tokenizer: Tokenizer) -> Tokenizer:
     """Make `tokenizer` encode a literal "<s>", "</s>", "<pad>" or "<unk>" in text as ordinary pieces, so
     that no input (source or target prefix) can inject a control token: ids of specials come only from
@@ -227,5 +241,6 @@ def read_package(model_dir: Union[str, os.PathLike], verify: bool = True) -> Mod
         raise ModelPackageError(f"{root / MANIFEST}: bad model config ({e}); {REEXPORT}") from e
     _check_files(root, manifest)
     variants = _read_variants(root, manifest)
+    cross_per_sentence = _read_cross_per_sentence(root, manifest)
     tokenizer = _read_tokenizer(root, manifest, config, verify)
-    return ModelPackage(root, manifest, config, tokenizer, variants)
+    return ModelPackage(root, manifest, config, tokenizer, variants, cross_per_sentence)

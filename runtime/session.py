@@ -154,11 +154,17 @@ def open_session(path: str, graph: str, config: ModelConfig, sc: SessionConfig) 
 
 
 class _Graphs:
-    """The two sessions and the names the engines bind."""
+    """The two sessions and the names the engines bind.
 
-    def __init__(self, encoder: ort.InferenceSession, decoder: ort.InferenceSession, config: ModelConfig):
+    cross_per_sentence: the decoder step takes cross K/V and encoder mask with one row per sentence
+    while its other inputs have one per hypothesis (docs/CONTRACTS.md); decoding then shares them
+    between a sentence's beams instead of copying them per row (runtime/decoding.py)."""
+
+    def __init__(self, encoder: ort.InferenceSession, decoder: ort.InferenceSession, config: ModelConfig,
+                 cross_per_sentence: bool = False):
         io = expected_io(config)
         self.encoder, self.decoder, self.config = encoder, decoder, config
+        self.cross_per_sentence = cross_per_sentence
         self.cross_names = io["encoder"][1]
         self.past_names = [n for n in io["decoder_step"][0] if n.startswith("past_")]
         self.output_names = io["decoder_step"][1]          # log_probs, present_*
@@ -250,8 +256,8 @@ class IoBindingEngine(_Graphs):
     """Decoding engine whose tensors stay on `device` ("cuda", or "cpu" for tests) as OrtValues."""
 
     def __init__(self, encoder, decoder, config: ModelConfig, device: str = "cuda", device_id: int = 0,
-                 providers: Optional[List[Any]] = None):
-        super().__init__(encoder, decoder, config)
+                 providers: Optional[List[Any]] = None, cross_per_sentence: bool = False):
+        super().__init__(encoder, decoder, config, cross_per_sentence)
         self.device, self.device_id = device, device_id
         self._providers = providers or encoder.get_providers()
         self._gathers: Dict[Tuple, ort.InferenceSession] = {}
@@ -306,10 +312,11 @@ class IoBindingEngine(_Graphs):
 _NUMPY_OF_ORT = {1: np.float32, 7: np.int64, 10: np.float16}     # onnx TensorProto.DataType -> numpy
 
 
-def open_engine(encoder_path: str, decoder_path: str, config: ModelConfig, sc: SessionConfig):
+def open_engine(encoder_path: str, decoder_path: str, config: ModelConfig, sc: SessionConfig,
+                cross_per_sentence: bool = False):
     """The engine for a resolved device: ArrayEngine on CPU, IoBindingEngine on CUDA."""
     encoder = open_session(encoder_path, "encoder", config, sc)
     decoder = open_session(decoder_path, "decoder_step", config, sc)
     if sc.device == "cuda":
-        return IoBindingEngine(encoder, decoder, config, "cuda", sc.device_id, sc.providers())
-    return ArrayEngine(encoder, decoder, config)
+        return IoBindingEngine(encoder, decoder, config, "cuda", sc.device_id, sc.providers(), cross_per_sentence)
+    return ArrayEngine(encoder, decoder, config, cross_per_sentence)

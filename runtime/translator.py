@@ -133,11 +133,26 @@ class Translator:
             warnings.warn(f"{self.package.root}: the {self.variant} variant {UNCHECKED[v.status]}; its tokens may "
                           f"differ from float32 more than the export's thresholds allow", stacklevel=2)
         sc = SessionConfig(self.device, device_id, intra_threads, inter_threads, optimization)
-        self.engine = open_engine(str(v.encoder), str(v.decoder_step), self.config, sc)
+        self.engine = open_engine(str(v.encoder), str(v.decoder_step), self.config, sc,
+                                  cross_per_sentence=self.package.cross_per_sentence)
         self._check_graph_vocab(v.decoder_step)
+        self._check_graph_cross_axis(v.decoder_step)
         self._tokenizer = self.package.tokenizer
         # self.engine: the decoding engine (decoding.Engine), for id-level use with decoding.decode
         log.info("seq2onnx: %s runs on %s (variant %s, %s)", self.package.root, self.device, self.variant, v.precision)
+
+    def _check_graph_cross_axis(self, decoder_path: Any) -> None:
+        """A manifest that says cross K/V are per sentence needs a graph whose cross inputs have their own
+        batch axis: a graph of the earlier contract fails at the first beam step of a batch."""
+        if not self.package.cross_per_sentence:
+            return
+        dims = {i.name: i.shape for i in self.engine.decoder.get_inputs()}
+        rows, sentences = dims["input_ids"][0], dims["encoder_attention_mask"][0]
+        if isinstance(rows, str) and rows == sentences:
+            raise ModelPackageError(f"{decoder_path}: the manifest says the decoder step takes cross K/V once per "
+                                    f"sentence, but the graph's encoder_attention_mask and input_ids share the "
+                                    f"batch axis {rows!r}: the graph and the manifest do not belong together; "
+                                    f"re-export the model with `seq2onnx export`")
 
     def _check_graph_vocab(self, decoder_path: Any) -> None:
         """The decoder's log-probs must cover exactly the tokenizer's ids (a swapped tokenizer.json or an

@@ -189,18 +189,21 @@ def test_invalid_option_is_a_value_error_naming_it(translator, kwargs, name):
 
 # --- the loop's economy ----------------------------------------------------------------------------------
 class CountingEngine:
-    """Delegates to the real engine and records the rows of every step and the gathers between."""
+    """Delegates to the real engine and records the rows of every step (input ids, and the encoder
+    mask that comes with the cross K/V) and the gathers between."""
 
     def __init__(self, engine):
-        self.engine, self.rows, self.takes = engine, [], []
+        self.engine, self.rows, self.mask_rows, self.takes = engine, [], [], []
+        self.cross_per_sentence = engine.cross_per_sentence
 
     def encode(self, *args):
         return self.engine.encode(*args)
 
-    def step(self, input_ids, *args):
+    def step(self, input_ids, encoder_mask, *args):
         self.rows.append(len(input_ids))
+        self.mask_rows.append(len(encoder_mask))
         self.takes.append(0)
-        return self.engine.step(input_ids, *args)
+        return self.engine.step(input_ids, encoder_mask, *args)
 
     def take(self, values, index):
         if self.takes:
@@ -211,13 +214,21 @@ class CountingEngine:
 @pytest.mark.parametrize("beam_size", [1, 4])
 def test_finished_sentences_leave_the_batch(translator, beam_size):
     cfg = translator.config
+    assert translator.engine.cross_per_sentence                 # the package's decoder takes them so
     short = translator._tokenizer.encode("one two").ids + [cfg.eos_id]
     long_ = translator._tokenizer.encode("one two three four five six seven eight").ids + [cfg.eos_id]
     engine = CountingEngine(translator.engine)
     decode(engine, cfg, [short, long_], DecodingOptions(beam_size=beam_size))
     assert engine.rows[0] == 2 * beam_size
     assert engine.rows[-1] == beam_size                       # only the long sentence's rows run at the end
-    assert max(engine.takes) <= 1                             # one gather per step reorders/shrinks the cache
+    # the cross K/V and mask: one per sentence, shrunk with the sentences
+    assert engine.mask_rows[0] == 2 and engine.mask_rows[-1] == 1
+    left = [i for i in range(1, len(engine.rows)) if engine.rows[i] < engine.rows[i - 1]]
+    assert len(left) == 1                                     # the short sentence left once
+    # one gather per step reorders the cache; when a sentence leaves, a second shrinks the cross K/V
+    # (beam search; greedy shrinks its one-row-per-sentence cross with the cache in one gather)
+    assert all(t <= 1 for i, t in enumerate(engine.takes) if i + 1 not in left)
+    assert engine.takes[left[0] - 1] == (2 if beam_size > 1 else 1)
 
 
 # --- the parts alone ------------------------------------------------------------------------------------

@@ -100,10 +100,14 @@ def test_manifest_describes_the_package(tiny_package, tiny_ckpt):
     assert [i["name"] for i in dec["inputs"]] == (["input_ids", "encoder_attention_mask"]
                                                   + onnx_export.cache_names("past", n)
                                                   + onnx_export.cache_names("cross", n))
-    assert dec["inputs"][0]["shape"] == ["batch", 1]
-    assert dec["inputs"][2]["shape"] == ["batch", h, "past_len", dh]
-    assert dec["outputs"][0] == {"name": "log_probs", "dtype": "float32", "shape": ["batch", cfg.vocab_size]}
-    assert dec["outputs"][1]["shape"] == ["batch", h, "past_len + 1", dh]
+    # rows (hypotheses) and sentences are separate axes: cross K/V and encoder mask come once per sentence
+    assert dec["inputs"][0]["shape"] == ["rows", 1]
+    assert dec["inputs"][1]["shape"] == ["sentences", "src_len"]
+    assert dec["inputs"][2]["shape"] == ["rows", h, "past_len", dh]
+    assert {tuple(i["shape"]) for i in dec["inputs"][2 + 2 * n:]} == {("sentences", h, "src_len", dh)}
+    assert dec["outputs"][0] == {"name": "log_probs", "dtype": "float32", "shape": ["rows", cfg.vocab_size]}
+    assert dec["outputs"][1]["shape"] == ["rows", h, "past_len + 1", dh]
+    assert dec["cross_per_sentence"] is True and "cross_per_sentence" not in enc
 
     # parity figures of both variants; the int8 ones pass their documented thresholds
     fp32, int8 = m["variants"]["fp32"], m["variants"]["int8"]

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from seq2onnx.runtime.config import ModelConfig
-from seq2onnx.training.model import Transformer, sinusoidal_positions
+from seq2onnx.training.model import Transformer, padding_bias, sinusoidal_positions
 from seq2onnx.training.reference import beam_search, greedy_search, pad_batch
 
 
@@ -79,6 +79,40 @@ def test_incremental_decode_step_equals_full_teacher_forced_forward(norm_first):
             step_logp, past = model.decode_step(tgt_in[:, t:t + 1], src_mask, past, cross)   # [2, V]
             torch.testing.assert_close(step_logp, full[:, t], rtol=1e-5, atol=2e-5)
             assert past[0][0].shape == (2, model.cfg.n_heads, t + 1, model.cfg.head_dim)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_decode_step_shares_cross_per_sentence(norm_first):
+    """decode_step with G rows per sentence and one cross K/V + mask per sentence computes what it
+    computes with the cross K/V and mask copied to every row (and G = 1 is the very same computation)."""
+    model = small_model(norm_first, seed=2)
+    src_ids, src_mask, _ = batch_with_padding()                               # 2 sentences, one padded
+    g, steps = 3, 5
+    gen = torch.Generator().manual_seed(4)
+    with torch.no_grad():
+        cross = model.cross_kv(model.encode(src_ids, src_mask))               # [2, H, S, Dh] per layer
+        copied = [(k.repeat_interleave(g, 0), v.repeat_interleave(g, 0)) for k, v in cross]
+        mask_rows = src_mask.repeat_interleave(g, 0)                           # row = sentence * g + beam
+        past_shared, past_copied = model.empty_cache(2 * g), model.empty_cache(2 * g)
+        for _ in range(steps):
+            ids = torch.randint(4, 40, (2 * g, 1), generator=gen)             # the rows differ
+            shared_logp, past_shared = model.decode_step(ids, src_mask, past_shared, cross)
+            copied_logp, past_copied = model.decode_step(ids, mask_rows, past_copied, copied)
+            assert shared_logp.shape == (2 * g, 40)
+            torch.testing.assert_close(shared_logp, copied_logp, rtol=0, atol=1e-5)
+            for (ks, vs), (kc, vc) in zip(past_shared, past_copied):
+                torch.testing.assert_close(ks, kc, rtol=0, atol=1e-5)
+                torch.testing.assert_close(vs, vc, rtol=0, atol=1e-5)
+        # a row attends to its own sentence: swapping the sentences' cross K/V changes every row
+        swapped = [(k.flip(0), v.flip(0)) for k, v in cross]
+        other, _ = model.decode_step(ids, src_mask.flip(0), model.empty_cache(2 * g), swapped)
+        first, _ = model.decode_step(ids, src_mask, model.empty_cache(2 * g), cross)
+        assert (other - first).abs().amax(dim=1).min() > 1e-3
+        # G = 1 (a row per sentence): the per-sentence attention is the training path's, bit for bit
+        attn = model.decoder_layers[0].cross_attn
+        x = torch.randn(2, 1, model.cfg.d_model, generator=gen)
+        bias = padding_bias(src_mask, x.dtype)
+        assert torch.equal(attn.forward_per_sentence(x, cross[0], bias), attn(x, cross[0], bias))
 
 
 def test_reference_beam_size_one_equals_greedy():

@@ -97,6 +97,22 @@ class MultiHeadAttention(nn.Module):
         b, _, t, _ = out.shape
         return self.out_proj(out.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim))
 
+    def forward_per_sentence(self, x: torch.Tensor, kv: KV, bias: torch.Tensor) -> torch.Tensor:
+        """One query per row against the keys/values of its sentence, shared by the sentence's rows.
+
+        x [R, 1, D] with R = B * G rows, row = sentence * G + g (G = R / B: the beams, 1 for greedy);
+        kv (K, V) [B, H, S, Dh] and bias [B, 1, 1, S]: one per sentence. The G rows of a sentence
+        become G query positions of one attention over its S keys, so the K/V are read once per
+        sentence and each head multiplies [G, Dh] x [Dh, S] instead of G times [1, Dh] x [Dh, S].
+        G = 1 (B = R) is exactly forward(). G is read from the shapes: the ONNX graph keeps it dynamic.
+        """
+        r, _, d = x.shape
+        b = kv[0].shape[0]
+        q = self.q_proj(x).reshape(b, -1, self.n_heads, self.head_dim).transpose(1, 2)   # [B, H, G, Dh]
+        p = self.attention_dropout if self.training else 0.0
+        out = attention(q, kv[0], kv[1], bias, p)                                        # [B, H, G, Dh]
+        return self.out_proj(out.transpose(1, 2).reshape(r, 1, d))                       # [B, G, H, Dh] -> [R, 1, D]
+
 
 class FeedForward(nn.Module):
     """FFN(x) = max(0, x W1 + b1) W2 + b2, applied at each position."""
@@ -156,14 +172,18 @@ class DecoderLayer(nn.Module):
         self.sub_self, self.sub_cross, self.sub_ffn = SubLayer(*args), SubLayer(*args), SubLayer(*args)
 
     def forward(self, x: torch.Tensor, past: Optional[KV], self_bias: Optional[torch.Tensor],
-                cross: KV, cross_bias: torch.Tensor) -> Tuple[torch.Tensor, KV]:
-        """x [B, T, D]; past (K, V) [B, H, P, Dh] or None -> (x [B, T, D], present [B, H, P+T, Dh])."""
+                cross: KV, cross_bias: torch.Tensor, per_sentence: bool = False) -> Tuple[torch.Tensor, KV]:
+        """x [B, T, D]; past (K, V) [B, H, P, Dh] or None -> (x [B, T, D], present [B, H, P+T, Dh]).
+
+        per_sentence (one decoding step, T = 1): x and past have R rows, cross and cross_bias one per
+        sentence (B' = R / G rows), see MultiHeadAttention.forward_per_sentence."""
         h = self.sub_self.input(x)
         k, v = self.self_attn.project_kv(h)
         if past is not None:
             k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
         x = self.sub_self.output(x, self.self_attn(h, (k, v), self_bias))
-        x = self.sub_cross.output(x, self.cross_attn(self.sub_cross.input(x), cross, cross_bias))
+        cross_attn = self.cross_attn.forward_per_sentence if per_sentence else self.cross_attn
+        x = self.sub_cross.output(x, cross_attn(self.sub_cross.input(x), cross, cross_bias))
         x = self.sub_ffn.output(x, self.ffn(self.sub_ffn.input(x)))
         return x, (k, v)
 
@@ -219,11 +239,12 @@ class Transformer(nn.Module):
         return [layer.cross_attn.project_kv(memory) for layer in self.decoder_layers]
 
     def _decode(self, x: torch.Tensor, src_mask: torch.Tensor, cross: List[KV],
-                past: Optional[List[KV]], self_bias: Optional[torch.Tensor]) -> Tuple[torch.Tensor, List[KV]]:
+                past: Optional[List[KV]], self_bias: Optional[torch.Tensor],
+                per_sentence: bool = False) -> Tuple[torch.Tensor, List[KV]]:
         cross_bias = padding_bias(src_mask, x.dtype)
         present = []
         for i, layer in enumerate(self.decoder_layers):
-            x, kv = layer(x, None if past is None else past[i], self_bias, cross[i], cross_bias)
+            x, kv = layer(x, None if past is None else past[i], self_bias, cross[i], cross_bias, per_sentence)
             present.append(kv)
         return self.decoder_norm(x), present
 
@@ -239,15 +260,19 @@ class Transformer(nn.Module):
     # --- inference: one target position at a time --------------------------------------------
     def decode_step(self, input_ids: torch.Tensor, src_mask: torch.Tensor, past: List[KV],
                     cross: List[KV]) -> Tuple[torch.Tensor, List[KV]]:
-        """input_ids [B, 1] (the previous token), past (K, V) [B, H, P, Dh] per layer (P may be 0).
+        """input_ids [R, 1] (the previous token of each row), past (K, V) [R, H, P, Dh] per layer
+        (P may be 0); cross (K, V) [B, H, S, Dh] per layer and src_mask [B, S], one per sentence,
+        where R = B * G and row = sentence * G + g (G beams per sentence; B = R, G = 1, is a row
+        per sentence as in greedy decoding, or replicated cross K/V).
 
         The position of input_ids is P, read from the cache. Returns float32 log-probs of the
-        next token [B, V] and the present cache [B, H, P+1, Dh] per layer.
+        next token [R, V] and the present cache [R, H, P+1, Dh] per layer.
         """
         offset = past[0][0].shape[2]
         x = self._embed(self.tgt_embed, input_ids, offset)
-        x, present = self._decode(x, src_mask, cross, past, None)   # one query sees all P+1 keys
-        logits = self.output_projection(x[:, -1])                    # [B, V]
+        # one query sees all P+1 keys; the G rows of a sentence share its cross K/V
+        x, present = self._decode(x, src_mask, cross, past, None, per_sentence=True)
+        logits = self.output_projection(x[:, -1])                    # [R, V]
         return torch.log_softmax(logits.float(), dim=-1), present
 
     def empty_cache(self, batch: int, device=None, dtype=torch.float32) -> List[KV]:

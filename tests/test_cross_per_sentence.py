@@ -1,0 +1,274 @@
+"""Cross K/V once per sentence (docs/CONTRACTS.md, decoder_step): the decoder step graph takes the cross
+K/V and encoder mask with one row per sentence and shares them between the sentence's beams.
+
+  * packages of this contract (the session's tiny package): greedy, beam 4 with n-best, and batches
+    whose sentences finish at different steps decode to the PyTorch reference's tokens and scores,
+    while the engine is given one cross K/V row per live sentence;
+  * packages of the earlier contract (no `cross_per_sentence` in the manifest: the shipped
+    numbers-en-de, and the tiny package with the field removed) decode as before, a copy per row;
+  * a manifest that claims per-sentence cross for a graph that takes a copy per row is refused;
+  * the export's parity check catches a decoder that is right with one row per sentence only.
+Everything runs for real at small size (fixtures_training.py, fixtures_export.py)."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from fixtures_training import toy_pairs
+from seq2onnx.export import parity
+from seq2onnx.export.commands import ExportOptions, run_export
+from seq2onnx.runtime.config import ModelConfig
+from seq2onnx.runtime.decoding import decode
+from seq2onnx.runtime.errors import ModelPackageError
+from seq2onnx.runtime.manifest import read_package
+from seq2onnx.runtime.options import DecodingOptions
+from seq2onnx.runtime.session import IoBindingEngine, SessionConfig, open_session
+from seq2onnx.runtime.translator import Translator
+from seq2onnx.training import model as model_module
+from seq2onnx.training import reference
+from seq2onnx.training.checkpoint import load_checkpoint
+from seq2onnx.training.model import Transformer, attention, padding_bias
+
+# Scores are float32 sums of ~10 log-probs of magnitude up to ~10 (an ulp is ~1e-6): on these sources
+# ONNX and PyTorch beam-4 scores differ by up to 1.2e-5 with per-sentence cross K/V and by 1.1e-5 with
+# a copy per row (measured; greedy: 4e-6 both ways), so 1e-5 is below the float32 noise of either path.
+SCORE_TOLERANCE = 2e-5
+SHIPPED = "numbers-en-de"
+
+
+def rows(value) -> int:
+    """Rows of a numpy array or an OrtValue (IoBindingEngine)."""
+    return value.shape[0] if isinstance(value, np.ndarray) else value.shape()[0]
+
+
+class RecordingEngine:
+    """Delegates to a real engine; records per step the rows of input_ids and of the encoder mask / cross K/V."""
+
+    def __init__(self, engine):
+        self.engine = engine
+        self.cross_per_sentence = engine.cross_per_sentence
+        self.rows, self.cross_rows = [], []
+
+    def encode(self, *args):
+        return self.engine.encode(*args)
+
+    def step(self, input_ids, encoder_mask, past, cross):
+        self.rows.append(len(input_ids))
+        self.cross_rows.append(rows(encoder_mask))
+        assert {rows(c) for c in cross} == {rows(encoder_mask)}
+        return self.engine.step(input_ids, encoder_mask, past, cross)
+
+    def take(self, values, index):
+        return self.engine.take(values, index)
+
+
+@pytest.fixture(scope="module")
+def ref_model(tiny_checkpoint):
+    ckpt = load_checkpoint(tiny_checkpoint)
+    model = Transformer(ModelConfig.from_dict(ckpt["config"]))
+    model.load_state_dict(ckpt["model"])
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def translator(tiny_package):
+    return Translator(tiny_package, device="cpu", intra_threads=1)
+
+
+@pytest.fixture(scope="module")
+def old_contract_package(tiny_package, tmp_path_factory):
+    """The tiny package as a package of the earlier contract: its manifest without cross_per_sentence."""
+    out = tmp_path_factory.mktemp("old_contract") / "model"
+    shutil.copytree(tiny_package, out)
+    manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    del manifest["graphs"]["decoder_step"]["cross_per_sentence"]
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2), encoding="utf-8")
+    return out
+
+
+@pytest.fixture(scope="module")
+def sources(translator):
+    """1 to 9 words: in one batch the sentences finish at many different steps."""
+    texts = [s for s, _ in toy_pairs(14, seed=11, min_words=1, max_words=9)] + ["one", "two three"]
+    eos = translator.config.eos_id
+    return [translator._tokenizer.encode(t).ids + [eos] for t in texts]
+
+
+def io_binding_engine(tr: Translator, cross_per_sentence: bool) -> IoBindingEngine:
+    """The CUDA engine's code path (IO binding, OrtValues, Gather-graph reorder) on the CPU provider."""
+    sc = SessionConfig("cpu", intra_threads=1)
+    v = tr.package.variants["fp32"]
+    return IoBindingEngine(open_session(v.encoder, "encoder", tr.config, sc),
+                           open_session(v.decoder_step, "decoder_step", tr.config, sc), tr.config, device="cpu",
+                           cross_per_sentence=cross_per_sentence)
+
+
+def assert_same(got, ref):
+    assert [[h.tokens for h in hs] for hs in got] == [[h.tokens for h in hs] for hs in ref]
+    assert [[h.finished for h in hs] for hs in got] == [[h.finished for h in hs] for hs in ref]
+    for g, r in zip(got, ref):
+        assert [h.score for h in g] == pytest.approx([h.score for h in r], abs=SCORE_TOLERANCE)
+        assert [h.normalized_score for h in g] == pytest.approx([h.normalized_score for h in r], abs=SCORE_TOLERANCE)
+
+
+def shrink_steps(rows):
+    return [i for i in range(1, len(rows)) if rows[i] < rows[i - 1]]
+
+
+# --- packages of this contract ---------------------------------------------------------------------------
+def test_the_export_writes_per_sentence_packages(tiny_package, translator):
+    assert read_package(tiny_package).cross_per_sentence is True
+    assert translator.engine.cross_per_sentence is True
+
+
+@pytest.mark.parametrize("engine_kind", ["array", "io_binding"])
+@pytest.mark.parametrize("opts", [
+    dict(beam_size=1),
+    dict(beam_size=4, num_hypotheses=4),
+    dict(beam_size=4, num_hypotheses=2, length_penalty=0.6, max_length=7),     # the limit ends live beams
+    dict(beam_size=3, num_hypotheses=1, min_length=4),
+])
+def test_per_sentence_decoding_matches_reference(translator, ref_model, sources, engine_kind, opts):
+    k = opts["beam_size"]
+    kw = dict(max_length=opts.get("max_length", 256), min_length=opts.get("min_length", 0),
+              length_penalty=opts.get("length_penalty", 1.0))
+    if k == 1:
+        ref = [[h] for h in reference.greedy_search(ref_model, sources, **kw)]
+    else:   # the reference copies the cross K/V to every row: an independent computation
+        ref = reference.beam_search(ref_model, sources, beam_size=k, num_hypotheses=opts["num_hypotheses"], **kw)
+    base = translator.engine if engine_kind == "array" else io_binding_engine(translator, True)
+    engine = RecordingEngine(base)
+    options = DecodingOptions(beam_size=k, num_hypotheses=opts.get("num_hypotheses", 1),
+                              max_decoding_length=kw["max_length"], min_decoding_length=kw["min_length"],
+                              length_penalty=kw["length_penalty"])
+    got = decode(engine, translator.config, sources, options)
+    assert_same(got, ref)
+    # one cross K/V row per live sentence at every step, shrinking as sentences finish
+    assert engine.cross_rows == [r // k for r in engine.rows]
+    assert engine.cross_rows[0] == len(sources)
+    if "max_length" not in opts:
+        assert len(shrink_steps(engine.rows)) >= 2                 # sentences finished at different steps
+        assert any(h.finished for hs in ref for h in hs)
+
+
+def test_per_sentence_translate_ids_matches_reference(translator, ref_model, sources):
+    """Through the public API, with max_batch_size splitting the batch."""
+    ref = reference.beam_search(ref_model, sources, beam_size=4, num_hypotheses=3)
+    for max_batch_size in (0, 5):
+        assert_same(translator.translate_ids(sources, beam_size=4, num_hypotheses=3, max_batch_size=max_batch_size),
+                    ref)
+
+
+def test_int8_per_sentence_matches_int8_with_a_copy_per_row(tiny_package, sources):
+    """The int8 graph with per-sentence cross against the same graph given a copy per row (G = 1)."""
+    tr = Translator(tiny_package, device="cpu", compute_type="int8", intra_threads=1)
+    assert tr.variant == "int8" and tr.engine.cross_per_sentence
+    options = DecodingOptions(beam_size=4, num_hypotheses=2)
+    shared = decode(tr.engine, tr.config, sources, options)
+    tr.engine.cross_per_sentence = False
+    try:
+        copied = decode(tr.engine, tr.config, sources, options)
+    finally:
+        tr.engine.cross_per_sentence = True
+    assert [[h.tokens for h in hs] for hs in shared] == [[h.tokens for h in hs] for hs in copied]
+
+
+# --- packages of the earlier contract -------------------------------------------------------------------------
+def test_old_contract_manifest_decodes_with_a_copy_per_row(old_contract_package, ref_model, sources):
+    tr = Translator(old_contract_package, device="cpu", intra_threads=1)
+    assert tr.package.cross_per_sentence is False and tr.engine.cross_per_sentence is False
+    for engine in (RecordingEngine(tr.engine), RecordingEngine(io_binding_engine(tr, False))):
+        got = decode(engine, tr.config, sources, DecodingOptions(beam_size=4, num_hypotheses=2))
+        assert_same(got, reference.beam_search(ref_model, sources, beam_size=4, num_hypotheses=2))
+        assert engine.cross_rows == engine.rows                      # the cross K/V copied to every row
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    return Translator(SHIPPED, device="cpu", intra_threads=1)
+
+
+@pytest.fixture(scope="module")
+def shipped_sources(shipped):
+    texts = ["seven", "forty-two", "three hundred and one", "one thousand and three", "ninety",
+             "four hundred and ninety-five thousand, five hundred and seventeen", "twelve thousand and sixty"]
+    return [shipped._tokenizer.encode(t).ids + [shipped.config.eos_id] for t in texts]
+
+
+def test_shipped_model_is_of_the_earlier_contract(shipped):
+    """numbers-en-de was exported before cross_per_sentence existed (its checkpoint is gone): its graph
+    names one batch axis for every input, and the runtime gives it a copy per row."""
+    dims = {i.name: i.shape for i in shipped.engine.decoder.get_inputs()}
+    assert dims["input_ids"][0] == dims["encoder_attention_mask"][0] == dims["cross_key_0"][0] == "batch"
+    assert shipped.package.cross_per_sentence is False and shipped.engine.cross_per_sentence is False
+
+
+@pytest.mark.parametrize("compute_type", ["float32", "int8"])
+def test_shipped_model_decodes_as_the_minimal_loops(shipped, shipped_sources, compute_type):
+    """The runtime on the old graph against export/parity.py's minimal numpy loops feeding it a copy of
+    the cross K/V per row, the way every runtime before this contract did. int8 quantises activations
+    with one scale per tensor, so a row's numbers depend on the other rows: the runtime drops finished
+    sentences, the minimal loops do not, so int8 is compared one sentence at a time."""
+    tr = shipped if compute_type == "float32" else Translator(SHIPPED, device="cpu", compute_type="int8",
+                                                              intra_threads=1)
+    v = tr.package.variants[tr.variant]
+    pair = parity.OnnxPair(v.encoder, v.decoder_step, tr.config, cross_per_sentence=False)
+    engines = [tr.engine, io_binding_engine(tr, False)] if compute_type == "float32" else [tr.engine]
+    batches = [shipped_sources] if compute_type == "float32" else [[s] for s in shipped_sources]
+    for engine in engines:
+        for batch in batches:
+            recorded = RecordingEngine(engine)
+            got = decode(recorded, tr.config, batch, DecodingOptions(beam_size=4, num_hypotheses=4,
+                                                                     max_decoding_length=60))
+            assert_same(got, parity.onnx_beam(pair, batch, beam_size=4, num_hypotheses=4, max_length=60))
+            assert recorded.cross_rows == recorded.rows
+            assert all(len(h.tokens) > 0 for hs in got for h in hs[:1])
+            greedy = decode(engine, tr.config, batch, DecodingOptions(beam_size=1, max_decoding_length=60))
+            assert_same(greedy, [[h] for h in parity.onnx_greedy(pair, batch, max_length=60)])
+
+
+def test_manifest_claiming_per_sentence_for_an_old_graph_is_refused(tmp_path):
+    pkg = tmp_path / "model"
+    shutil.copytree(read_package(SHIPPED).root, pkg)
+    manifest = json.loads((pkg / "manifest.json").read_text(encoding="utf-8"))
+    manifest["graphs"]["decoder_step"]["cross_per_sentence"] = True
+    (pkg / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    with pytest.raises(ModelPackageError, match=r"decoder_step.onnx: the manifest says the decoder step takes "
+                                                r"cross K/V once per sentence, but .* re-export"):
+        Translator(pkg, device="cpu")
+    manifest["graphs"]["decoder_step"]["cross_per_sentence"] = "yes"
+    (pkg / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    with pytest.raises(ModelPackageError, match=r"cross_per_sentence should be true or false, got 'yes'"):
+        read_package(pkg)
+
+
+# --- the export's parity check covers beam-shaped steps ------------------------------------------------------
+def fold_heads_and_beams(self, x, kv, bias):
+    """A plausible wrong fold: [R, 1, D] -> [B, H, G, Dh] by reshape alone mixes heads and beams up.
+    With G = 1 it is the right computation, so only checks with several rows per sentence can see it."""
+    r, _, d = x.shape
+    q = self.q_proj(x).reshape(kv[0].shape[0], self.n_heads, -1, self.head_dim)
+    return self.out_proj(attention(q, kv[0], kv[1], bias).transpose(1, 2).reshape(r, 1, d))
+
+
+def test_export_parity_catches_a_decoder_wrong_only_for_beams(tiny_checkpoint, ref_model, tmp_path, monkeypatch):
+    attn = ref_model.decoder_layers[0].cross_attn
+    g = torch.Generator().manual_seed(0)
+    kv = (torch.randn(2, attn.n_heads, 5, attn.head_dim, generator=g),) * 2
+    bias = padding_bias(torch.ones(2, 5, dtype=torch.long), torch.float32)
+    with torch.no_grad():
+        one_row = torch.randn(2, 1, ref_model.cfg.d_model, generator=g)          # G = 1: the same
+        assert torch.equal(fold_heads_and_beams(attn, one_row, kv, bias), attn.forward_per_sentence(one_row, kv, bias))
+        four_rows = torch.randn(8, 1, ref_model.cfg.d_model, generator=g)        # G = 4: not
+        assert not torch.allclose(fold_heads_and_beams(attn, four_rows, kv, bias),
+                                  attn.forward_per_sentence(four_rows, kv, bias), atol=1e-3)
+
+    monkeypatch.setattr(model_module.MultiHeadAttention, "forward_per_sentence", fold_heads_and_beams)
+    out = tmp_path / "model"
+    with pytest.raises(parity.ParityError, match=r"fp32 parity check 'decoder log-probs' failed"):
+        run_export(ExportOptions(checkpoint=tiny_checkpoint, out_dir=out))
+    assert not out.exists()

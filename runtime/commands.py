@@ -235,6 +235,7 @@ def package_info(model_dir: str, verify: bool = True) -> Dict[str, Any]:
         "opset": m.get("opset"), "ir_version": m.get("ir_version"), "exporter": m.get("exporter", {}),
         "source_checkpoint": m.get("source_checkpoint", {}),
         "total_bytes": sum(int(f["bytes"]) for f in m["files"].values()), "verified": verify,
+        "cross_per_sentence": pkg.cross_per_sentence,
     }
 
 
@@ -254,6 +255,8 @@ def _print_info(info: Dict[str, Any]) -> None:
           f"tied output {a['tie_output_embedding']}")
     specials = ", ".join(f"{r} {s['token']}={s['id']}" for r, s in info["special_tokens"].items())
     print(f"vocabulary     {info['vocab_size']} tokens ({specials})")
+    print("decoder step   " + ("cross K/V once per sentence (shared by its beams)" if info["cross_per_sentence"]
+                               else "cross K/V copied per row (graph contract before cross_per_sentence)"))
     print("variants")
     for name, v in info["variants"].items():
         b = v["bytes"]

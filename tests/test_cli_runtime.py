@@ -111,6 +111,9 @@ def test_info_text_and_json(tiny_package, capsys):
     rc, out, _ = run_cli(["info", str(tiny_package)], capsys)
     assert rc == 0
     assert "architecture" in out and "vocabulary" in out and "fp32" in out and "int8" in out and "parity" in out
+    assert "decoder step   cross K/V once per sentence" in out
+    rc, out, _ = run_cli(["info", "numbers-en-de"], capsys)           # exported before that contract
+    assert rc == 0 and "decoder step   cross K/V copied per row" in out
     rc, out, _ = run_cli(["info", str(tiny_package), "--json"], capsys)
     info = json.loads(out)
     manifest = json.loads((tiny_package / "manifest.json").read_text())
@@ -118,3 +121,4 @@ def test_info_text_and_json(tiny_package, capsys):
     assert info["variants"]["fp32"]["bytes"]["encoder"] == (tiny_package / "encoder.onnx").stat().st_size
     assert info["variants"]["int8"]["parity"] == manifest["variants"]["int8"]["parity"]
     assert info["exporter"] == manifest["exporter"] and info["verified"] is True
+    assert info["cross_per_sentence"] is True and info["variants"]["int8"]["status"] == "checked"

@@ -65,3 +65,11 @@ def tiny_run(tiny_data_dir, tmp_path_factory) -> Path:
 def tiny_checkpoint(tiny_run) -> Path:
     """The tiny run's best.pt."""
     return tiny_run / "best.pt"
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tiny_checkpoint):
+    """The tiny run's best.pt as a Transformer in eval mode on the CPU (one per test module)."""
+    from seq2onnx.export.onnx_export import model_from_checkpoint
+    from seq2onnx.training.checkpoint import load_checkpoint
+    return model_from_checkpoint(load_checkpoint(tiny_checkpoint))

@@ -21,7 +21,6 @@ import torch
 from fixtures_training import toy_pairs
 from seq2onnx.export import parity
 from seq2onnx.export.commands import ExportOptions, run_export
-from seq2onnx.runtime.config import ModelConfig
 from seq2onnx.runtime.decoding import decode
 from seq2onnx.runtime.errors import ModelPackageError
 from seq2onnx.runtime.manifest import read_package
@@ -30,8 +29,7 @@ from seq2onnx.runtime.session import IoBindingEngine, SessionConfig, open_sessio
 from seq2onnx.runtime.translator import Translator
 from seq2onnx.training import model as model_module
 from seq2onnx.training import reference
-from seq2onnx.training.checkpoint import load_checkpoint
-from seq2onnx.training.model import Transformer, attention, padding_bias
+from seq2onnx.training.model import attention, padding_bias
 
 # Scores are float32 sums of ~10 log-probs of magnitude up to ~10 (an ulp is ~1e-6): on these sources
 # ONNX and PyTorch beam-4 scores differ by up to 1.2e-5 with per-sentence cross K/V and by 1.1e-5 with
@@ -64,14 +62,6 @@ class RecordingEngine:
 
     def take(self, values, index):
         return self.engine.take(values, index)
-
-
-@pytest.fixture(scope="module")
-def ref_model(tiny_checkpoint):
-    ckpt = load_checkpoint(tiny_checkpoint)
-    model = Transformer(ModelConfig.from_dict(ckpt["config"]))
-    model.load_state_dict(ckpt["model"])
-    return model.eval()
 
 
 @pytest.fixture(scope="module")
@@ -132,14 +122,14 @@ def test_the_export_writes_per_sentence_packages(tiny_package, translator):
     dict(beam_size=4, num_hypotheses=2, length_penalty=0.6, max_length=7),     # the limit ends live beams
     dict(beam_size=3, num_hypotheses=1, min_length=4),
 ])
-def test_per_sentence_decoding_matches_reference(translator, ref_model, sources, engine_kind, opts):
+def test_per_sentence_decoding_matches_reference(translator, tiny_model, sources, engine_kind, opts):
     k = opts["beam_size"]
     kw = dict(max_length=opts.get("max_length", 256), min_length=opts.get("min_length", 0),
               length_penalty=opts.get("length_penalty", 1.0))
     if k == 1:
-        ref = [[h] for h in reference.greedy_search(ref_model, sources, **kw)]
+        ref = [[h] for h in reference.greedy_search(tiny_model, sources, **kw)]
     else:   # the reference copies the cross K/V to every row: an independent computation
-        ref = reference.beam_search(ref_model, sources, beam_size=k, num_hypotheses=opts["num_hypotheses"], **kw)
+        ref = reference.beam_search(tiny_model, sources, beam_size=k, num_hypotheses=opts["num_hypotheses"], **kw)
     base = translator.engine if engine_kind == "array" else io_binding_engine(translator, True)
     engine = RecordingEngine(base)
     options = DecodingOptions(beam_size=k, num_hypotheses=opts.get("num_hypotheses", 1),
@@ -155,9 +145,9 @@ def test_per_sentence_decoding_matches_reference(translator, ref_model, sources,
         assert any(h.finished for hs in ref for h in hs)
 
 
-def test_per_sentence_translate_ids_matches_reference(translator, ref_model, sources):
+def test_per_sentence_translate_ids_matches_reference(translator, tiny_model, sources):
     """Through the public API, with max_batch_size splitting the batch."""
-    ref = reference.beam_search(ref_model, sources, beam_size=4, num_hypotheses=3)
+    ref = reference.beam_search(tiny_model, sources, beam_size=4, num_hypotheses=3)
     for max_batch_size in (0, 5):
         assert_same(translator.translate_ids(sources, beam_size=4, num_hypotheses=3, max_batch_size=max_batch_size),
                     ref)
@@ -178,12 +168,12 @@ def test_int8_per_sentence_matches_int8_with_a_copy_per_row(tiny_package, source
 
 
 # --- packages of the earlier contract -------------------------------------------------------------------------
-def test_old_contract_manifest_decodes_with_a_copy_per_row(old_contract_package, ref_model, sources):
+def test_old_contract_manifest_decodes_with_a_copy_per_row(old_contract_package, tiny_model, sources):
     tr = Translator(old_contract_package, device="cpu", intra_threads=1)
     assert tr.package.cross_per_sentence is False and tr.engine.cross_per_sentence is False
     for engine in (RecordingEngine(tr.engine), RecordingEngine(io_binding_engine(tr, False))):
         got = decode(engine, tr.config, sources, DecodingOptions(beam_size=4, num_hypotheses=2))
-        assert_same(got, reference.beam_search(ref_model, sources, beam_size=4, num_hypotheses=2))
+        assert_same(got, reference.beam_search(tiny_model, sources, beam_size=4, num_hypotheses=2))
         assert engine.cross_rows == engine.rows                      # the cross K/V copied to every row
 
 
@@ -255,15 +245,15 @@ def fold_heads_and_beams(self, x, kv, bias):
     return self.out_proj(attention(q, kv[0], kv[1], bias).transpose(1, 2).reshape(r, 1, d))
 
 
-def test_export_parity_catches_a_decoder_wrong_only_for_beams(tiny_checkpoint, ref_model, tmp_path, monkeypatch):
-    attn = ref_model.decoder_layers[0].cross_attn
+def test_export_parity_catches_a_decoder_wrong_only_for_beams(tiny_checkpoint, tiny_model, tmp_path, monkeypatch):
+    attn = tiny_model.decoder_layers[0].cross_attn
     g = torch.Generator().manual_seed(0)
     kv = (torch.randn(2, attn.n_heads, 5, attn.head_dim, generator=g),) * 2
     bias = padding_bias(torch.ones(2, 5, dtype=torch.long), torch.float32)
     with torch.no_grad():
-        one_row = torch.randn(2, 1, ref_model.cfg.d_model, generator=g)          # G = 1: the same
+        one_row = torch.randn(2, 1, tiny_model.cfg.d_model, generator=g)          # G = 1: the same
         assert torch.equal(fold_heads_and_beams(attn, one_row, kv, bias), attn.forward_per_sentence(one_row, kv, bias))
-        four_rows = torch.randn(8, 1, ref_model.cfg.d_model, generator=g)        # G = 4: not
+        four_rows = torch.randn(8, 1, tiny_model.cfg.d_model, generator=g)        # G = 4: not
         assert not torch.allclose(fold_heads_and_beams(attn, four_rows, kv, bias),
                                   attn.forward_per_sentence(four_rows, kv, bias), atol=1e-3)
 

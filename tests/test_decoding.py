@@ -8,14 +8,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fixtures_training import toy_pairs
-from seq2onnx.runtime.config import ModelConfig
 from seq2onnx.runtime.decoding import Sampler, decode, top_candidates
 from seq2onnx.runtime.logit_filters import ForcePrefix, NoRepeatNGram, RepetitionPenalty
 from seq2onnx.runtime.options import DecodingOptions
 from seq2onnx.runtime.translator import Translator
 from seq2onnx.training import reference
-from seq2onnx.training.checkpoint import load_checkpoint
-from seq2onnx.training.model import Transformer
 
 PROPERTY = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -23,14 +20,6 @@ PROPERTY = settings(max_examples=20, deadline=None, suppress_health_check=[Healt
 @pytest.fixture(scope="module")
 def translator(tiny_package):
     return Translator(tiny_package, device="cpu", intra_threads=1)
-
-
-@pytest.fixture(scope="module")
-def ref_model(tiny_checkpoint):
-    ckpt = load_checkpoint(tiny_checkpoint)
-    model = Transformer(ModelConfig.from_dict(ckpt["config"]))
-    model.load_state_dict(ckpt["model"])
-    return model.eval()
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +43,8 @@ def source_ids(config):
 
 # --- token-identical to the PyTorch reference ---------------------------------------------------------
 @pytest.mark.parametrize("max_batch_size", [0, 1, 4])
-def test_greedy_matches_reference(translator, ref_model, sources, max_batch_size):
-    ref = reference.greedy_search(ref_model, sources)
+def test_greedy_matches_reference(translator, tiny_model, sources, max_batch_size):
+    ref = reference.greedy_search(tiny_model, sources)
     for order in (list(range(len(sources))), list(range(len(sources)))[::-1]):
         got = translator.translate_ids([sources[i] for i in order], beam_size=1, max_batch_size=max_batch_size)
         for g, i in zip(got, order):
@@ -66,8 +55,8 @@ def test_greedy_matches_reference(translator, ref_model, sources, max_batch_size
 
 
 @pytest.mark.parametrize("max_batch_size", [0, 1, 5])
-def test_beam4_nbest2_matches_reference(translator, ref_model, sources, max_batch_size):
-    ref = reference.beam_search(ref_model, sources, beam_size=4, num_hypotheses=2)
+def test_beam4_nbest2_matches_reference(translator, tiny_model, sources, max_batch_size):
+    ref = reference.beam_search(tiny_model, sources, beam_size=4, num_hypotheses=2)
     got = translator.translate_ids(sources, beam_size=4, num_hypotheses=2, max_batch_size=max_batch_size)
     assert tokens(got) == tokens(ref)
     for g, r in zip(got, ref):
@@ -80,14 +69,14 @@ def test_beam4_nbest2_matches_reference(translator, ref_model, sources, max_batc
     dict(beam_size=3, num_hypotheses=3, length_penalty=1.3, max_length=9),
     dict(beam_size=1, min_length=5, max_length=6),
 ])
-def test_limits_and_length_penalty_match_reference(translator, ref_model, sources, opts):
+def test_limits_and_length_penalty_match_reference(translator, tiny_model, sources, opts):
     k = opts.get("beam_size")
     kw = dict(max_length=opts.get("max_length", 256), min_length=opts.get("min_length", 0),
               length_penalty=opts.get("length_penalty", 1.0))
     if k == 1:
-        ref = [[h] for h in reference.greedy_search(ref_model, sources, **kw)]
+        ref = [[h] for h in reference.greedy_search(tiny_model, sources, **kw)]
     else:
-        ref = reference.beam_search(ref_model, sources, beam_size=k, num_hypotheses=opts.get("num_hypotheses", 1), **kw)
+        ref = reference.beam_search(tiny_model, sources, beam_size=k, num_hypotheses=opts.get("num_hypotheses", 1), **kw)
     got = translator.translate_ids(sources, beam_size=k, num_hypotheses=opts.get("num_hypotheses", 1),
                                    max_decoding_length=kw["max_length"], min_decoding_length=kw["min_length"],
                                    length_penalty=kw["length_penalty"], max_batch_size=7)

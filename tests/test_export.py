@@ -45,11 +45,6 @@ def tiny_ckpt(tiny_checkpoint):
 
 
 @pytest.fixture(scope="module")
-def tiny_model(tiny_ckpt):
-    return onnx_export.model_from_checkpoint(tiny_ckpt)
-
-
-@pytest.fixture(scope="module")
 def fp32_pair(tiny_package, tiny_model):
     return parity.OnnxPair(tiny_package / "encoder.onnx", tiny_package / "decoder_step.onnx", tiny_model.cfg)
 

@@ -1,5 +1,5 @@
 """The runtime stays torch-free and light: a fresh interpreter imports it without torch, and
-`import seq2onnx.runtime` does not even load onnxruntime."""
+`import seq2onnx.runtime` loads no third-party module at all (not even numpy or onnxruntime)."""
 from __future__ import annotations
 
 import ast
@@ -11,25 +11,27 @@ RUNTIME = Path(__file__).resolve().parent.parent / "runtime"
 ALLOWED = {"numpy", "onnxruntime", "tokenizers", "seq2onnx"}
 
 PROBE = """
-import sys, time
-t = time.perf_counter()
+import sys
+before = set(sys.modules)
 import seq2onnx.runtime
-import_s = time.perf_counter() - t
+third_party = sorted({m.split(".")[0] for m in set(sys.modules) - before} - set(sys.stdlib_module_names))
 light = "onnxruntime" not in sys.modules
 from seq2onnx.runtime import Translator
 from seq2onnx.runtime.commands import translate_main, info_main
 heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "onnx", "onnxscript")
                or m.startswith(("seq2onnx.training", "seq2onnx.export")))
-print(import_s, light, heavy)
+print(",".join(third_party), light, heavy)
 """
 
 
 def test_fresh_import_has_no_torch_and_is_fast():
+    """Fast by construction, not by a timing: `import seq2onnx.runtime` loads the standard library and
+    seq2onnx alone (its time is measured in bench/import_time.py)."""
     out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=120, check=True)
-    import_s, light, heavy = out.stdout.strip().split(" ", 2)
+    third_party, light, heavy = out.stdout.strip().split(" ", 2)
     assert heavy == "[]", heavy
+    assert third_party == "seq2onnx"             # no numpy, onnxruntime or tokenizers at import
     assert light == "True"                       # onnxruntime loads with the Translator, not before
-    assert float(import_s) < 0.5
 
 
 def test_runtime_sources_import_only_light_modules():

@@ -1,17 +1,30 @@
 # Two commands a newcomer runs on a fresh machine:
 #   make demo   translate with the shipped model through the CLI (runtime only: no torch)
-#   make test   the whole test suite (installs the train and test extras)
+#   make test   the whole test suite (installs the train and test extras at the locked versions)
 # Each creates or reuses its own virtual environment and installs what it needs.
+#
+# Versions: constraints.txt locks every package development, tests, CI and the benchmarks install
+# (pip's own constraints: `pip install -c constraints.txt`); `make lock` regenerates it from the
+# ranges in pyproject.toml. The ranges themselves are tested at both ends: `make test-latest`
+# (newest versions, no lock) and `make test-oldest` (the lowest versions the ranges allow for the
+# runtime's dependencies: numpy, tokenizers, onnxruntime).
 
 PYTHON     ?= python3
 DEV_VENV   ?= .venv
 RT_VENV    ?= .venv-runtime
+LOCK       := constraints.txt
 TORCH_PIN  := torch==2.13.0
 PIP_FLAGS  ?= -q --disable-pip-version-check
+PYTEST      = cd tests && ../$(1)/bin/python -m pytest -q $(PYTEST_ARGS)
 # a CPU build of torch first on Linux x86_64: an unpinned torch pulls a multi-GB CUDA build
 IS_LINUX_X86 := $(shell [ "$$(uname -s)-$$(uname -m)" = "Linux-x86_64" ] && echo yes)
+ifeq ($(IS_LINUX_X86),yes)
+INSTALL_TORCH = $(1)/bin/pip install $(PIP_FLAGS) $(2) $(TORCH_PIN)
+else
+INSTALL_TORCH = true
+endif
 
-.PHONY: demo test install-runtime install-dev numbers-model bench clean
+.PHONY: demo test test-latest test-oldest versions lock install-runtime install-dev numbers-model bench clean
 
 $(DEV_VENV)/bin/python:
 	$(PYTHON) -m venv $(DEV_VENV)
@@ -20,16 +33,39 @@ $(RT_VENV)/bin/python:
 	$(PYTHON) -m venv $(RT_VENV)
 
 install-dev: $(DEV_VENV)/bin/python
-ifeq ($(IS_LINUX_X86),yes)
-	$(DEV_VENV)/bin/pip install $(PIP_FLAGS) $(TORCH_PIN)
-endif
-	$(DEV_VENV)/bin/pip install $(PIP_FLAGS) ".[train,test]"
+	$(call INSTALL_TORCH,$(DEV_VENV),-c $(LOCK))
+	$(DEV_VENV)/bin/pip install $(PIP_FLAGS) -c $(LOCK) ".[train,test]"
 
 install-runtime: $(RT_VENV)/bin/python
-	$(RT_VENV)/bin/pip install $(PIP_FLAGS) .
+	$(RT_VENV)/bin/pip install $(PIP_FLAGS) -c $(LOCK) .
 
 test: install-dev
-	cd tests && ../$(DEV_VENV)/bin/python -m pytest -q $(PYTEST_ARGS)
+	@$(PYTHON) scripts/versions.py $(DEV_VENV)
+	$(call PYTEST,$(DEV_VENV))
+
+# the versions a venv resolved (VENV=.venv by default)
+versions:
+	@$(PYTHON) scripts/versions.py $(or $(VENV),$(DEV_VENV))
+
+# newest versions the ranges allow, no lock, in a venv made anew
+test-latest:
+	rm -rf .venv-latest && $(PYTHON) -m venv .venv-latest
+	$(call INSTALL_TORCH,.venv-latest,)
+	.venv-latest/bin/pip install $(PIP_FLAGS) --upgrade --upgrade-strategy eager ".[train,test]"
+	@$(PYTHON) scripts/versions.py .venv-latest
+	$(call PYTEST,.venv-latest)
+
+# the lowest versions pyproject.toml allows for the runtime's dependencies (pip fits the rest to them)
+test-oldest:
+	rm -rf .venv-oldest && $(PYTHON) -m venv .venv-oldest
+	$(PYTHON) scripts/lowest_versions.py > .venv-oldest/lowest.txt
+	$(call INSTALL_TORCH,.venv-oldest,)
+	.venv-oldest/bin/pip install $(PIP_FLAGS) -c .venv-oldest/lowest.txt ".[train,test]"
+	@$(PYTHON) scripts/versions.py .venv-oldest
+	$(call PYTEST,.venv-oldest)
+
+lock:
+	bash scripts/lock.sh $(PYTHON) $(LOCK)
 
 demo: install-runtime
 	@bash scripts/demo.sh $(RT_VENV)
@@ -39,8 +75,8 @@ numbers-model: install-dev
 	@bash scripts/make_numbers_model.sh $(DEV_VENV)
 
 bench: install-dev
-	$(DEV_VENV)/bin/pip install $(PIP_FLAGS) ".[bench]"
+	$(DEV_VENV)/bin/pip install $(PIP_FLAGS) -c $(LOCK) ".[bench]"
 	$(DEV_VENV)/bin/python bench/run.py
 
 clean:
-	rm -rf $(DEV_VENV) $(RT_VENV) build *.egg-info .pytest_cache
+	rm -rf $(DEV_VENV) $(RT_VENV) .venv-latest .venv-oldest build *.egg-info .pytest_cache

@@ -24,9 +24,9 @@ from seq2onnx.training.checkpoint import (FORMAT_VERSION, average_checkpoints, l
 from seq2onnx.training.data import BAD_UTF8, EMPTY_SIDE, EXTRA_TAB, NO_TAB, TOO_LONG, BatchStream, Example, \
     SkipCounts, collate, encode_pairs, make_batches, read_parallel, read_tsv
 from seq2onnx.training.model import Transformer
-from seq2onnx.training.numbers import number_pair
+from seq2onnx.training.numbers import FORMS, TEST_NUMBERS_FILE, number_pair
 from seq2onnx.training.optim import build_optimizer, label_smoothed_loss, noam_lr
-from seq2onnx.training.tokenizer import special_ids, train_tokenizer
+from seq2onnx.training.tokenizer import special_ids, tokenizer_from_json, train_tokenizer
 from seq2onnx.training.train import TrainArgs, train
 
 
@@ -452,3 +452,55 @@ def test_numbers_data_repeat_small_weights_the_short_inputs(tmp_path):
     held_out = set((out / "valid.tsv").read_text(encoding="utf-8").split("\n")) | \
         set((out / "test.tsv").read_text(encoding="utf-8").split("\n"))
     assert not {row.split("\t")[0] for row in held_out if row} & set(train)
+
+
+def test_numbers_forms_are_the_ways_people_type_a_number():
+    expected = {"canonical": "one thousand, two hundred and thirty-four",
+                "Title Case": "One Thousand, Two Hundred And Thirty-Four",
+                "UPPER CASE": "ONE THOUSAND, TWO HUNDRED AND THIRTY-FOUR",
+                "space for hyphen": "one thousand, two hundred and thirty four",
+                "without and": "one thousand, two hundred thirty-four",
+                "without comma": "one thousand two hundred and thirty-four",
+                "a hundred / a thousand": "a thousand, two hundred and thirty-four",
+                "digits": "1234", "digits, separators": "1,234"}
+    assert {name: render(1234) for name, render in FORMS.items()} == expected
+    assert FORMS["a hundred / a thousand"](100) == "a hundred" and FORMS["a hundred / a thousand"](42) == "forty-two"
+    assert FORMS["digits, separators"](495517) == "495,517" and FORMS["digits"](0) == "0"
+
+
+def test_numbers_data_mixed_forms_in_train_and_valid_canonical_test(tmp_path):
+    out = tmp_path / "numbers"
+    assert cli_main(["data", "numbers", "--out", str(out), "--size", "4000", "--repeat-small", "2", "--forms", "mixed",
+                     "--valid-size", "300", "--test-size", "30", "--seed", "3"]) == 0
+    rows = {n: [r.split("\t") for r in (out / f"{n}.tsv").read_text(encoding="utf-8").splitlines()]
+            for n in ("train", "valid", "test")}
+    test_numbers = [int(n) for n in (out / TEST_NUMBERS_FILE).read_text().split()]
+    assert [number_pair(n) for n in test_numbers] == ["\t".join(r) for r in rows["test"]]   # test: canonical
+    for split in ("train", "valid"):
+        sources = [s for s, _ in rows[split]]
+        assert any(s.isdigit() for s in sources) and any("," in s and s.replace(",", "").isdigit() for s in sources)
+        assert any(s.isupper() for s in sources) and any(s.istitle() for s in sources)
+        assert any(" and " in s for s in sources) and any("thousand" in s and " and " not in s for s in sources)
+    # the target is always num2words' German of the number the source says
+    for source, target in rows["train"][:300]:
+        if source.replace(",", "").isdigit():
+            assert target == number_pair(int(source.replace(",", ""))).split("\t")[1]
+    again = tmp_path / "again"
+    assert cli_main(["data", "numbers", "--out", str(again), "--size", "4000", "--repeat-small", "2", "--forms",
+                     "mixed", "--valid-size", "300", "--test-size", "30", "--seed", "3"]) == 0
+    assert (again / "train.tsv").read_bytes() == (out / "train.tsv").read_bytes()       # deterministic by seed
+
+
+def test_tokenizer_options_lowercase_and_split_digits_and_punctuation():
+    texts = ["Forty-Two", "forty two", "1,234", "567,890", "zweiundvierzig", "eintausendzweihundertvierunddreißig"] * 20
+    plain = train_tokenizer(texts, 60)
+    tok = train_tokenizer(texts, 60, lowercase=True, split_digits=True, split_punctuation=True)
+    assert tok.encode("FORTY-TWO").ids == tok.encode("Forty-Two").ids == tok.encode("forty-two").ids
+    assert plain.encode("FORTY-TWO").ids != plain.encode("forty-two").ids
+    assert [t for t in tok.encode("1,234").tokens if t != "▁"] == ["1", ",", "2", "3", "4"]
+    assert [t for t in tok.encode("495517").tokens if t != "▁"] == list("495517")
+    assert "-" in tok.encode("forty-two").tokens
+    for text in ("forty-two", "1,234", "zweiundvierzig"):
+        assert tok.decode(tok.encode(text).ids) == text                       # decoding restores the text
+    # the options travel in tokenizer.json: the runtime's reader applies them too
+    assert tokenizer_from_json(tok.to_str()).encode("Forty-Two").ids == tok.encode("forty-two").ids

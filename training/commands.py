@@ -47,6 +47,10 @@ def train_parser() -> argparse.ArgumentParser:
     g.add_argument("--config", metavar="JSON", help="a ModelConfig JSON file instead of --preset")
     g.add_argument("--tokenizer", metavar="JSON", help="reuse this tokenizer.json instead of training one")
     g.add_argument("--vocab-size", type=_positive_int, default=d.vocab_size, help="BPE pieces (default %(default)s)")
+    g.add_argument("--lowercase", action="store_true", help="the tokenizer lower-cases its input (and so its output)")
+    g.add_argument("--split-digits", action="store_true", help="the tokenizer makes every digit its own piece")
+    g.add_argument("--split-punctuation", action="store_true",
+                   help="the tokenizer makes every punctuation character its own piece")
     g = p.add_argument_group("optimisation")
     g.add_argument("--max-tokens", type=_positive_int, default=d.max_tokens,
                    help="padded tokens per batch and process (default %(default)s)")
@@ -122,7 +126,7 @@ def average_main(argv: List[str]) -> int:
 
 # --- seq2onnx data ---------------------------------------------------------------------------
 def data_main(argv: List[str]) -> int:
-    from .numbers import NumbersSpec, write_numbers_data
+    from .numbers import FORM_CHOICES, NumbersSpec, write_numbers_data
     d = NumbersSpec()
     p = _Parser(prog="seq2onnx data", description="Write a built-in parallel data set.")
     sub = p.add_subparsers(dest="dataset", metavar="DATASET", parser_class=_Parser)
@@ -135,13 +139,16 @@ def data_main(argv: List[str]) -> int:
     n.add_argument("--repeat-small", type=_positive_int, default=d.repeat_small, metavar="N",
                    help="each number below 1000 appears N times in train: more weight on the short inputs "
                         "(default %(default)s)")
+    n.add_argument("--forms", choices=FORM_CHOICES, default=d.forms,
+                   help="words: num2words' English; mixed: train and valid numbers each in a random form people "
+                        "type (case, hyphens, 'and', commas, 'a hundred', digits); test stays words (default %(default)s)")
     n.add_argument("--seed", type=int, default=d.seed)
     n.add_argument("--force", action="store_true", help="overwrite existing split files in --out")
     ns = p.parse_args(argv)
     if ns.dataset is None:
         raise Seq2OnnxError("no data set named: use `seq2onnx data numbers --out DIR`")
     counts = write_numbers_data(Path(ns.out), NumbersSpec(ns.size, ns.valid_size, ns.test_size, ns.seed,
-                                                                  ns.repeat_small),
+                                                                  ns.repeat_small, ns.forms),
                                 overwrite=ns.force)
     print(f"wrote {', '.join(f'{k} {v}' for k, v in counts.items())} pairs to {ns.out}", file=sys.stderr)
     return 0

@@ -10,12 +10,19 @@ Splits are by number (no number is in two splits):
     numbers from 1,000..999,999 sampled evenly over the 4-, 5- and 6-digit bands (small, medium, large);
   * valid and test hold numbers from 1,000..999,999, evenly over the same three bands.
 Everything is deterministic by seed.
+
+Forms (`forms="mixed"`): people type numbers in many ways, so each training and validation number is
+written in a form drawn at random (`random_form`): as words (lower, Title or UPPER case; a hyphen or a
+space between tens and units; with or without "and"; with or without the comma after the thousands;
+"a hundred" / "a thousand" for one hundred / one thousand) or as digits (with or without thousands
+separators). The test split stays canonical (num2words' English): the model card renders its numbers
+in every form (`FORMS`). The target is always num2words' German.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List
+from typing import Callable, Dict, List
 
 import numpy as np
 from num2words import num2words
@@ -27,6 +34,10 @@ from .atomic import write_text_atomic
 ATOMS = 1000                                             # 0..999: always in train
 BANDS = [(1_000, 9_999), (10_000, 99_999), (100_000, 999_999)]   # 4, 5, 6 digits (inclusive)
 SPLIT_FILES = {"train": "train.tsv", "valid": "valid.tsv", "test": "test.tsv"}
+TEST_NUMBERS_FILE = "test_numbers.txt"    # the test split's integers, one a line: the model card renders every form
+
+
+FORM_CHOICES = ("words", "mixed")
 
 
 @dataclass
@@ -36,6 +47,48 @@ class NumbersSpec:
     test_size: int = 1_000
     seed: int = 1
     repeat_small: int = 1       # times each number below 1,000 appears in train
+    forms: str = "words"        # words: num2words' English only; mixed: a random form each (see above)
+
+
+def words(n: int, case: str = "lower", hyphen: str = "-", with_and: bool = True, comma: bool = True,
+          a_for_one: bool = False) -> str:
+    """n in English words, num2words' canonical form by default ("one thousand, two hundred and thirty-four")."""
+    text = num2words(n, lang="en")
+    if not with_and:
+        text = text.replace(" and ", " ")
+    if not comma:
+        text = text.replace(",", "")
+    text = text.replace("-", hyphen)
+    if a_for_one and text.startswith(("one hundred", "one thousand")):
+        text = "a" + text[len("one"):]
+    return {"lower": text, "title": text.title(), "upper": text.upper()}[case]
+
+
+def digits(n: int, separators: bool = False) -> str:
+    """n in digits: "1234", or "1,234" with thousands separators."""
+    return f"{n:,}" if separators else str(n)
+
+
+# the forms the model card measures one by one: name -> n -> text
+FORMS: Dict[str, Callable[[int], str]] = {
+    "canonical": words,
+    "Title Case": lambda n: words(n, case="title"),
+    "UPPER CASE": lambda n: words(n, case="upper"),
+    "space for hyphen": lambda n: words(n, hyphen=" "),
+    "without and": lambda n: words(n, with_and=False),
+    "without comma": lambda n: words(n, comma=False),
+    "a hundred / a thousand": lambda n: words(n, a_for_one=True),
+    "digits": digits,
+    "digits, separators": lambda n: digits(n, separators=True),
+}
+
+
+def random_form(n: int, rng: np.random.Generator) -> str:
+    """n written as people might type it: digits 30% of the time, else words with each option drawn."""
+    if rng.random() < 0.3:
+        return digits(n, separators=bool(rng.random() < 0.5))
+    return words(n, case=str(rng.choice(["lower", "lower", "title", "upper"])), hyphen=str(rng.choice(["-", " "])),
+                 with_and=bool(rng.random() < 0.5), comma=bool(rng.random() < 0.5), a_for_one=bool(rng.random() < 0.5))
 
 
 def _even_shares(total: int, parts: int) -> List[int]:
@@ -76,9 +129,9 @@ def split_numbers(spec: NumbersSpec) -> Dict[str, List[int]]:
     return splits
 
 
-def number_pair(n: int) -> str:
-    """One TSV line (without newline): English words<TAB>German words."""
-    return f"{num2words(n, lang='en')}\t{num2words(n, lang='de')}"
+def number_pair(n: int, source: str = "") -> str:
+    """One TSV line (without newline): English (num2words' words unless `source` is given)<TAB>German words."""
+    return f"{source or words(n)}\t{num2words(n, lang='de')}"
 
 
 def write_numbers_data(out: Path, spec: NumbersSpec, overwrite: bool = False) -> Dict[str, int]:
@@ -90,8 +143,14 @@ def write_numbers_data(out: Path, spec: NumbersSpec, overwrite: bool = False) ->
     if existing and not overwrite:
         raise Seq2OnnxError(f"{out} already holds {', '.join(existing)}: pass --force to overwrite, "
                             "or choose another --out")
+    if spec.forms not in FORM_CHOICES:
+        raise Seq2OnnxError(f"--forms must be one of {', '.join(FORM_CHOICES)}, got {spec.forms!r}")
     splits = split_numbers(spec)
+    rng = np.random.default_rng([spec.seed, 1])                # forms: a stream of their own
     out.mkdir(parents=True, exist_ok=True)
     for split, name in SPLIT_FILES.items():
-        write_text_atomic(out / name, "".join(number_pair(n) + "\n" for n in splits[split]))
+        mixed = spec.forms == "mixed" and split != "test"
+        write_text_atomic(out / name, "".join(number_pair(n, random_form(n, rng) if mixed else "") + "\n"
+                                              for n in splits[split]))
+    write_text_atomic(out / TEST_NUMBERS_FILE, "".join(f"{n}\n" for n in splits["test"]))
     return {split: len(numbers) for split, numbers in splits.items()}

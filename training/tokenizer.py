@@ -1,7 +1,12 @@
 """The joint subword tokenizer (HuggingFace `tokenizers`), shared by source and target.
 
 BPE over NFKC-normalised text; the Metaspace pre-tokenizer marks word starts with "▁" and its
-decoder turns them back into spaces, so `decode(encode(text))` restores the text.
+decoder turns them back into spaces, so `decode(encode(text))` restores the text. Options, as
+SentencePiece and HF tokenizers users know them, all stored in tokenizer.json so that every runtime
+applies them: `lowercase` (a Lowercase normalizer after NFKC: "Forty-Two" and "forty-two" are the
+same ids; decoded text is then lower case), `split_digits` (every digit its own piece, SentencePiece's
+split_digits: "1234" is 1 2 3 4, so a model can read place values) and `split_punctuation` (each
+punctuation character its own piece: the "-" of "forty-two" does not glue to a word).
 There is no post-processor (docs/CONTRACTS.md): the model code adds EOS / BOS itself, e.g.
     source ids     = encode(text) + [eos]
     decoder input  = [bos] + encode(target)
@@ -19,7 +24,8 @@ from seq2onnx.runtime.manifest import specials_as_text
 SPECIAL_TOKENS: Dict[str, str] = {"pad_id": "<pad>", "bos_id": "<s>", "eos_id": "</s>", "unk_id": "<unk>"}
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int) -> Tokenizer:
+def train_tokenizer(texts: Iterable[str], vocab_size: int, lowercase: bool = False, split_digits: bool = False,
+                    split_punctuation: bool = False) -> Tokenizer:
     """Train a BPE tokenizer of at most `vocab_size` pieces (specials included) on `texts`.
 
     A small corpus may give fewer pieces than asked for: read the real size from
@@ -28,8 +34,14 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int) -> Tokenizer:
     if vocab_size < len(SPECIAL_TOKENS) + 1:
         raise ValueError(f"vocab_size must be > {len(SPECIAL_TOKENS)}, got {vocab_size}")
     tok = Tokenizer(models.BPE(unk_token=SPECIAL_TOKENS["unk_id"]))
-    tok.normalizer = normalizers.NFKC()
-    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Lowercase()]) if lowercase \
+        else normalizers.NFKC()
+    splitters = [pre_tokenizers.Metaspace()]
+    if split_punctuation:
+        splitters.append(pre_tokenizers.Punctuation())
+    if split_digits:
+        splitters.append(pre_tokenizers.Digits(individual_digits=True))
+    tok.pre_tokenizer = splitters[0] if len(splitters) == 1 else pre_tokenizers.Sequence(splitters)
     tok.decoder = decoders.Metaspace()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS.values()),
                                   show_progress=False)

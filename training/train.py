@@ -57,6 +57,9 @@ class TrainArgs:
     config: Optional[str] = None       # a ModelConfig JSON file (e.g. DIR/config.json of another run)
     tokenizer: Optional[str] = None    # reuse this tokenizer.json instead of training one
     vocab_size: int = 8000             # BPE pieces, specials included (a small corpus may give fewer)
+    lowercase: bool = False            # tokenizer options (training/tokenizer.py), for a tokenizer trained here
+    split_digits: bool = False
+    split_punctuation: bool = False
     # optimisation (paper section 5.3-5.4)
     max_tokens: int = 4096             # padded tokens per batch and rank
     accum_steps: int = 1               # batches per optimizer step

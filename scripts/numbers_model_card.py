@@ -4,8 +4,12 @@
         --run build/numbers/run --seq2onnx .venv/bin/seq2onnx --train-args "..."
 
 Exact match = the hypothesis equals the reference string exactly, measured by running
-`seq2onnx translate` on the test split (fp32 and int8, greedy and beam 4). Run by
-scripts/make_numbers_model.sh; needs torch only to count the parameters of the run's checkpoint.
+`seq2onnx translate` (fp32 and int8, greedy and beam 4) on: every number 0..999 in every form people
+type (training/numbers.py FORMS), the held-out test numbers (1,000..999,999, none in training) in every
+form and once more each in a random form, and the inputs of issue 16 (what people type first, and what
+lies outside the domain). All of it goes through one CLI run per case. Writes MODEL_CARD.md and
+card.json beside it (the figures). Run by scripts/make_numbers_model.sh; needs torch only to count the
+parameters of the run's checkpoint.
 """
 from __future__ import annotations
 
@@ -20,8 +24,11 @@ import time
 from pathlib import Path
 from typing import Dict, List, Tuple
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # the checkout, for bench/
 from bench.report import cpu_model                              # noqa: E402
+from seq2onnx.training.numbers import FORMS, TEST_NUMBERS_FILE, random_form  # noqa: E402
 
 CASES = [("float32", 1), ("float32", 4), ("int8", 1), ("int8", 4)]
 SHOWN_ERRORS = 5
@@ -48,16 +55,24 @@ def translate(seq2onnx: str, model: Path, sources: List[str], compute_type: str,
         return hyp.read_text(encoding="utf-8").splitlines(), seconds
 
 
-def measure(seq2onnx: str, model: Path, pairs: List[Tuple[str, str]], threads: int) -> List[Dict]:
+def measure(seq2onnx: str, model: Path, sets: Dict[str, List[Tuple[str, str]]], threads: int) -> List[Dict]:
+    """One CLI run per case over all `sets` -> per case {"compute_type", "beam_size", "seconds", "sets":
+    {name: {"sentences", "exact", "exact_match", "errors", "hypotheses"}}}."""
+    everything = [pair for pairs in sets.values() for pair in pairs]
     rows = []
     for compute_type, beam in CASES:
-        hyps, seconds = translate(seq2onnx, model, [s for s, _ in pairs], compute_type, beam, threads)
-        wrong = [(s, r, h) for (s, r), h in zip(pairs, hyps) if h != r]
-        rows.append({"compute_type": compute_type, "beam_size": beam, "sentences": len(pairs),
-                     "exact": len(pairs) - len(wrong), "exact_match": (len(pairs) - len(wrong)) / len(pairs),
-                     "seconds": seconds, "errors": wrong})
-        print(f"{compute_type:8s} beam {beam}: exact match {rows[-1]['exact_match']:.2%} "
-              f"({rows[-1]['exact']}/{len(pairs)}) in {seconds:.1f}s", flush=True)
+        hyps, seconds = translate(seq2onnx, model, [s for s, _ in everything], compute_type, beam, threads)
+        row, start = {"compute_type": compute_type, "beam_size": beam, "seconds": seconds, "sets": {}}, 0
+        for name, pairs in sets.items():
+            got = hyps[start:start + len(pairs)]
+            start += len(pairs)
+            wrong = [(s, r, h) for (s, r), h in zip(pairs, got) if h != r]
+            row["sets"][name] = {"sentences": len(pairs), "exact": len(pairs) - len(wrong),
+                                 "exact_match": (len(pairs) - len(wrong)) / len(pairs), "errors": wrong,
+                                 "hypotheses": got}
+        rows.append(row)
+        print(f"{compute_type:8s} beam {beam}: {len(everything)} sentences in {seconds:.1f}s; "
+              + ", ".join(f"{n} {r['exact_match']:.2%}" for n, r in row["sets"].items()), flush=True)
     return rows
 
 
@@ -76,13 +91,29 @@ def train_wall_seconds(run: Path, step: int) -> float:
     return (run / f"step_{step}.pt").stat().st_mtime - (run / "config.json").stat().st_mtime
 
 
-def table(rows: List[Dict]) -> str:
-    out = ["| precision | decoding | exact match | sentences/s (whole CLI run) |", "|---|---|---:|---:|"]
-    for r in rows:
-        decoding = "greedy" if r["beam_size"] == 1 else f"beam {r['beam_size']}"
-        out.append(f"| {r['compute_type']} | {decoding} | {r['exact_match']:.2%} ({r['exact']}/{r['sentences']}) "
-                   f"| {r['sentences'] / r['seconds']:.0f} |")
+def case_name(row: Dict) -> str:
+    return f"{row['compute_type']} {'greedy' if row['beam_size'] == 1 else 'beam ' + str(row['beam_size'])}"
+
+
+def table(rows: List[Dict], names: List[str], label: str) -> str:
+    """Exact match of each set (a line) in each case (a column)."""
+    out = [f"| {label} | " + " | ".join(case_name(r) for r in rows) + " |", "|---|" + "---:|" * len(rows)]
+    for name in names:
+        cells = [f"{r['sets'][name]['exact_match']:.2%} ({r['sets'][name]['exact']}/{r['sets'][name]['sentences']})"
+                 for r in rows]
+        out.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(out)
+
+
+def error_lines(rows: List[Dict], names: List[str], limit: int) -> List[str]:
+    return [f"- {case_name(r)}, {name}: `{s}` -> `{h[:120]}` (reference `{ref}`)"
+            for r in rows for name in names for s, ref, h in r["sets"][name]["errors"][:limit]]
+
+
+# issue 16: what people type first (the reference is num2words' German), and what lies outside the domain
+FIRST_TYPED = [("one", 1), ("zero", 0), ("sixty-six", 66), ("Forty-Two", 42), ("twenty one", 21),
+               ("a hundred", 100), ("42", 42), ("1,234", 1234), ("SEVENTEEN", 17)]
+OUT_OF_DOMAIN = ["one million", "1000000", "minus five", "two point five", "hello world", "the cat"]
 
 
 def main() -> None:
@@ -94,16 +125,27 @@ def main() -> None:
     p.add_argument("--seq2onnx", default="seq2onnx")
     p.add_argument("--train-args", required=True, help="the arguments given to seq2onnx train")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--figures", type=Path, required=True, help="the measured figures as JSON (outside the package)")
     a = p.parse_args()
 
     manifest = json.loads((a.model / "manifest.json").read_text(encoding="utf-8"))
     cfg = manifest["config"]
-    test = read_pairs(a.data / "test.tsv")
     from num2words import num2words
-    atoms = [(num2words(n, lang="en"), num2words(n, lang="de")) for n in range(1000)]   # as in the data
-    print(f"test split: {len(test)} sentences; numbers 0..999 (all in train): {len(atoms)}", flush=True)
-    rows = measure(a.seq2onnx, a.model, test, a.threads)
-    atom_rows = measure(a.seq2onnx, a.model, atoms, a.threads)
+    german = lambda n: num2words(n, lang="de")                                      # noqa: E731
+    test_numbers = [int(n) for n in (a.data / TEST_NUMBERS_FILE).read_text().split()]
+    rng = np.random.default_rng(16)                                                 # the random forms: fixed
+    sets: Dict[str, List[Tuple[str, str]]] = {}
+    for form, render in FORMS.items():
+        sets[f"0..999, {form}"] = [(render(n), german(n)) for n in range(1000)]
+    for form, render in FORMS.items():
+        sets[f"test, {form}"] = [(render(n), german(n)) for n in test_numbers]
+    sets["test, random forms"] = [(random_form(n, rng), german(n)) for n in test_numbers]
+    sets["first typed"] = [(text, german(n)) for text, n in FIRST_TYPED]
+    sets["outside the domain"] = [(text, "") for text in OUT_OF_DOMAIN]
+    print(f"{sum(map(len, sets.values()))} sentences in {len(sets)} sets", flush=True)
+    rows = measure(a.seq2onnx, a.model, sets, a.threads)
+    small_names = [f"0..999, {form}" for form in FORMS]
+    test_names = [f"test, {form}" for form in FORMS] + ["test, random forms"]
 
     valid = [json.loads(line) for line in (a.run / "metrics.jsonl").read_text().splitlines()]
     meta, n_params = load_meta_and_parameters(a.checkpoint)
@@ -116,21 +158,32 @@ def main() -> None:
     all_files = [n for n in files]
     minutes = train_wall_seconds(a.run, meta["step"]) / 60
     kept = sorted(int(Path(name).stem.split("_")[1]) for name in meta.get("averaged_from", [f"step_{meta['step']}"]))
-    errors = [f"- {r['compute_type']} beam {r['beam_size']}: `{s}` -> `{h[:120]}` (reference `{ref}`)"
-              for r in rows for s, ref, h in r["errors"][:SHOWN_ERRORS]]
-    atom_errors = [f"- {r['compute_type']} beam {r['beam_size']}: `{s}` -> `{h[:120]}` (reference `{ref}`)"
-                   for r in atom_rows for s, ref, h in r["errors"][:2 * SHOWN_ERRORS]]
+    small_errors = error_lines(rows, small_names, SHOWN_ERRORS)
+    test_errors = error_lines(rows, test_names, SHOWN_ERRORS)
     variants = manifest["variants"]
     int8_parity = variants.get("int8", {}).get("parity") or {}
+    by_case = {case_name(r): r["sets"] for r in rows}
+    typed = ["| typed | " + " | ".join(by_case) + " | right |", "|---|" + "---|" * (len(by_case) + 1)]
+    for i, (text, n) in enumerate(FIRST_TYPED):
+        typed.append(f"| `{text}` | " + " | ".join(f"`{c['first typed']['hypotheses'][i]}`" for c in by_case.values())
+                     + f" | `{german(n)}` |")
+    outside = ["| typed | " + " | ".join(by_case) + " |", "|---|" + "---|" * len(by_case)]
+    for i, text in enumerate(OUT_OF_DOMAIN):
+        outside.append(f"| `{text}` | " + " | ".join(f"`{c['outside the domain']['hypotheses'][i][:60]}`"
+                                                    for c in by_case.values()) + " |")
+    figures = [{"case": case_name(r), "seconds": r["seconds"],
+                "sets": {n: {k: v for k, v in x.items() if k not in ("errors", "hypotheses")} for n, x in r["sets"].items()}}
+               for r in rows]
+    a.figures.write_text(json.dumps({"threads": a.threads, "cases": figures}, indent=1) + "\n", encoding="utf-8")
 
     card = f"""# numbers-en-de
 
-Numbers written out in English -> the same number written out in German, e.g.
-`four hundred and ninety-five thousand, five hundred and seventeen` ->
-`vierhundertfünfundneunzigtausendfünfhundertsiebzehn`. German puts units before tens
-(`fünfundneunzig` = five-and-ninety) and writes one long compound, so the model has to attend,
-reorder and spell sub-words. Made end to end by seq2onnx's own pipeline; reproduce it with
-`make numbers-model` (scripts/make_numbers_model.sh).
+Numbers typed in English -> the same number written out in German, e.g.
+`four hundred and ninety-five thousand, five hundred and seventeen`, `495,517` or `Four Hundred Ninety Five
+Thousand Five Hundred Seventeen` -> `vierhundertfünfundneunzigtausendfünfhundertsiebzehn`. German puts units
+before tens (`fünfundneunzig` = five-and-ninety) and writes one long compound, so the model has to attend,
+reorder and spell sub-words; from digits it must also read place values. Made end to end by seq2onnx's own
+pipeline; reproduce it with `make numbers-model` (scripts/make_numbers_model.sh).
 
 ## Use
 ```sh
@@ -138,37 +191,56 @@ echo "two thousand and twenty-six" | seq2onnx translate numbers-en-de
 ```
 ```python
 from seq2onnx.runtime import Translator
-print(Translator("numbers-en-de").translate("two thousand and twenty-six"))   # zweitausendsechsundzwanzig
+print(Translator("numbers-en-de").translate("2,026"))   # zweitausendsechsundzwanzig
 ```
 
-## Test-set exact match, measured through `seq2onnx translate`
-{len(test)} held-out numbers from 1,000..999,999 (none in training), {a.threads} intra-op threads:
+## The domain
+Integers 0..999,999 in the forms people type: words in lower, Title or UPPER case (the tokenizer lower-cases
+its input, so case cannot change a translation), a hyphen or a space between tens and units, with or
+without "and", with or without the comma after the thousands, "a hundred" / "a thousand" for one hundred /
+one thousand; or digits, with or without thousands separators. The output is German as `num2words` writes
+it (`lang="de"`). Text outside that (a million, negatives, fractions, other words) is outside the domain:
+the model still answers with some German number, as the table at the end shows, so check inputs first if
+that matters.
 
-{table(rows)}
+## Exact match by form, measured through `seq2onnx translate`
+Every number 0..999 (all in the training split, in random forms; the inputs a user tries first):
 
-Numbers 0..999 (all of them in the training split, the inputs a user tries first):
+{table(rows, small_names, "0..999, form")}
 
-{table(atom_rows)}
+{len(test_numbers):,} held-out numbers from 1,000..999,999 (none in training or validation), each in every form,
+and once more each in a form drawn at random:
 
-{"Errors on 0..999 (up to " + str(2 * SHOWN_ERRORS) + " per case):" if atom_errors else "No errors on 0..999."}
-{chr(10).join(atom_errors)}
+{table(rows, test_names, "held out, form")}
 
-{"Errors on the test split (up to " + str(SHOWN_ERRORS) + " per case):" if errors else "No errors on the test split."}
-{chr(10).join(errors)}
+{a.threads} intra-op threads; whole CLI runs of {sum(map(len, sets.values())):,} sentences took
+{", ".join(f"{r['seconds']:.0f} s ({case_name(r)})" for r in rows)}.
+
+{"Errors (up to " + str(SHOWN_ERRORS) + " per set and case):" if small_errors or test_errors else "No errors."}
+{chr(10).join(small_errors + test_errors)}
+
+## What people type first, and what lies outside the domain
+{chr(10).join(typed)}
+
+Outside the domain (no right answer; what the model does):
+
+{chr(10).join(outside)}
 
 ## Data
-`seq2onnx data numbers --out DIR --size 200000 --repeat-small 20 --seed 1`: pairs generated with `num2words`
-(`lang="en"` -> `lang="de"`) for integers 0..999,999, split by number (no number in two splits).
-Train: every number below 1,000 twenty times (20,000 lines: short inputs are few, and users try them
-first), then 180,000 numbers spread evenly over the 4-, 5- and 6-digit bands;
-valid and test: 1,000 numbers each from 1,000..999,999, evenly over the same bands.
+`seq2onnx data numbers --out DIR --size 400000 --repeat-small 40 --forms mixed --seed 1`: integers
+0..999,999 split by number (no number in two splits). Train: every number below 1,000 forty times
+(short inputs are few, and users try them first), then numbers spread evenly over the 4-, 5- and 6-digit
+bands; each line's English in a form drawn at random (digits 30%: half with separators; else words with
+case, hyphen or space, "and", comma and "a hundred" each drawn). Valid: 1,000 numbers in random forms;
+test: 1,000 numbers, canonical (the tables above render them in every form).
 
 ## Model
 The Transformer of "Attention Is All You Need" (post-norm, sinusoidal positions, shared
 source/target embedding tied to the output projection), the `small` preset:
 d_model {cfg['d_model']}, {cfg['n_heads']} heads, {cfg['encoder_layers']}+{cfg['decoder_layers']} layers,
-FFN {cfg['d_ff']}, dropout {cfg['dropout']}, a {cfg['vocab_size']}-piece joint BPE (HuggingFace tokenizers, Metaspace);
-{n_params:,} parameters.
+FFN {cfg['d_ff']}, dropout {cfg['dropout']}; a {cfg['vocab_size']}-piece joint BPE (HuggingFace tokenizers) that
+lower-cases (`--lowercase`), makes every digit (`--split-digits`) and punctuation character
+(`--split-punctuation`) its own piece; {n_params:,} parameters.
 
 Package: {size(all_files):.1f} MB in all; fp32 graphs {size(fp32_files):.1f} MB, int8 graphs
 {size(int8_files):.1f} MB (per-channel int8 weights). Export parity vs PyTorch: fp32 max abs
@@ -181,18 +253,13 @@ seq2onnx train {a.train_args}
 seq2onnx average RUN --last 5 --out averaged.pt
 seq2onnx export averaged.pt models/numbers-en-de --int8 --parity-data DATA/valid.tsv --overwrite
 ```
-Adam (0.9, 0.98, 1e-9), lr = d_model^-0.5 * min(step^-0.5, step * 800^-1.5), label smoothing 0.1,
+Adam (0.9, 0.98, 1e-9), the paper's warm-up then inverse square root schedule, label smoothing 0.1,
 batches of up to 4,096 padded tokens. Training wall time (from the run folder's first file to its last
-checkpoint): {minutes:.1f} minutes on {os.cpu_count()} cores
+checkpoint): {minutes:.1f} minutes on {os.cpu_count()} cores, no GPU
 ({cpu_model()}, Python {platform.python_version()}), tokenizer training included. The shipped weights
 are the average of the last {len(kept)} checkpoints (steps {', '.join(f'{k:,}' for k in kept)}).
 
-Validation exact match (greedy, 1,000 numbers) by step: {curve}.
-
-## Limits
-Only what the data holds: integers 0..999,999 written the way `num2words` writes them
-(British "and", hyphenated tens, a comma after thousands). Other spellings, larger numbers,
-digits and anything that is not a number give arbitrary output.
+Validation exact match (greedy, 1,000 numbers in random forms) by step: {curve}.
 """
     tmp = a.model / ".MODEL_CARD.md.tmp"
     tmp.write_text(card, encoding="utf-8")

@@ -10,6 +10,7 @@ import pytest
 from seq2onnx.runtime.cli import main
 from seq2onnx.runtime.errors import ModelPackageError
 from seq2onnx.runtime.manifest import read_package
+from seq2onnx.runtime.translator import Translator
 from test_manifest import edit_manifest, pkg  # noqa: F401 - pkg: a copy of the tiny package, per test
 
 
@@ -19,6 +20,10 @@ def refused(path, match, load=read_package):
         load(path)
     assert "\n" not in str(e.value)
     return str(e.value)
+
+
+def translator(path, **kwargs):
+    return Translator(path, device="cpu", **kwargs)
 
 
 def info_says(path, capsys, message):
@@ -58,3 +63,13 @@ def test_every_field_is_checked_at_load_and_named(pkg, capsys, change, message):
     text = refused(pkg, message)
     assert text.startswith(f"{pkg / 'manifest.json'}: ")
     info_says(pkg, capsys, text)
+
+
+@pytest.mark.parametrize("config", [dict(n_heads=2), dict(d_model=128), dict(n_heads=8, d_model=128)],
+                         ids=["heads", "width", "heads-and-width"])
+def test_config_that_lies_about_the_graph_is_refused_at_load(pkg, config):
+    """Before: it loaded and every translation failed inside onnxruntime."""
+    edit_manifest(pkg, lambda m: m["config"].update(config))
+    refused(pkg, r"encoder.onnx: its cross_key_0 is tensor\(float\) \['batch', 4, 'src_len', 16\], the contract and "
+                 r"the config \(n_heads \d, d_model \d+\) want tensor\(float\) or tensor\(float16\) \['\*', \d, '\*', "
+                 r"\d+\]: the graph and the config do not belong together", load=translator)

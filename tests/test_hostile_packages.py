@@ -5,6 +5,7 @@ graph is reported, never turned into an empty or NaN translation. Each case edit
 real tiny package (docs/SECURITY.md lists what these tests hold the runtime to)."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from seq2onnx.runtime.cli import main
@@ -12,6 +13,9 @@ from seq2onnx.runtime.errors import ModelPackageError
 from seq2onnx.runtime.manifest import read_package
 from seq2onnx.runtime.translator import Translator
 from test_manifest import edit_manifest, pkg  # noqa: F401 - pkg: a copy of the tiny package, per test
+from test_reliability_packages import relist
+
+SOURCE = "three one four"
 
 
 def refused(path, match, load=read_package):
@@ -73,3 +77,29 @@ def test_config_that_lies_about_the_graph_is_refused_at_load(pkg, config):
     refused(pkg, r"encoder.onnx: its cross_key_0 is tensor\(float\) \['batch', 4, 'src_len', 16\], the contract and "
                  r"the config \(n_heads \d, d_model \d+\) want tensor\(float\) or tensor\(float16\) \['\*', \d, '\*', "
                  r"\d+\]: the graph and the config do not belong together", load=translator)
+
+
+# --- item 7: a decoder that returns NaN --------------------------------------------------------------------------
+def nan_decoder(pkg):
+    """decoder_step.onnx with its log_probs multiplied by NaN, re-checksummed."""
+    import onnx
+    from onnx import helper, numpy_helper
+    path = pkg / "decoder_step.onnx"
+    model = onnx.load(str(path))
+    for node in model.graph.node:
+        node.output[:] = ["log_probs_raw" if o == "log_probs" else o for o in node.output]
+    model.graph.initializer.append(numpy_helper.from_array(np.array(np.nan, dtype=np.float32), "nan"))
+    model.graph.node.append(helper.make_node("Mul", ["log_probs_raw", "nan"], ["log_probs"]))
+    onnx.save(model, str(path))
+    relist(pkg, "decoder_step.onnx")
+
+
+@pytest.mark.parametrize("options", [dict(beam_size=1), dict(beam_size=4),
+                                     dict(beam_size=1, sampling_topk=5, seed=1)], ids=["greedy", "beam4", "sampling"])
+def test_decoder_returning_nan_is_reported(pkg, options):
+    """Before: beam search gave an empty translation with score 0.0, greedy a score of nan, exit 0."""
+    nan_decoder(pkg)
+    tr = translator(pkg)
+    with pytest.raises(ModelPackageError, match=f"^{pkg / 'decoder_step.onnx'} returned NaN or infinite log-probs: "
+                                                f"the model package is broken"):
+        tr.translate_batch([SOURCE], return_scores=True, **options)

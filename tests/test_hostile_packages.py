@@ -5,9 +5,13 @@ graph is reported, never turned into an empty or NaN translation. Each case edit
 real tiny package (docs/SECURITY.md lists what these tests hold the runtime to)."""
 from __future__ import annotations
 
+import json
+import os
+
 import numpy as np
 import pytest
 
+from seq2onnx.runtime import manifest as manifest_module
 from seq2onnx.runtime.cli import main
 from seq2onnx.runtime.errors import ModelPackageError
 from seq2onnx.runtime.manifest import read_package
@@ -36,6 +40,20 @@ def info_says(path, capsys, message):
 
 
 # --- item 4: the manifest is checked, whole, at load ---------------------------------------------------------
+def test_manifest_over_the_size_limit_is_refused(pkg, capsys):
+    edit_manifest(pkg, lambda m: m.update(padding=" " * manifest_module.MAX_MANIFEST_BYTES))
+    message = refused(pkg, f"manifest.json has more than {manifest_module.MAX_MANIFEST_BYTES} bytes")
+    info_says(pkg, capsys, message)
+
+
+@pytest.mark.parametrize("depth", [manifest_module.MAX_JSON_DEPTH + 1, 200_000])
+def test_deeply_nested_manifest_is_refused(pkg, depth):
+    path = pkg / "manifest.json"
+    text = path.read_text(encoding="utf-8").rstrip()
+    path.write_text(text[:-1] + ', "deep": ' + "[" * depth + "]" * depth + "}", encoding="utf-8")
+    refused(pkg, f"nests lists and objects more than {manifest_module.MAX_JSON_DEPTH} levels deep")
+
+
 def _set(*keys_and_value):
     """An edit that sets manifest[k1][k2]... = value."""
     *keys, value = keys_and_value
@@ -56,13 +74,34 @@ FIELDS = [  # (edit, what the message must say)
     (_set("config", "pad_id", True), r"pad_id must be an integer in \[0, 16777216\], got True"),
     (_set("config", "max_positions", 10**12), r"max_positions must be an integer in \[1, 1048576\]"),
     (_set("config", "layer_norm_eps", "1e-5"), r"layer_norm_eps must be a finite number"),
+    (lambda m: m["config"].pop("n_heads"), r"the field config.n_heads is missing"),
+    (_set("config", []), r"the field config should be an object, got \[\]"),
+    (_set("special_tokens", ["<pad>"]), r"the field special_tokens should be an object, got \['<pad>'\]"),
+    (_set("special_tokens", "eos", 2), r"the field special_tokens.eos should be a string, got 2"),
+    (_set("vocab_size", str), r"the field vocab_size should be an integer, got '\d+'"),
+    (_set("variants", "fp32", "parity", "1.0"), r"the field variants\['fp32'\]\['parity'\] should be an object"),
+    (_set("variants", "fp32", "status", 5), r"the field variants\['fp32'\]\['status'\] should be a string, got 5"),
+    (_set("variants", "fp32", "status", "trusted"), r"variants\['fp32'\]\['status'\] should be one of checked, "),
+    (_set("variants", "fp32", "precision", []), r"the field variants\['fp32'\]\['precision'\] should be a string"),
+    (_set("graphs", []), r"the field graphs should be an object, got \[\]"),
+    (_set("graphs", "decoder_step", 1), r"the field graphs.decoder_step should be an object, got 1"),
+    (_set("files", "tokenizer.json", "sha256", "0" * 63), r"files\['tokenizer.json'\] should have a 'sha256' of 64"),
+    (_set("files", "tokenizer.json", "bytes", True), r"the field files\['tokenizer.json'\]\['bytes'\] should be an "
+                                                     r"integer, got True"),
+    (lambda m: m["files"].update({"a\x00b": m["files"]["README.md"]}), r"bad file name 'a\\x00b' in 'files'"),
+    (_set("exporter", ["torch"]), r"the field exporter should be an object, got \['torch'\]"),
+    (_set("exporter", "torch", 2), r"the field exporter\['torch'\] should be a string, got 2"),
+    (_set("source_checkpoint", "best.pt"), r"the field source_checkpoint should be an object, got 'best.pt'"),
+    (_set("source_checkpoint", "train_meta", [400]), r"the field source_checkpoint.train_meta should be an object"),
+    (_set("opset", "18"), r"the field opset should be an integer, got '18'"),
+    (_set("created", 20261122), r"the field created should be a string, got 20261122"),
 ]
 
 
 @pytest.mark.parametrize("change, message", FIELDS, ids=[m[:40] for _, m in FIELDS])
 def test_every_field_is_checked_at_load_and_named(pkg, capsys, change, message):
-    """Before: a hang (10**9 layers: 4e9 I/O names), a raw TypeError, or a load that passes and fails
-    at the first translation."""
+    """Before: a hang (10**9 layers: 4e9 I/O names), raw TypeError / AttributeError / ValueError, a load
+    that passes and fails at the first translation, or `seq2onnx info` crashing."""
     edit_manifest(pkg, change)
     text = refused(pkg, message)
     assert text.startswith(f"{pkg / 'manifest.json'}: ")
@@ -77,6 +116,56 @@ def test_config_that_lies_about_the_graph_is_refused_at_load(pkg, config):
     refused(pkg, r"encoder.onnx: its cross_key_0 is tensor\(float\) \['batch', 4, 'src_len', 16\], the contract and "
                  r"the config \(n_heads \d, d_model \d+\) want tensor\(float\) or tensor\(float16\) \['\*', \d, '\*', "
                  r"\d+\]: the graph and the config do not belong together", load=translator)
+
+
+# --- item 5: every byte read is checksummed, nothing outside the folder is read ----------------------------------
+@pytest.mark.parametrize("listed", [True, False], ids=["data-listed", "data-unlisted"])
+def test_graph_with_external_data_is_refused(pkg, capsys, listed):
+    """Before: onnxruntime read the weights from encoder.onnx.data, which no checksum covered (a changed
+    file changed the translations while `info` said "checksums verified")."""
+    import onnx
+    path = pkg / "encoder.onnx"
+    onnx.save_model(onnx.load(str(path)), str(path), save_as_external_data=True, location="encoder.onnx.data")
+    relist(pkg, "encoder.onnx")
+    if listed:
+        edit_manifest(pkg, lambda m: m["files"].update({"encoder.onnx.data": {"sha256": "0" * 64, "bytes": 0}}))
+        relist(pkg, "encoder.onnx.data")
+    message = refused(pkg, "keeps weights in external data files, which the package's checksums do not cover",
+                      load=translator)
+    assert message.startswith(f"{path} ")
+    info_says(pkg, capsys, message)
+
+
+@pytest.mark.parametrize("name", ["manifest.json", "tokenizer.json", "decoder_step.onnx", "README.md"])
+def test_symbolic_link_is_refused(pkg, tmp_path, capsys, name):
+    """Before: the link was followed, wherever it pointed (here: an identical file outside the folder)."""
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (pkg / name).rename(outside / name)
+    (pkg / name).symlink_to(outside / name)
+    message = refused(pkg, "is a symbolic link: the runtime reads nothing outside the package folder",
+                      load=translator)
+    assert message.startswith(f"{pkg / name} ")
+    info_says(pkg, capsys, message)
+
+
+@pytest.mark.parametrize("name", ["manifest.json", "tokenizer.json"])
+def test_fifo_is_refused_without_blocking(pkg, name):
+    (pkg / name).unlink()
+    os.mkfifo(pkg / name)
+    refused(pkg, f"{pkg / name} is not a regular file")
+
+
+def test_a_file_replaced_after_the_check_is_caught_by_the_bytes_read(pkg):
+    """The SHA-256 is taken of the bytes that are used: a file changed between read_package and the
+    Translator's read of the graphs (same size, other bytes) is refused, not run."""
+    package = read_package(pkg)
+    path = pkg / "decoder_step.onnx"
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 1
+    path.write_bytes(bytes(data))
+    with pytest.raises(ModelPackageError, match="decoder_step.onnx: its SHA-256 does not match"):
+        package.read_variant("fp32")
 
 
 # --- item 7: a decoder that returns NaN --------------------------------------------------------------------------

@@ -23,9 +23,10 @@ import json
 import os
 import re
 import stat
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 from tokenizers import Tokenizer
 
@@ -71,7 +72,7 @@ class ModelPackage:
     root: Path
     manifest: Dict[str, Any]
     config: ModelConfig
-    tokenizer: Tokenizer
+    tokenizer: "PackageTokenizer"
     variants: Dict[str, Variant]
     # the decoder step takes cross K/V + encoder mask once per sentence (graphs.decoder_step.cross_per_sentence);
     # False for packages exported before that contract: they take a copy per row (docs/CONTRACTS.md)
@@ -363,7 +364,38 @@ def specials_as_text(tokenizer: Tokenizer) -> Tokenizer:
     return tokenizer
 
 
-def _read_tokenizer(package: ModelPackage) -> Tokenizer:
+@contextmanager
+def rust_panics_as_errors(path: Path) -> Iterator[None]:
+    """A panic in the tokenizer's Rust code (a hostile tokenizer.json can cause one, e.g. with a corrupt
+    Precompiled normalizer) reaches Python as pyo3's PanicException, a BaseException that `except
+    Exception` misses (and that cannot be imported: it is known by its name): make it a ModelPackageError."""
+    try:
+        yield
+    except BaseException as e:  # noqa: BLE001 - re-raised unless it is a PanicException
+        if type(e).__name__ != "PanicException":
+            raise
+        raise ModelPackageError(f"{path}: the tokenizer crashed in its Rust code ({_first_line(e)}): the file is "
+                                f"broken; {REEXPORT}") from e
+
+
+class PackageTokenizer:
+    """The package's tokenizers.Tokenizer, with every method call under rust_panics_as_errors."""
+
+    def __init__(self, tokenizer: Tokenizer, path: Path):
+        self._tokenizer, self._path = tokenizer, path
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._tokenizer, name)
+        if not callable(value):
+            return value
+
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            with rust_panics_as_errors(self._path):
+                return value(*args, **kwargs)
+        return guarded
+
+
+def _read_tokenizer(package: ModelPackage) -> PackageTokenizer:
     where, config, manifest = package.root / MANIFEST, package.config, package.manifest
     name = _field(manifest, "tokenizer", str, where)
     if name not in manifest["files"]:
@@ -374,14 +406,26 @@ def _read_tokenizer(package: ModelPackage) -> Tokenizer:
                                 f"({MAX_TOKENIZER_BYTES}); {REEXPORT}")
     data = package.read_file(name)
     try:
-        tokenizer = specials_as_text(Tokenizer.from_str(data.decode("utf-8")))
+        with rust_panics_as_errors(path):
+            raw = Tokenizer.from_str(data.decode("utf-8"))
+    except ModelPackageError:
+        raise
     except Exception as e:  # noqa: BLE001 - tokenizers raises a plain Exception
         raise ModelPackageError(f"{path} is not a tokenizers JSON file ({_first_line(e)}); {REEXPORT}") from e
+    tokenizer = PackageTokenizer(specials_as_text(raw), path)
+    if tokenizer.post_processor is not None:
+        raise ModelPackageError(f"{path} has a post-processor, which would add ids to every text: a seq2onnx "
+                                f"tokenizer has none (the model code adds EOS); {REEXPORT}")
+    tokenizer.no_padding()           # the runtime pads itself; a package must not make every text 10**9 ids
+    tokenizer.no_truncation()        # the runtime cuts to max_input_length itself
     size = tokenizer.get_vocab_size(with_added_tokens=True)
     if size != config.vocab_size or _field(manifest, "vocab_size", int, where, default=size) != config.vocab_size:
         raise ModelPackageError(f"{path} has {size} tokens but the model config has vocab_size "
                                 f"{config.vocab_size} (manifest vocab_size {_short(manifest.get('vocab_size'))}): the "
                                 f"tokenizer does not belong to this model; {REEXPORT}")
+    if sorted(tokenizer.get_vocab(with_added_tokens=True).values()) != list(range(size)):
+        raise ModelPackageError(f"{path}: its token ids are not exactly 0..{size - 1}, one per token: the tokenizer "
+                                f"is broken; {REEXPORT}")
     specials = _field(manifest, "special_tokens", dict, where, default={})
     for role in SPECIAL_ROLES:
         token = _field(specials, role, str, where, f"special_tokens.{role}", default=None)

@@ -5,6 +5,7 @@ graph is reported, never turned into an empty or NaN translation. Each case edit
 real tiny package (docs/SECURITY.md lists what these tests hold the runtime to)."""
 from __future__ import annotations
 
+import base64
 import json
 import os
 
@@ -37,6 +38,15 @@ def translator(path, **kwargs):
 def info_says(path, capsys, message):
     assert main(["info", str(path)]) == 2
     assert capsys.readouterr().err == f"seq2onnx info: error: {message}\n"
+
+
+def edit_tokenizer(pkg, change):
+    """Change tokenizer.json (a dict) and list its new checksum: a consistent, hostile package."""
+    path = pkg / "tokenizer.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    change(data)
+    path.write_text(json.dumps(data), encoding="utf-8")
+    relist(pkg, "tokenizer.json")
 
 
 # --- item 4: the manifest is checked, whole, at load ---------------------------------------------------------
@@ -168,6 +178,27 @@ def test_a_file_replaced_after_the_check_is_caught_by_the_bytes_read(pkg):
         package.read_variant("fp32")
 
 
+# --- item 6: a tokenizer that crashes in Rust ------------------------------------------------------------------
+def precompiled(charsmap: bytes):
+    return lambda t: t.update(normalizer={"type": "Precompiled",
+                                          "precompiled_charsmap": base64.b64encode(charsmap).decode()})
+
+
+def test_tokenizer_that_panics_when_loaded(pkg, capsys):
+    """Before: pyo3_runtime.PanicException (a BaseException) and a traceback."""
+    edit_tokenizer(pkg, precompiled(b"\xff" * 64))
+    message = refused(pkg, "tokenizer.json: the tokenizer crashed in its Rust code")
+    info_says(pkg, capsys, message)
+
+
+def test_tokenizer_that_panics_when_it_encodes(pkg):
+    """A corrupt normalizer table that loads and panics on the first text (index out of bounds)."""
+    edit_tokenizer(pkg, precompiled(b"\x08\x00\x00\x00" + b"\xff\xff\xff\x7f" * 2 + b"abc"))
+    tr = translator(pkg)
+    with pytest.raises(ModelPackageError, match=f"^{pkg / 'tokenizer.json'}: the tokenizer crashed in its Rust code"):
+        tr.translate(SOURCE)
+
+
 # --- item 7: a decoder that returns NaN --------------------------------------------------------------------------
 def nan_decoder(pkg):
     """decoder_step.onnx with its log_probs multiplied by NaN, re-checksummed."""
@@ -192,3 +223,39 @@ def test_decoder_returning_nan_is_reported(pkg, options):
     with pytest.raises(ModelPackageError, match=f"^{pkg / 'decoder_step.onnx'} returned NaN or infinite log-probs: "
                                                 f"the model package is broken"):
         tr.translate_batch([SOURCE], return_scores=True, **options)
+
+
+# --- beyond the list: the tokenizer cannot change what the model sees -----------------------------------------
+@pytest.fixture(scope="module")
+def expected(tiny_package):
+    return translator(tiny_package).translate_batch([SOURCE, "one two"], return_scores=True)
+
+
+@pytest.mark.parametrize("setting", [
+    {"padding": {"strategy": {"Fixed": 5000}, "direction": "Right", "pad_to_multiple_of": None, "pad_id": 0,
+                 "pad_type_id": 0, "pad_token": "<pad>"}},
+    {"truncation": {"max_length": 1, "strategy": "LongestFirst", "stride": 0, "direction": "Right"}},
+], ids=["padding", "truncation"])
+def test_tokenizer_padding_and_truncation_are_ignored(pkg, expected, setting):
+    """Before: a package could make every source 5000 ids long (or 10**9: memory without end), or one id."""
+    edit_tokenizer(pkg, lambda t: t.update(setting))
+    assert translator(pkg).translate_batch([SOURCE, "one two"], return_scores=True) == expected
+
+
+def test_tokenizer_with_a_post_processor_is_refused(pkg):
+    """Before: its template added id 10**6 to every text, refused only at the first translation."""
+    edit_tokenizer(pkg, lambda t: t.update(post_processor={
+        "type": "TemplateProcessing", "single": [{"Sequence": {"id": "A", "type_id": 0}},
+                                                 {"SpecialToken": {"id": "X", "type_id": 0}}],
+        "pair": [{"Sequence": {"id": "A", "type_id": 0}}],
+        "special_tokens": {"X": {"id": "X", "ids": [10**6], "tokens": ["X"]}}}))
+    refused(pkg, "tokenizer.json has a post-processor")
+
+
+def test_tokenizer_ids_outside_the_vocabulary_are_refused(pkg):
+    """A piece renumbered to 10**6 (the vocabulary keeps its size): before, encoding it gave that id."""
+    def renumber(t):
+        vocab = t["model"]["vocab"]
+        vocab[next(k for k, i in vocab.items() if i == len(vocab) // 2)] = 10**6
+    edit_tokenizer(pkg, renumber)
+    refused(pkg, r"tokenizer.json: its token ids are not exactly 0..\d+, one per token")

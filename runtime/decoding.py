@@ -34,6 +34,7 @@ The engine (session.py) hides where tensors live (numpy on CPU, OrtValues on CUD
         encoder_mask and cross have R rows, or with cross_per_sentence R / G (G rows per sentence)
     take(values, index [R']) -> values gathered along axis 0
     cross_per_sentence: bool (an engine without it gets a copy per row, which every graph accepts)
+    decoder_path: str, optional: names the decoder graph when it returns NaN log-probs (a ModelPackageError)
 """
 from __future__ import annotations
 

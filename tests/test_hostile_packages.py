@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -108,7 +109,7 @@ FIELDS = [  # (edit, what the message must say)
 ]
 
 
-@pytest.mark.parametrize("change, message", FIELDS, ids=[m[:40] for _, m in FIELDS])
+@pytest.mark.parametrize("change, message", FIELDS, ids=[re.sub(r"[^\w.]+", "-", m)[:40] for _, m in FIELDS])
 def test_every_field_is_checked_at_load_and_named(pkg, capsys, change, message):
     """Before: a hang (10**9 layers: 4e9 I/O names), raw TypeError / AttributeError / ValueError, a load
     that passes and fails at the first translation, or `seq2onnx info` crashing."""

@@ -22,10 +22,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from seq2onnx.runtime.errors import Seq2OnnxError
+from seq2onnx.runtime.manifest import FORMAT, FORMAT_VERSION, MANIFEST   # the reader owns the format
 
-MANIFEST = "manifest.json"
-FORMAT = "seq2onnx-model"
-FORMAT_VERSION = 1
 TOKENIZER_FILE = "tokenizer.json"
 README_FILE = "README.md"
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any, Dict
 
@@ -35,11 +36,13 @@ class ModelConfig:
     unk_id: int = 3
 
     def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            _check_field(f.name, _KINDS[f.type], getattr(self, f.name))
+        for name in ("pad_id", "bos_id", "eos_id", "unk_id"):
+            if getattr(self, name) >= self.vocab_size:
+                raise ValueError(f"{name} must be below vocab_size ({self.vocab_size}), got {getattr(self, name)}")
         if self.d_model % self.n_heads != 0:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
-        for name in ("vocab_size", "d_model", "n_heads", "d_ff", "encoder_layers", "decoder_layers", "max_positions"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not 0.0 <= self.dropout < 1.0 or not 0.0 <= self.attention_dropout < 1.0:
             raise ValueError("dropout and attention_dropout must be in [0, 1)")
 
@@ -68,6 +71,33 @@ class ModelConfig:
         if name not in PRESETS:
             raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
         return cls(**{**PRESETS[name], **overrides})
+
+
+_KINDS = {"int": int, "float": float, "bool": bool}       # the fields' annotations (postponed: strings)
+# Bounds of the numbers a runtime builds things from (graph I/O names per layer, buffers per head,
+# position and token): far above any real model (Transformer-big: 1024 wide, 16 heads, 6 layers), low
+# enough that a model folder cannot make the runtime build billions of names or buffers without end.
+_RANGES = {
+    "vocab_size": (1, 1 << 24), "d_model": (1, 1 << 16), "n_heads": (1, 1 << 10), "d_ff": (1, 1 << 20),
+    "encoder_layers": (1, 1024), "decoder_layers": (1, 1024), "max_positions": (1, 1 << 20),
+    "pad_id": (0, 1 << 24), "bos_id": (0, 1 << 24), "eos_id": (0, 1 << 24), "unk_id": (0, 1 << 24),
+    "layer_norm_eps": (1e-12, 1.0),
+}
+
+
+def _check_field(name: str, kind: type, value: Any) -> None:
+    """value is of the field's kind (a bool is no integer here; an integer is a fine float), finite and
+    within _RANGES."""
+    if kind is bool:
+        if not isinstance(value, bool):
+            raise ValueError(f"{name} must be true or false, got {value!r}")
+        return
+    low, high = _RANGES.get(name, (-math.inf, math.inf))
+    if not isinstance(value, int if kind is int else (int, float)) or isinstance(value, bool) \
+            or not (math.isfinite(value) and low <= value <= high):
+        what = "an integer" if kind is int else "a finite number"
+        raise ValueError(f"{name} must be {what}" + (f" in [{low}, {high}]" if name in _RANGES else "")
+                         + f", got {value!r}")
 
 
 PRESETS: Dict[str, Dict[str, Any]] = {

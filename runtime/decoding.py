@@ -34,6 +34,7 @@ The engine (session.py) hides where tensors live (numpy on CPU, OrtValues on CUD
         encoder_mask and cross have R rows, or with cross_per_sentence R / G (G rows per sentence)
     take(values, index [R']) -> values gathered along axis 0
     cross_per_sentence: bool (an engine without it gets a copy per row, which every graph accepts)
+    decoder_path: str, optional: names the decoder graph when it returns NaN log-probs (a ModelPackageError)
 """
 from __future__ import annotations
 
@@ -44,6 +45,7 @@ from typing import Any, Generator, List, Optional, Protocol, Sequence, Tuple
 import numpy as np
 
 from .config import ModelConfig
+from .errors import ModelPackageError
 from .logit_filters import build_filters
 from .options import DecodingOptions
 
@@ -65,6 +67,15 @@ class Engine(Protocol):
              cross: List[Any]) -> Tuple[np.ndarray, List[Any]]: ...
 
     def take(self, values: List[Any], index: np.ndarray) -> List[Any]: ...
+
+
+class NonFiniteScores(Exception):
+    """A search met a NaN or +inf log-prob where it chooses (decode_steps names the graph)."""
+
+
+def _broken_graph(engine: Engine) -> ModelPackageError:
+    return ModelPackageError(f"{getattr(engine, 'decoder_path', 'the decoder step graph')} returned NaN or infinite "
+                             f"log-probs: the model package is broken; re-export the model")
 
 
 # --- ranking ---------------------------------------------------------------------------------
@@ -214,9 +225,12 @@ class RowSearch:
     def advance(self, log_probs: np.ndarray, step: int) -> np.ndarray:
         """Pick each row's next token; return the parents (current rows that go on) [R']."""
         rows = np.arange(len(log_probs))
+        best = log_probs.max(axis=1)                 # NaN when the row holds one
+        if not (best < np.inf).all():
+            raise NonFiniteScores
         # a row whose filters forbid every token (e.g. no_repeat_ngram_size=1 with min_decoding_length
         # past the vocabulary) ends here, unfinished, with the tokens it has
-        stuck = ~(log_probs.max(axis=1) > -np.inf)
+        stuck = ~(best > -np.inf)
         if stuck.any():
             log_probs[stuck, self.eos] = 0.0          # a placeholder pick, dropped below
         tokens = log_probs.argmax(axis=1) if self.sampler is None else self.sampler(log_probs, self.row_ids)
@@ -267,6 +281,8 @@ class BeamSearch:
         cand = (self.cum[:, :, None] + log_probs.reshape(n_act, k, v)).reshape(n_act, k * v)   # float32
         order = top_candidates(cand, 2 * k)                               # [A, 2K] flat ids, best first
         score = np.take_along_axis(cand, order, axis=1)
+        if not (score < np.inf).all():                # NaN or +inf among the best (NaN ranks below -inf)
+            raise NonFiniteScores
         beam, token = np.divmod(order, v)
         is_eos = token == self.eos
         # EOS among the best K with a finite score: a finished hypothesis (it leaves the beam)
@@ -363,9 +379,15 @@ def decode_steps(engine: Engine, config: ModelConfig, sources: Sequence[Sequence
     last = np.full((len(search.row_example), 1), config.bos_id, dtype=np.int64)
     for step in range(int(limits[todo].max())):
         log_probs, past = engine.step(last, encoder_mask, past, cross)         # [R, V]
+        # a NaN or +inf logit makes its whole log-softmax row NaN: one column tells, without a pass over [R, V]
+        if not (log_probs[:, config.eos_id] < np.inf).all():
+            raise _broken_graph(engine)
         for apply_filter in filters:
             apply_filter(log_probs, search.tokens, search.row_example, step)
-        parents = search.advance(log_probs, step)                            # [R']
+        try:
+            parents = search.advance(log_probs, step)                        # [R']
+        except NonFiniteScores:
+            raise _broken_graph(engine) from None
         yield search
         if len(parents) == 0:
             break

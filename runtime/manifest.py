@@ -1,28 +1,38 @@
-"""Read and check a model package folder (docs/CONTRACTS.md, "Model package").
+"""Read and check a model package folder (docs/CONTRACTS.md, "Model package"; docs/SECURITY.md).
 
-    read_package(dir)            manifest.json schema and format_version, every listed file present
-                                 with its size, ModelConfig, tokenizer (its SHA-256 checked, its vocab
-                                 and special tokens against the config)
-    package.verify_variant(name) SHA-256 of the variant's two graphs against the manifest
+    read_package(dir)            manifest.json (at most MAX_MANIFEST_BYTES, nested at most MAX_JSON_DEPTH
+                                 deep): its schema, every field's type and range, format_version; every
+                                 listed file present, a regular file (no symbolic link) of its size;
+                                 ModelConfig; the tokenizer (its SHA-256 checked, its vocab and special
+                                 tokens against the config)
+    package.read_variant(name)   the bytes of the variant's two graphs, SHA-256 checked against the manifest,
+                                 without external data: what onnxruntime loads
 
+A model folder is untrusted input. Each file is read once, into memory, and its SHA-256 is checked on
+exactly the bytes that are then used (onnxruntime and tokenizers get those bytes, never the path), so
+nothing can change a file between the check and its use; nothing outside the folder is read.
 Hashing runs at about 1 GB/s (a Transformer-base fp32 package, ~0.3 GB, costs ~0.3 s, less than
 creating its sessions), so the Translator verifies the files it loads by default; verify=False
-skips it. Every failure is a ModelPackageError naming the file and the fix.
+skips it. Every failure is one ModelPackageError line naming the file, the field and the fix.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 import re
+import stat
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Union
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 from tokenizers import Tokenizer
 
 from .config import ModelConfig
 from .errors import ModelPackageError
+from .onnx_bytes import has_external_data
 from .shipped_models import available_models, resolve_model_dir
 
 FORMAT = "seq2onnx-model"
@@ -32,6 +42,19 @@ REEXPORT = "re-export the model with `seq2onnx export`"
 # what a killed `seq2onnx export` leaves beside OUT_DIR (export/package.py): .OUT_DIR.partial-PID-XXXX (the
 # unfinished staging folder) and .OUT_DIR.old-PID-XXXX (the previous package, renamed aside for --overwrite)
 _EXPORT_LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?P<kind>partial|old)-\d+-")
+
+# Limits on what a model folder may hold (docs/SECURITY.md). A real manifest is ~10 kB and 6 levels deep.
+MAX_MANIFEST_BYTES = 1 << 20
+MAX_JSON_DEPTH = 32
+MAX_FILE_BYTES = (1 << 31) - 1          # protobuf's limit: onnxruntime loads no larger graph (without external data)
+MAX_TOKENIZER_BYTES = 1 << 28           # 256 MiB; a 250k-piece tokenizer.json is ~30 MB
+SHA256 = re.compile(r"[0-9a-f]{64}")
+FILE_NAME = re.compile(r"[A-Za-z0-9._+-]{1,255}")    # names in 'files': in the folder, nothing else
+# manifest variant status (CONTRACTS.md) -> why the variant was not held to the export's thresholds
+UNCHECKED = {"validation-skipped": "was exported with --skip-int8-validation",
+             "unchecked-on-CUDA": "was not checked against PyTorch (no GPU at export)"}
+STATUSES = ("checked", *UNCHECKED)
+SPECIAL_ROLES = ("pad", "bos", "eos", "unk")       # special_tokens keys; ModelConfig has {role}_id
 
 
 @dataclass(frozen=True)
@@ -49,32 +72,58 @@ class ModelPackage:
     root: Path
     manifest: Dict[str, Any]
     config: ModelConfig
-    tokenizer: Tokenizer
+    tokenizer: "PackageTokenizer"
     variants: Dict[str, Variant]
     # the decoder step takes cross K/V + encoder mask once per sentence (graphs.decoder_step.cross_per_sentence);
     # False for packages exported before that contract: they take a copy per row (docs/CONTRACTS.md)
     cross_per_sentence: bool = False
+    verify: bool = True          # read_file checks SHA-256s
 
     def file_bytes(self, name: str) -> int:
-        return int(self.manifest["files"][name]["bytes"])
+        return self.manifest["files"][name]["bytes"]
+
+    def read_file(self, name: str, verify: Optional[bool] = None) -> bytes:
+        """The bytes of root/name, read once: a regular file of the size the manifest lists and, when
+        verify (default: the package's), of its SHA-256."""
+        path = self.root / name
+        size = self.file_bytes(name)
+        data = _read_regular(path, size)
+        if len(data) != size:
+            raise ModelPackageError(f"{path} changed while it was read ({MANIFEST} says {size} bytes); copy the "
+                                    f"package again or {REEXPORT}")
+        if (self.verify if verify is None else verify) \
+                and hashlib.sha256(data).hexdigest() != self.manifest["files"][name]["sha256"]:
+            raise ModelPackageError(f"{path}: its SHA-256 does not match {MANIFEST} (the file is corrupt or was "
+                                    f"changed); copy the package again or {REEXPORT}")
+        return data
 
     def verify_file(self, name: str) -> None:
         """SHA-256 of root/name against the manifest."""
-        _verify_sha256(self.root, self.manifest, name)
+        self.read_file(name, verify=True)
+
+    def read_variant(self, name: str, verify: Optional[bool] = None) -> Tuple[bytes, bytes]:
+        """The bytes of the variant's encoder and decoder step (read_file), each holding all its weights:
+        a graph with external data is refused (onnxruntime would read them from files no checksum covers)."""
+        variant = self.variants[name]
+        graphs = []
+        for path in (variant.encoder, variant.decoder_step):
+            data = self.read_file(path.name, verify)
+            try:
+                external = has_external_data(data)
+            except ValueError as e:
+                raise ModelPackageError(f"{path} is not a valid ONNX model ({e}); {REEXPORT}") from e
+            if external:
+                raise ModelPackageError(f"{path} keeps weights in external data files, which the package's checksums "
+                                        f"do not cover: a seq2onnx graph holds all its weights; {REEXPORT}")
+            graphs.append(data)
+        return graphs[0], graphs[1]
 
     def verify_variant(self, name: str) -> None:
-        variant = self.variants[name]
-        for path in (variant.encoder, variant.decoder_step):
-            self.verify_file(path.name)
-
-
-def _verify_sha256(root: Path, manifest: Dict[str, Any], name: str) -> None:
-    if sha256_of(root / name) != manifest["files"][name]["sha256"]:
-        raise ModelPackageError(f"{root / name}: its SHA-256 does not match {MANIFEST} (the file is "
-                                f"corrupt or was changed); copy the package again or {REEXPORT}")
+        self.read_variant(name, verify=True)
 
 
 def sha256_of(path: Path, chunk: int = 1 << 20) -> str:
+    """SHA-256 of a file, for tools and tests (the runtime hashes the bytes it read: read_file)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(chunk), b""):
@@ -82,13 +131,85 @@ def sha256_of(path: Path, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
-def _field(manifest: Dict[str, Any], key: str, kind: type, where: Path) -> Any:
-    if key not in manifest:
-        raise ModelPackageError(f"{where}: the field {key!r} is missing; {REEXPORT}")
-    if not isinstance(manifest[key], kind):
-        raise ModelPackageError(f"{where}: the field {key!r} should be a {kind.__name__}, "
-                                f"got {type(manifest[key]).__name__}; {REEXPORT}")
-    return manifest[key]
+# --- files of the folder ---------------------------------------------------------------------------
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+
+
+def _missing_listed(path: Path) -> str:
+    return f"{path} is missing (listed in {MANIFEST}); copy the whole package folder or {REEXPORT}"
+
+
+def _check_regular(path: Path, missing: str) -> os.stat_result:
+    """lstat of a file of the package, which must be a regular file: a symbolic link could point anywhere
+    on the disk, a FIFO or device could block or never end. `missing`: the message when it is absent."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        raise ModelPackageError(missing) from None
+    except (OSError, ValueError) as e:
+        raise ModelPackageError(f"{path} cannot be read ({e}); copy the package again or {REEXPORT}") from e
+    if stat.S_ISLNK(st.st_mode):
+        raise ModelPackageError(f"{path} is a symbolic link: the runtime reads nothing outside the package folder; "
+                                f"copy the files themselves into it (cp -L), or {REEXPORT}")
+    if not stat.S_ISREG(st.st_mode):
+        raise ModelPackageError(f"{path} is not a regular file; copy the package again or {REEXPORT}")
+    return st
+
+
+def _read_regular(path: Path, limit: int) -> bytes:
+    """At most limit + 1 bytes of `path`, a regular file (_check_regular). O_NOFOLLOW refuses a link put
+    there after the check, O_NONBLOCK keeps a FIFO from blocking the open; fstat checks what was opened."""
+    _check_regular(path, _missing_listed(path))
+    try:
+        fd = os.open(path, _OPEN_FLAGS)
+    except OSError as e:
+        raise ModelPackageError(f"{path} cannot be read ({e.strerror}); copy the package again or {REEXPORT}") from e
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise ModelPackageError(f"{path} is not a regular file; copy the package again or {REEXPORT}")
+        return f.read(limit + 1)
+
+
+# --- fields of the manifest -------------------------------------------------------------------------
+_REQUIRED = object()
+_KIND_NAMES = {dict: "an object", list: "a list", str: "a string", int: "an integer", bool: "true or false"}
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).splitlines() or [""])[0][:200]
+
+
+def _field(obj: Dict[str, Any], key: str, kind: type, where: Path, name: Optional[str] = None,
+           default: Any = _REQUIRED) -> Any:
+    """obj[key], which must be a `kind` (a bool is no integer here). name: the field in messages (default
+    key). With a default, a missing or null field gives the default."""
+    name = name or key
+    value = obj.get(key)
+    if value is None and default is not _REQUIRED:
+        return default
+    if key not in obj:
+        raise ModelPackageError(f"{where}: the field {name} is missing; {REEXPORT}")
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        raise ModelPackageError(f"{where}: the field {name} should be {_KIND_NAMES[kind]}, got {_short(value)}; "
+                                f"{REEXPORT}")
+    return value
+
+
+def _json_depth_over(value: Any, limit: int) -> bool:
+    """Does `value` nest lists and objects deeper than `limit` levels?"""
+    stack = [(value, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, (dict, list)):
+            if depth > limit:
+                return True
+            stack.extend((v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
+    return False
 
 
 def _interrupted_export(root: Path) -> str:
@@ -124,40 +245,62 @@ def _read_manifest(root: Path) -> Dict[str, Any]:
         raise ModelPackageError(f"{root} {what}: pass the folder written by `seq2onnx export`, "
                                 f"or the name of a shipped model ({shipped})")
     path = root / MANIFEST
-    if not path.is_file():
-        raise ModelPackageError(f"{path} is missing: {root} is not a seq2onnx model package; {REEXPORT}")
+    _check_regular(path, f"{path} is missing: {root} is not a seq2onnx model package; {REEXPORT}")
+    data = _read_regular(path, MAX_MANIFEST_BYTES)
+    if len(data) > MAX_MANIFEST_BYTES:
+        raise ModelPackageError(f"{path} has more than {MAX_MANIFEST_BYTES} bytes, more than a manifest holds: "
+                                f"this is not a seq2onnx model package; {REEXPORT}")
+    too_deep = (f"{path} nests lists and objects more than {MAX_JSON_DEPTH} levels deep, deeper than a manifest: "
+                f"this is not a seq2onnx model package; {REEXPORT}")
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
+        manifest = json.loads(data.decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as e:
         raise ModelPackageError(f"{path} is not valid JSON ({e}); {REEXPORT}") from e
+    except RecursionError:                               # deeper than the parser goes (~1000 levels)
+        raise ModelPackageError(too_deep) from None
+    if _json_depth_over(manifest, MAX_JSON_DEPTH):
+        raise ModelPackageError(too_deep)
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         got = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
-        raise ModelPackageError(f"{path}: format is {got!r}, not {FORMAT!r}: this is not a seq2onnx model package")
+        raise ModelPackageError(f"{path}: format is {_short(got)}, not {FORMAT!r}: this is not a seq2onnx model "
+                                f"package")
     version = manifest.get("format_version")
     if version != FORMAT_VERSION or not isinstance(version, int) or isinstance(version, bool):
         newer = isinstance(version, int) and not isinstance(version, bool) and version > FORMAT_VERSION
         fix = "upgrade seq2onnx (pip install -U seq2onnx)" if newer else REEXPORT
-        raise ModelPackageError(f"{path}: format_version {version!r} is unknown; this runtime reads "
+        raise ModelPackageError(f"{path}: format_version {_short(version)} is unknown; this runtime reads "
                                 f"format_version {FORMAT_VERSION}: {fix}")
     return manifest
+
+
+def _read_config(where: Path, manifest: Dict[str, Any]) -> ModelConfig:
+    fields = _field(manifest, "config", dict, where)
+    for f in dataclasses.fields(ModelConfig):          # no defaults here: the graphs were built from these
+        if f.name not in fields:
+            raise ModelPackageError(f"{where}: the field config.{f.name} is missing; {REEXPORT}")
+    try:
+        return ModelConfig.from_dict(fields)
+    except (TypeError, ValueError) as e:
+        raise ModelPackageError(f"{where}: bad model config ({e}); {REEXPORT}") from e
 
 
 def _check_files(root: Path, manifest: Dict[str, Any]) -> None:
     where = root / MANIFEST
     files = _field(manifest, "files", dict, where)
     for name, entry in files.items():
-        if Path(name).name != name or name in (".", "..", MANIFEST):
-            raise ModelPackageError(f"{where}: bad file name {name!r} in 'files'; {REEXPORT}")
-        if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str) \
-                or not isinstance(entry.get("bytes"), int):
+        if not FILE_NAME.fullmatch(name) or name in (".", "..", MANIFEST):
+            raise ModelPackageError(f"{where}: bad file name {_short(name)} in 'files'; {REEXPORT}")
+        if not isinstance(entry, dict):
             raise ModelPackageError(f"{where}: files[{name!r}] needs 'sha256' and 'bytes'; {REEXPORT}")
+        sha256 = _field(entry, "sha256", str, where, f"files[{name!r}]['sha256']")
+        size = _field(entry, "bytes", int, where, f"files[{name!r}]['bytes']")
+        if not SHA256.fullmatch(sha256) or not 0 <= size <= MAX_FILE_BYTES:
+            raise ModelPackageError(f"{where}: files[{name!r}] should have a 'sha256' of 64 hex digits and 'bytes' "
+                                    f"in [0, {MAX_FILE_BYTES}], got {_short(entry)}; {REEXPORT}")
         path = root / name
-        if not path.is_file():
-            raise ModelPackageError(f"{path} is missing (listed in {MANIFEST}); copy the whole package folder "
-                                    f"or {REEXPORT}")
-        size = os.path.getsize(path)
-        if size != entry["bytes"]:
-            raise ModelPackageError(f"{path} has {size} bytes, {MANIFEST} says {entry['bytes']} (truncated or "
+        st = _check_regular(path, _missing_listed(path))
+        if st.st_size != size:
+            raise ModelPackageError(f"{path} has {st.st_size} bytes, {MANIFEST} says {size} (truncated or "
                                     f"changed); copy the package again or {REEXPORT}")
 
 
@@ -165,33 +308,50 @@ def _read_variants(root: Path, manifest: Dict[str, Any]) -> Dict[str, Variant]:
     where = root / MANIFEST
     variants: Dict[str, Variant] = {}
     for name, entry in _field(manifest, "variants", dict, where).items():
+        field = f"variants[{_short(name)}]"
         if not isinstance(entry, dict):
-            raise ModelPackageError(f"{where}: variants[{name!r}] is not an object; {REEXPORT}")
+            raise ModelPackageError(f"{where}: {field} is not an object; {REEXPORT}")
         paths: List[Path] = []
         for graph in ("encoder", "decoder_step"):
             file = entry.get(graph)
             if not isinstance(file, str) or file not in manifest["files"]:
-                raise ModelPackageError(f"{where}: variants[{name!r}][{graph!r}] = {file!r} is not a file "
+                raise ModelPackageError(f"{where}: {field}[{graph!r}] = {_short(file)} is not a file "
                                         f"listed in 'files'; {REEXPORT}")
             paths.append(root / file)
-        variants[name] = Variant(name, paths[0], paths[1], str(entry.get("precision", name)),
-                                 dict(entry.get("parity") or {}), str(entry.get("status", "checked")))
+        precision = _field(entry, "precision", str, where, f"{field}['precision']", default=name)
+        parity = _field(entry, "parity", dict, where, f"{field}['parity']", default={})
+        status = _field(entry, "status", str, where, f"{field}['status']", default="checked")
+        if status not in STATUSES:
+            raise ModelPackageError(f"{where}: {field}['status'] should be one of {', '.join(STATUSES)}, got "
+                                    f"{_short(status)}; {REEXPORT}")
+        variants[name] = Variant(name, paths[0], paths[1], precision, dict(parity), status)
     if "fp32" not in variants:
         raise ModelPackageError(f"{where}: no 'fp32' variant; {REEXPORT}")
     return variants
 
 
-def _read_cross_per_sentence(root: Path, manifest: Dict[str, Any]) -> bool:
+def _read_cross_per_sentence(where: Path, manifest: Dict[str, Any]) -> bool:
     """graphs.decoder_step.cross_per_sentence: true, or absent / false (packages exported before it existed)."""
-    graphs = manifest.get("graphs")
-    decoder = graphs.get("decoder_step") if isinstance(graphs, dict) else None
-    value = decoder.get("cross_per_sentence", False) if isinstance(decoder, dict) else False
-    if not isinstance(value, bool):
-        raise ModelPackageError(f"{root / MANIFEST}: graphs.decoder_step.cross_per_sentence should be true or "
-                                f"false, got {value!r}; {REEXPORT}")
-    return value
+    graphs = _field(manifest, "graphs", dict, where, default={})
+    decoder = _field(graphs, "decoder_step", dict, where, "graphs.decoder_step", default={})
+    return _field(decoder, "cross_per_sentence", bool, where, "graphs.decoder_step.cross_per_sentence", default=False)
 
 
+def _check_described_fields(where: Path, manifest: Dict[str, Any]) -> None:
+    """The fields that only `seq2onnx info` shows: of the kinds it prints."""
+    for key in ("seq2onnx_version", "created"):
+        _field(manifest, key, str, where, default=None)
+    for key in ("opset", "ir_version"):
+        _field(manifest, key, int, where, default=None)
+    exporter = _field(manifest, "exporter", dict, where, default={})
+    for key in exporter:
+        _field(exporter, key, str, where, f"exporter[{_short(key)}]")
+    source = _field(manifest, "source_checkpoint", dict, where, default={})
+    _field(source, "file", str, where, "source_checkpoint.file", default=None)
+    _field(source, "train_meta", dict, where, "source_checkpoint.train_meta", default=None)
+
+
+# --- the tokenizer ----------------------------------------------------------------------------------
 def specials_as_text(tokenizer: Tokenizer) -> Tokenizer:
     """Make `tokenizer` encode a literal "<s>", "</s>", "<pad>" or "<unk>" in text as ordinary pieces, so
     that no input (source or target prefix) can inject a control token: ids of specials come only from
@@ -204,29 +364,74 @@ def specials_as_text(tokenizer: Tokenizer) -> Tokenizer:
     return tokenizer
 
 
-def _read_tokenizer(root: Path, manifest: Dict[str, Any], config: ModelConfig, verify: bool) -> Tokenizer:
-    where = root / MANIFEST
+@contextmanager
+def rust_panics_as_errors(path: Path) -> Iterator[None]:
+    """A panic in the tokenizer's Rust code (a hostile tokenizer.json can cause one, e.g. with a corrupt
+    Precompiled normalizer) reaches Python as pyo3's PanicException, a BaseException that `except
+    Exception` misses (and that cannot be imported: it is known by its name): make it a ModelPackageError."""
+    try:
+        yield
+    except BaseException as e:  # noqa: BLE001 - re-raised unless it is a PanicException
+        if type(e).__name__ != "PanicException":
+            raise
+        raise ModelPackageError(f"{path}: the tokenizer crashed in its Rust code ({_first_line(e)}): the file is "
+                                f"broken; {REEXPORT}") from e
+
+
+class PackageTokenizer:
+    """The package's tokenizers.Tokenizer, with every method call under rust_panics_as_errors."""
+
+    def __init__(self, tokenizer: Tokenizer, path: Path):
+        self._tokenizer, self._path = tokenizer, path
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._tokenizer, name)
+        if not callable(value):
+            return value
+
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            with rust_panics_as_errors(self._path):
+                return value(*args, **kwargs)
+        return guarded
+
+
+def _read_tokenizer(package: ModelPackage) -> PackageTokenizer:
+    where, config, manifest = package.root / MANIFEST, package.config, package.manifest
     name = _field(manifest, "tokenizer", str, where)
     if name not in manifest["files"]:
-        raise ModelPackageError(f"{where}: the tokenizer {name!r} is not listed in 'files'; {REEXPORT}")
-    path = root / name
-    if verify:
-        _verify_sha256(root, manifest, name)
+        raise ModelPackageError(f"{where}: the tokenizer {_short(name)} is not listed in 'files'; {REEXPORT}")
+    path = package.root / name
+    if package.file_bytes(name) > MAX_TOKENIZER_BYTES:
+        raise ModelPackageError(f"{path} has {package.file_bytes(name)} bytes, more than a tokenizer may have "
+                                f"({MAX_TOKENIZER_BYTES}); {REEXPORT}")
+    data = package.read_file(name)
     try:
-        tokenizer = specials_as_text(Tokenizer.from_file(str(path)))
+        with rust_panics_as_errors(path):
+            raw = Tokenizer.from_str(data.decode("utf-8"))
+    except ModelPackageError:
+        raise
     except Exception as e:  # noqa: BLE001 - tokenizers raises a plain Exception
-        raise ModelPackageError(f"{path} is not a tokenizers JSON file ({e}); {REEXPORT}") from e
+        raise ModelPackageError(f"{path} is not a tokenizers JSON file ({_first_line(e)}); {REEXPORT}") from e
+    tokenizer = PackageTokenizer(specials_as_text(raw), path)
+    if tokenizer.post_processor is not None:
+        raise ModelPackageError(f"{path} has a post-processor, which would add ids to every text: a seq2onnx "
+                                f"tokenizer has none (the model code adds EOS); {REEXPORT}")
+    tokenizer.no_padding()           # the runtime pads itself; a package must not make every text 10**9 ids
+    tokenizer.no_truncation()        # the runtime cuts to max_input_length itself
     size = tokenizer.get_vocab_size(with_added_tokens=True)
-    if size != config.vocab_size or manifest.get("vocab_size", size) != config.vocab_size:
+    if size != config.vocab_size or _field(manifest, "vocab_size", int, where, default=size) != config.vocab_size:
         raise ModelPackageError(f"{path} has {size} tokens but the model config has vocab_size "
-                                f"{config.vocab_size} (manifest vocab_size {manifest.get('vocab_size')}): the "
+                                f"{config.vocab_size} (manifest vocab_size {_short(manifest.get('vocab_size'))}): the "
                                 f"tokenizer does not belong to this model; {REEXPORT}")
-    specials = manifest.get("special_tokens") or {}
-    for role in ("pad", "bos", "eos", "unk"):
-        token = specials.get(role)
+    if sorted(tokenizer.get_vocab(with_added_tokens=True).values()) != list(range(size)):
+        raise ModelPackageError(f"{path}: its token ids are not exactly 0..{size - 1}, one per token: the tokenizer "
+                                f"is broken; {REEXPORT}")
+    specials = _field(manifest, "special_tokens", dict, where, default={})
+    for role in SPECIAL_ROLES:
+        token = _field(specials, role, str, where, f"special_tokens.{role}", default=None)
         want = getattr(config, f"{role}_id")
         if token is not None and tokenizer.token_to_id(token) != want:
-            raise ModelPackageError(f"{path}: special token {role}={token!r} has id "
+            raise ModelPackageError(f"{path}: special token {role}={_short(token)} has id "
                                     f"{tokenizer.token_to_id(token)}, the config says {want}; {REEXPORT}")
     return tokenizer
 
@@ -235,12 +440,12 @@ def read_package(model_dir: Union[str, os.PathLike], verify: bool = True) -> Mod
     """Read and check a package folder; see the module docstring for what is checked."""
     root = resolve_model_dir(model_dir)
     manifest = _read_manifest(root)
-    try:
-        config = ModelConfig.from_dict(_field(manifest, "config", dict, root / MANIFEST))
-    except (TypeError, ValueError) as e:
-        raise ModelPackageError(f"{root / MANIFEST}: bad model config ({e}); {REEXPORT}") from e
+    where = root / MANIFEST
+    config = _read_config(where, manifest)
     _check_files(root, manifest)
     variants = _read_variants(root, manifest)
-    cross_per_sentence = _read_cross_per_sentence(root, manifest)
-    tokenizer = _read_tokenizer(root, manifest, config, verify)
-    return ModelPackage(root, manifest, config, tokenizer, variants, cross_per_sentence)
+    cross_per_sentence = _read_cross_per_sentence(where, manifest)
+    _check_described_fields(where, manifest)
+    package = ModelPackage(root, manifest, config, None, variants, cross_per_sentence, verify)  # type: ignore[arg-type]
+    package.tokenizer = _read_tokenizer(package)
+    return package

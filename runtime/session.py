@@ -135,22 +135,50 @@ def expected_io(config: ModelConfig) -> Dict[str, Tuple[List[str], List[str]]]:
     }
 
 
-def open_session(path: str, graph: str, config: ModelConfig, sc: SessionConfig) -> ort.InferenceSession:
-    """An InferenceSession whose inputs/outputs are checked against the contract."""
+_ID_INPUTS = ("input_ids", "attention_mask", "encoder_attention_mask")      # int64 [batch, len]
+_CACHE_TYPES = ("tensor(float)", "tensor(float16)")       # cross K/V and caches: [batch, heads, len, head_dim]
+
+
+def open_session(path: Any, graph: str, config: ModelConfig, sc: SessionConfig,
+                 data: Optional[bytes] = None) -> ort.InferenceSession:
+    """An InferenceSession of the graph file `path` (or of `data`, its bytes as read and checked by the
+    package: then onnxruntime reads no file), its inputs/outputs checked against the contract."""
     try:
-        sess = ort.InferenceSession(str(path), sess_options=sc.session_options(), providers=sc.providers())
+        sess = ort.InferenceSession(str(path) if data is None else data, sess_options=sc.session_options(),
+                                    providers=sc.providers())
     except Exception as e:  # noqa: BLE001 - onnxruntime raises several types for a bad file
         raise ModelPackageError(f"{path}: onnxruntime cannot load it ({str(e).splitlines()[0]}); "
                                 f"re-export the model") from e
     if sc.device == "cuda" and "CUDAExecutionProvider" not in sess.get_providers():
         raise Seq2OnnxError(f"{path}: the CUDA provider did not start for this graph; use device 'cpu'")
-    inputs, outputs = expected_io(config)[graph]
+    check_graph_io(sess, path, graph, config)
+    return sess
+
+
+def check_graph_io(sess: ort.InferenceSession, path: Any, graph: str, config: ModelConfig) -> None:
+    """The session's inputs/outputs are the contract's (docs/CONTRACTS.md) for `config`: names (one pair of
+    caches per decoder layer), dtypes, ranks, and heads and head_dim in every cross K/V and cache, so that
+    a config that does not describe the graph is refused here, not at the first translation."""
+    inputs, outputs = expected_io(config)[graph]      # bounded: config.py caps decoder_layers
     got_in = [i.name for i in sess.get_inputs()]
     got_out = [o.name for o in sess.get_outputs()]
     if sorted(got_in) != sorted(inputs) or sorted(got_out) != sorted(outputs):
         raise ModelPackageError(f"{path}: graph inputs/outputs {got_in} -> {got_out} do not match the "
                                 f"{graph} contract for {config.decoder_layers} decoder layers; re-export the model")
-    return sess
+    for arg in sess.get_inputs() + sess.get_outputs():
+        if arg.name in _ID_INPUTS:
+            types, want = ("tensor(int64)",), [None, None]
+        elif arg.name == "log_probs":                  # its width: Translator._check_graph_vocab
+            types, want = ("tensor(float)",), [None, None]
+        else:
+            types, want = _CACHE_TYPES, [None, config.n_heads, None, config.head_dim]
+        dims = list(arg.shape or [])
+        if arg.type not in types or len(dims) != len(want) or any(
+                isinstance(d, int) and w is not None and d != w for d, w in zip(dims, want)):
+            raise ModelPackageError(
+                f"{path}: its {arg.name} is {arg.type} {dims}, the contract and the config (n_heads {config.n_heads}, "
+                f"d_model {config.d_model}) want {' or '.join(types)} {['*' if w is None else w for w in want]}: the "
+                f"graph and the config do not belong together; re-export the model")
 
 
 class _Graphs:
@@ -161,9 +189,10 @@ class _Graphs:
     between a sentence's beams instead of copying them per row (runtime/decoding.py)."""
 
     def __init__(self, encoder: ort.InferenceSession, decoder: ort.InferenceSession, config: ModelConfig,
-                 cross_per_sentence: bool = False):
+                 cross_per_sentence: bool = False, decoder_path: str = "the decoder step graph"):
         io = expected_io(config)
         self.encoder, self.decoder, self.config = encoder, decoder, config
+        self.decoder_path = decoder_path                 # names the graph in errors (decoding.py: NaN log-probs)
         self.cross_per_sentence = cross_per_sentence
         self.cross_names = io["encoder"][1]
         self.past_names = [n for n in io["decoder_step"][0] if n.startswith("past_")]
@@ -256,8 +285,9 @@ class IoBindingEngine(_Graphs):
     """Decoding engine whose tensors stay on `device` ("cuda", or "cpu" for tests) as OrtValues."""
 
     def __init__(self, encoder, decoder, config: ModelConfig, device: str = "cuda", device_id: int = 0,
-                 providers: Optional[List[Any]] = None, cross_per_sentence: bool = False):
-        super().__init__(encoder, decoder, config, cross_per_sentence)
+                 providers: Optional[List[Any]] = None, cross_per_sentence: bool = False,
+                 decoder_path: str = "the decoder step graph"):
+        super().__init__(encoder, decoder, config, cross_per_sentence, decoder_path)
         self.device, self.device_id = device, device_id
         self._providers = providers or encoder.get_providers()
         self._gathers: Dict[Tuple, ort.InferenceSession] = {}
@@ -312,11 +342,14 @@ class IoBindingEngine(_Graphs):
 _NUMPY_OF_ORT = {1: np.float32, 7: np.int64, 10: np.float16}     # onnx TensorProto.DataType -> numpy
 
 
-def open_engine(encoder_path: str, decoder_path: str, config: ModelConfig, sc: SessionConfig,
-                cross_per_sentence: bool = False):
-    """The engine for a resolved device: ArrayEngine on CPU, IoBindingEngine on CUDA."""
-    encoder = open_session(encoder_path, "encoder", config, sc)
-    decoder = open_session(decoder_path, "decoder_step", config, sc)
+def open_engine(encoder_path: Any, decoder_path: Any, config: ModelConfig, sc: SessionConfig,
+                cross_per_sentence: bool = False, graphs: Optional[Tuple[bytes, bytes]] = None):
+    """The engine for a resolved device: ArrayEngine on CPU, IoBindingEngine on CUDA. graphs: the two
+    graphs' bytes as the package read and checked them (ModelPackage.read_variant); else the paths are read."""
+    encoder_data, decoder_data = graphs or (None, None)
+    encoder = open_session(encoder_path, "encoder", config, sc, encoder_data)
+    decoder = open_session(decoder_path, "decoder_step", config, sc, decoder_data)
     if sc.device == "cuda":
-        return IoBindingEngine(encoder, decoder, config, "cuda", sc.device_id, sc.providers(), cross_per_sentence)
-    return ArrayEngine(encoder, decoder, config, cross_per_sentence)
+        return IoBindingEngine(encoder, decoder, config, "cuda", sc.device_id, sc.providers(), cross_per_sentence,
+                               str(decoder_path))
+    return ArrayEngine(encoder, decoder, config, cross_per_sentence, str(decoder_path))

@@ -26,7 +26,7 @@ from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
 
 from .decoding import Hypothesis, common_prefix, decode, decode_steps
 from .errors import ModelPackageError, Seq2OnnxError
-from .manifest import ModelPackage, read_package
+from .manifest import UNCHECKED, ModelPackage, read_package
 from .options import DecodingOptions
 from .session import SessionConfig, open_engine, resolve_device
 
@@ -66,11 +66,6 @@ def split_batches(lengths: Sequence[int], max_batch_size: int, batch_type: str) 
     if current:
         batches.append(current)
     return batches
-
-
-# manifest variant status (CONTRACTS.md) -> why the variant was not held to the export's thresholds
-UNCHECKED = {"validation-skipped": "was exported with --skip-int8-validation",
-             "unchecked-on-CUDA": "was not checked against PyTorch (no GPU at export)"}
 
 
 def pick_variant(package: ModelPackage, compute_type: str, device: str) -> str:
@@ -126,15 +121,14 @@ class Translator:
         self.config = self.package.config
         self.device = "cpu" if device == "auto" and compute_type == "int8" else resolve_device(device, device_id)
         self.variant = pick_variant(self.package, compute_type, self.device)
-        if verify:
-            self.package.verify_variant(self.variant)
+        graphs = self.package.read_variant(self.variant)     # read once, checked; onnxruntime gets these bytes
         v = self.package.variants[self.variant]
         if v.status in UNCHECKED:
             warnings.warn(f"{self.package.root}: the {self.variant} variant {UNCHECKED[v.status]}; its tokens may "
                           f"differ from float32 more than the export's thresholds allow", stacklevel=2)
         sc = SessionConfig(self.device, device_id, intra_threads, inter_threads, optimization)
-        self.engine = open_engine(str(v.encoder), str(v.decoder_step), self.config, sc,
-                                  cross_per_sentence=self.package.cross_per_sentence)
+        self.engine = open_engine(v.encoder, v.decoder_step, self.config, sc,
+                                  cross_per_sentence=self.package.cross_per_sentence, graphs=graphs)
         self._check_graph_vocab(v.decoder_step)
         self._check_graph_cross_axis(v.decoder_step)
         self._tokenizer = self.package.tokenizer

@@ -79,9 +79,15 @@ def test_corrupted_file_of_the_same_size_fails_its_sha256(pkg, capsys, name, com
 
 
 def test_corrupted_graph_that_onnxruntime_cannot_load(pkg, tiny_package, capsys):
-    """Checksums that agree with garbage (a package made by hand), or --no-verify: onnxruntime refuses it."""
+    """Checksums that agree with garbage (a package made by hand), or --no-verify: bytes that are no protobuf
+    are refused before onnxruntime sees them (runtime/onnx_bytes.py), a protobuf that is no model by
+    onnxruntime."""
     path = pkg / "encoder.onnx"
     path.write_bytes(b"\x08\x07" + bytes(range(256)) * 40)
+    relist(pkg, "encoder.onnx")
+    refused(pkg, f"{path} is not a valid ONNX model (field number 0 at byte 3); {REEXPORT}", capsys)
+
+    path.write_bytes(b"\x08\x07\x12\x04abcd")                   # ir_version 7, producer_name "abcd": no graph
     relist(pkg, "encoder.onnx")
     with pytest.raises(ModelPackageError) as e:
         Translator(pkg, device="cpu")
@@ -98,7 +104,7 @@ def test_corrupted_graph_that_onnxruntime_cannot_load(pkg, tiny_package, capsys)
     with pytest.raises(ModelPackageError) as e:
         Translator(unverified, device="cpu", verify=False)
     message = str(e.value)
-    assert message.startswith(f"{path}: onnxruntime cannot load it (") and message.endswith("); re-export the model")
+    assert message.startswith(f"{path} is not a valid ONNX model (") and message.endswith(f"); {REEXPORT}")
     refused(unverified, message, capsys, info=False, verify=False)
 
 

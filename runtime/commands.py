@@ -14,8 +14,8 @@ from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Tuple
 
 from .cli import OneLineParser
 from .errors import Seq2OnnxError
-from .options import (LENGTH_PENALTY_RANGE, MAX_BEAM_SIZE, MAX_LENGTH_A, MAX_LENGTH_B, MIN_TOPP,
-                      REPETITION_PENALTY_RANGE, TEMPERATURE_RANGE)
+from .options import (DEFAULT_MAX_BATCH_SIZE, LENGTH_PENALTY_RANGE, MAX_BEAM_SIZE, MAX_LENGTH_A, MAX_LENGTH_B,
+                      MIN_TOPP, REPETITION_PENALTY_RANGE, TEMPERATURE_RANGE)
 
 TRANSLATE_FORMAT = f"""\
 input: one source per line (split at \\n; a trailing \\r is dropped), UTF-8, from stdin or --input.
@@ -75,8 +75,8 @@ def _translate_parser() -> argparse.ArgumentParser:
     d.add_argument("--repetition-penalty", type=float, default=1.0)
     d.add_argument("--no-repeat-ngram-size", type=int, default=0)
     d.add_argument("--seed", type=int, default=None)
-    d.add_argument("--max-batch-size", type=int, default=32, help="examples (or tokens) per batch; lines are "
-                                                                  "read in chunks of this many")
+    d.add_argument("--max-batch-size", type=int, default=DEFAULT_MAX_BATCH_SIZE,
+                   help="examples (or tokens) per batch; lines are read in chunks of this many")
     d.add_argument("--batch-type", default="examples", choices=["examples", "tokens"])
     d.add_argument("--scores", action="store_true", help="prefix each hypothesis with its normalized score")
     return p

@@ -27,7 +27,7 @@ from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
 from .decoding import Hypothesis, common_prefix, decode, decode_steps
 from .errors import ModelPackageError, Seq2OnnxError
 from .manifest import ModelPackage, read_package
-from .options import DecodingOptions
+from .options import DEFAULT_MAX_BATCH_SIZE, DecodingOptions
 from .session import SessionConfig, open_engine, resolve_device
 
 log = logging.getLogger("seq2onnx.runtime")
@@ -212,11 +212,14 @@ class Translator:
         return self._tokenizer.decode(list(ids))
 
     # --- the API ---------------------------------------------------------------------------------
-    def translate_ids(self, sources: Sequence[Sequence[int]], max_batch_size: int = 0, batch_type: str = "examples",
+    def translate_ids(self, sources: Sequence[Sequence[int]], max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
+                      batch_type: str = "examples",
                       target_prefix_ids: Optional[Sequence[Sequence[int]]] = None,
                       **decoding: Any) -> List[List[Hypothesis]]:
         """Id-level translation: sources are id lists ending with EOS (docs/CONTRACTS.md).
-        Returns per source up to num_hypotheses Hypothesis(tokens, score, normalized_score, finished)."""
+        Returns per source up to num_hypotheses Hypothesis(tokens, score, normalized_score, finished).
+        max_batch_size: examples (or padded source tokens, batch_type "tokens") decoded at once; the
+        default keeps memory flat however many sources; 0 decodes them all in one batch."""
         options = DecodingOptions.from_kwargs(**decoding)
         _check_count("max_batch_size", max_batch_size, 0)
         if batch_type not in BATCH_TYPES:
@@ -236,7 +239,8 @@ class Translator:
                 results[i] = hyps
         return results
 
-    def translate_batch(self, texts: Sequence[str], max_batch_size: int = 0, batch_type: str = "examples",
+    def translate_batch(self, texts: Sequence[str], max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
+                        batch_type: str = "examples",
                         max_input_length: Optional[int] = None, return_scores: bool = False,
                         target_prefix: Optional[Sequence[Optional[str]]] = None,
                         **decoding: Any) -> List[TranslationResult]:

@@ -1,0 +1,176 @@
+"""Issue 14, the command line and the API against hostile inputs and paths: --output onto anything (a
+file's mode, a symlink, a FIFO, a device, /dev/stdout, a folder, signals mid-write), lines and texts of
+any length (memory bounded by max_input_length), translate_batch on many sentences (memory bounded by
+the batch), and the small ones: a BOM, /dev/stdin and <(cmd), a closed stdout, Ctrl-C while loading,
+control characters from a model folder, ids outside the vocabulary. Real pipeline, real signals."""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import pty
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+
+from fixtures_training import toy_pairs
+from seq2onnx.runtime import cli
+from seq2onnx.runtime.cli import main
+from seq2onnx.runtime.commands import read_lines
+from seq2onnx.runtime.translator import Translator
+
+CLI = [sys.executable, "-m", "seq2onnx.runtime.cli"]
+SOURCES = [s for s, _ in toy_pairs(5, seed=14)]
+
+
+@pytest.fixture(scope="module")
+def tr(tiny_package):
+    return Translator(tiny_package, device="cpu", intra_threads=1)
+
+
+@pytest.fixture(scope="module")
+def expected(tr):
+    """What the CLI writes for SOURCES (its defaults: beam 4)."""
+    return "".join(tr.translate(s) + "\n" for s in SOURCES)
+
+
+@pytest.fixture
+def src(tmp_path):
+    path = tmp_path / "in.txt"
+    path.write_text("".join(s + "\n" for s in SOURCES), encoding="utf-8")
+    return path
+
+
+def run_cli(args, capsys):
+    rc = main(args)
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return rc, out, err
+
+
+def translate(package, *args):
+    return ["translate", str(package), "--device", "cpu", "--intra-threads", "1", *args]
+
+
+def leftovers(folder):
+    return [p.name for p in Path(folder).iterdir() if p.name.startswith(".tmp")]
+
+
+# --- 1. --output: what the path is decides how it is written ----------------------------------------
+
+
+def unwritable_outputs(tmp_path):
+    """(path, what the error says) for --output paths that cannot be written."""
+    cases = [(tmp_path, "is a folder"), (tmp_path / "nope" / "out.txt", "does not exist")]
+    if os.path.exists("/proc/version"):    # a file in a folder where no file can be created
+        cases.append((Path("/proc/version"), ""))
+    if os.geteuid() != 0:                  # root may write a read-only file
+        read_only = tmp_path / "read-only.txt"
+        read_only.write_text("keep\n")
+        read_only.chmod(0o444)
+        cases.append((read_only, "not writable"))
+    return cases
+
+
+# --- 2. a line or a text of any length: memory bounded by max_input_length ----------------------------
+
+
+# Peak RSS of the worker itself: VmHWM (ru_maxrss would count the memory of pytest, which started it)
+PEAK_MB = """
+def peak_mb():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) // 1024
+"""
+
+MEMORY_WORKER = PEAK_MB + textwrap.dedent("""
+    import sys, warnings
+    from seq2onnx.runtime.translator import Translator
+    warnings.simplefilter("ignore")
+    tr = Translator(sys.argv[1], device="cpu", intra_threads=1)
+    texts = {"fdfa": "\\ufdfa" * 300_000, "words": ("seven one " * 1_000_000)}
+    tr.translate_batch(["seven one"] * 32, beam_size=4)
+    before = peak_mb()
+    for name, text in texts.items():
+        tr.translate_batch([text], beam_size=4)
+    print(peak_mb() - before)
+""")
+
+
+# --- 3. translate_batch on many sentences: memory of one batch ---------------------------------------
+BATCH_WORKER = PEAK_MB + textwrap.dedent("""
+    import sys
+    sys.path.insert(0, sys.argv[2])
+    from fixtures_training import toy_pairs
+    from seq2onnx.runtime.translator import Translator
+    tr = Translator(sys.argv[1], device="cpu", intra_threads=1)
+    texts = [s for s, _ in toy_pairs(3000, seed=3, min_words=8, max_words=10)]
+    tr.translate_batch(texts[:64])
+    before = peak_mb()
+    results = tr.translate_batch(texts)
+    assert len(results) == len(texts) and all(r.hypotheses[0] for r in results)
+    print(peak_mb() - before)
+""")
+
+
+def test_translate_batch_memory_does_not_grow_with_the_number_of_sentences(tiny_package, tmp_path):
+    """3,000 sentences at beam 4 with the default options take the memory of 64 (one batch: +300 MB)."""
+    worker = tmp_path / "worker.py"
+    worker.write_text(BATCH_WORKER)
+    proc = subprocess.run([sys.executable, str(worker), str(tiny_package), str(Path(__file__).parent)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert int(proc.stdout) < 50, f"peak RSS grew by {proc.stdout.strip()} MB"
+
+
+# --- 8. the small ones ----------------------------------------------------------------------------
+
+
+def interrupted_import(argv):
+    """What onnxruntime's module does when Ctrl-C lands while it initialises: ImportError from it."""
+    try:
+        signal.raise_signal(signal.SIGINT)                  # Python's handler raises KeyboardInterrupt
+    except KeyboardInterrupt as e:
+        raise ImportError("initialization failed") from e
+
+
+def edited_copy(package, folder, tokenizer=None, manifest=None):
+    """A copy of `package` whose tokenizer.json and manifest.json dicts went through the given edits;
+    the manifest's checksums match."""
+    copy = Path(shutil.copytree(package, folder / "edited"))
+    tok = json.loads((copy / "tokenizer.json").read_text(encoding="utf-8"))
+    (copy / "tokenizer.json").write_text(json.dumps(tokenizer(tok) if tokenizer else tok), encoding="utf-8")
+    data = (copy / "tokenizer.json").read_bytes()
+    man = json.loads((copy / "manifest.json").read_text(encoding="utf-8"))
+    man["files"]["tokenizer.json"] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+    (copy / "manifest.json").write_text(json.dumps(manifest(man) if manifest else man), encoding="utf-8")
+    return copy
+
+
+def hostile_copy(package, folder):
+    """The tiny package with an escape sequence in the manifest's `created` and a tokenizer that decodes
+    every "e" as ESC[2J (clear the screen)."""
+    def decoder(tok):
+        tok["decoder"] = {"type": "Sequence", "decoders": [
+            {"type": "Replace", "pattern": {"String": "e"}, "content": "\x1b[2J"}, tok["decoder"]]}
+        return tok
+    return edited_copy(package, folder, tokenizer=decoder, manifest=lambda m: {**m, "created": CREATED})
+
+
+CREATED = "\x1b]0;owned\x07\x9b2J"
+
+
+def raw_controls(text):
+    return [c for c in text if ord(c) < 0x20 and c not in "\n" or 0x7f <= ord(c) <= 0x9f]
+
+

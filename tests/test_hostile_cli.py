@@ -84,6 +84,36 @@ def unwritable_outputs(tmp_path):
 
 
 # --- 2. a line or a text of any length: memory bounded by max_input_length ----------------------------
+@pytest.mark.parametrize("limit", [1, 7, 100, 512])
+def test_a_long_text_tokenized_from_a_prefix_is_the_whole_text_cut(tr, limit):
+    """The ids of a text far over max_input_length are those of the whole text tokenized and cut."""
+    eos = tr.config.eos_id
+    texts = [" ".join(toy_pairs(1, seed=limit, min_words=40_000, max_words=40_000)[0][0].split()),
+             "  ".join(["seven, one.  two;three"] * 5000) + " nine\t\tfour"]
+    for text in texts:
+        whole = tr._tokenizer.encode(text).ids + [eos]
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            (r,) = tr.translate_batch([text], max_input_length=limit, beam_size=2)
+        assert r.truncated and [str(w.message) for w in caught] == [
+            f"input 0 has more than {limit} tokens (EOS included); truncated to max_input_length={limit}"]
+        assert r.token_ids == [tr.translate_ids([whole[:limit - 1] + [eos]], beam_size=2)[0][0].tokens]
+
+
+def test_a_text_longer_than_its_character_bound_is_cut_there(tiny_package, tmp_path):
+    """With a tokenizer for which whitespace is no token, past max_input_length x 64 characters of
+    nothing but spaces, the rest is not read."""
+    def whitespace_split(tok):
+        tok["pre_tokenizer"] = {"type": "WhitespaceSplit"}
+        return tok
+    tr = Translator(edited_copy(tiny_package, tmp_path, tokenizer=whitespace_split), device="cpu", intra_threads=1)
+    text = "seven" + " " * 1000 + "one"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        (r,) = tr.translate_batch([text], max_input_length=5)
+    assert [str(w.message) for w in caught] == [
+        "input 0 is longer than 320 characters (max_input_length=5 x 64); the rest was not translated"]
+    assert r.truncated and r.token_ids == tr.translate_batch(["seven"])[0].token_ids
 
 
 # Peak RSS of the worker itself: VmHWM (ru_maxrss would count the memory of pytest, which started it)
@@ -105,6 +135,17 @@ MEMORY_WORKER = PEAK_MB + textwrap.dedent("""
         tr.translate_batch([text], beam_size=4)
     print(peak_mb() - before)
 """)
+
+
+def test_memory_of_a_huge_text_is_bounded(tiny_package, tmp_path):
+    """300,000 x U+FDFA (NFKC: 5.4 million characters) and 10 million characters of words: tokenized
+    whole, they took more than 1 GB; from a prefix, a few MB."""
+    worker = tmp_path / "worker.py"
+    worker.write_text(MEMORY_WORKER)
+    proc = subprocess.run([sys.executable, str(worker), str(tiny_package)], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert int(proc.stdout) < 100, f"peak RSS grew by {proc.stdout.strip()} MB"
 
 
 # --- 3. translate_batch on many sentences: memory of one batch ---------------------------------------

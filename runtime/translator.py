@@ -130,6 +130,12 @@ def token_ids(tokenizer: Any, texts: Sequence[str], limit: int) -> Tuple[List[Li
     return ids, cut
 
 
+def _check_ids(name: str, seqs: Sequence[Sequence[int]], vocab: int) -> None:
+    for i, s in enumerate(seqs):
+        if len(s) and (min(s) < 0 or max(s) >= vocab):
+            raise ValueError(f"{name}[{i}] holds an id outside the vocabulary [0, {vocab}): "
+                             f"{min(s) if min(s) < 0 else max(s)}")
+
 
 class Translator:
     def __init__(self, model_dir: Union[str, os.PathLike], device: str = "auto", compute_type: str = "default",
@@ -256,13 +262,15 @@ class Translator:
         _check_count("max_batch_size", max_batch_size, 0)
         if batch_type not in BATCH_TYPES:
             raise ValueError(f"batch_type must be one of {', '.join(BATCH_TYPES)}, got {batch_type!r}")
-        vocab = self.config.vocab_size
-        for i, s in enumerate(sources):
+        for s in sources:
             if not 1 <= len(s) <= self.config.max_positions:
                 raise ValueError(f"a source must hold 1..{self.config.max_positions} ids, got {len(s)}")
-            if min(s) < 0 or max(s) >= vocab:
-                raise ValueError(f"sources[{i}] holds an id outside the vocabulary [0, {vocab}): "
-                                 f"{min(s) if min(s) < 0 else max(s)}")
+        _check_ids("sources", sources, self.config.vocab_size)
+        if target_prefix_ids is not None:
+            if len(target_prefix_ids) != len(sources):
+                raise ValueError(f"target_prefix_ids must hold one id list per source ({len(sources)}), "
+                                 f"got {len(target_prefix_ids)}")
+            _check_ids("target_prefix_ids", target_prefix_ids, self.config.vocab_size)
         results: List[List[Hypothesis]] = [[] for _ in sources]
         for batch in split_batches([len(s) for s in sources], max_batch_size, batch_type):
             prefixes = None if target_prefix_ids is None else [target_prefix_ids[i] for i in batch]

@@ -215,3 +215,15 @@ def raw_controls(text):
     return [c for c in text if ord(c) < 0x20 and c not in "\n" or 0x7f <= ord(c) <= 0x9f]
 
 
+def test_translate_ids_refuses_ids_outside_the_vocabulary(tr):
+    vocab, eos = tr.config.vocab_size, tr.config.eos_id
+    source = tr._tokenizer.encode(SOURCES[0]).ids + [eos]
+    for bad in (-1, vocab, 10**9):
+        with pytest.raises(ValueError, match=rf"^target_prefix_ids\[1\] holds an id outside the vocabulary "
+                                             rf"\[0, {vocab}\): {bad}$"):
+            tr.translate_ids([source, source], target_prefix_ids=[[5], [5, bad]])
+        with pytest.raises(ValueError, match=rf"^sources\[0\] holds an id outside the vocabulary"):
+            tr.translate_ids([[bad, eos]])
+    with pytest.raises(ValueError, match=r"^target_prefix_ids must hold one id list per source \(2\), got 1$"):
+        tr.translate_ids([source, source], target_prefix_ids=[[5]])
+    assert tr.translate_ids([source], target_prefix_ids=[[]]) == tr.translate_ids([source])

@@ -6,10 +6,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
-from typing import List, NoReturn, Optional
+import threading
+from contextlib import contextmanager
+from typing import Iterator, List, NoReturn, Optional, Union
 
-from .errors import Seq2OnnxError
+from .errors import Seq2OnnxError, Terminated
 
 # name -> (module, function, one-line help, extra that provides its dependencies)
 COMMANDS = {
@@ -23,6 +26,27 @@ COMMANDS = {
 
 # third-party modules an extra brings; importing one that is missing means the extra is missing
 EXTRA_MODULES = {"torch", "onnx", "onnxscript", "sacrebleu", "tqdm", "num2words", "onnx_ir"}
+
+
+@contextmanager
+def terminate_raises() -> Iterator[None]:
+    """Within it, SIGTERM and SIGHUP raise Terminated in the main thread (elsewhere: nothing changes),
+    so that the clean-up that Ctrl-C runs (KeyboardInterrupt) runs for them too; `main` then exits with
+    128 + the signal number."""
+    signums = [getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)]
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> NoReturn:
+        raise Terminated(signum)
+
+    previous = {signum: signal.signal(signum, handler) for signum in signums}
+    try:
+        yield
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -65,9 +89,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     except Seq2OnnxError as e:
         print(f"seq2onnx {name}: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"seq2onnx {name}: interrupted", file=sys.stderr)
-        return 130
+    except (KeyboardInterrupt, Terminated) as e:
+        return _stopped(name, e)
     except BrokenPipeError:
         # the reader of our stdout went away (e.g. `| head`): not an error of ours
         try:
@@ -77,6 +100,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0
     except Exception as e:  # noqa: BLE001 - the CLI's promise: no tracebacks
         return _internal_error(name, e)
+
+
+def _stopped(name: str, e: Union[KeyboardInterrupt, Terminated]) -> int:
+    if isinstance(e, Terminated):
+        print(f"seq2onnx {name}: terminated ({e})", file=sys.stderr)
+        return 128 + e.signum
+    print(f"seq2onnx {name}: interrupted", file=sys.stderr)
+    return 128 + signal.SIGINT
 
 
 def _internal_error(name: str, e: BaseException) -> int:

@@ -6,13 +6,14 @@ import itertools
 import json
 import os
 import re
+import secrets
+import stat
 import sys
-import tempfile
 import warnings
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Tuple
 
-from .cli import OneLineParser
+from .cli import OneLineParser, terminate_raises
 from .errors import Seq2OnnxError
 from .options import (DEFAULT_MAX_BATCH_SIZE, LENGTH_PENALTY_RANGE, MAX_BEAM_SIZE, MAX_LENGTH_A, MAX_LENGTH_B,
                       MIN_TOPP, REPETITION_PENALTY_RANGE, TEMPERATURE_RANGE)
@@ -26,9 +27,12 @@ input: one source per line (split at \\n; a trailing \\r is dropped), UTF-8, fro
     <unk> piece: the line is translated;
   - a line over --max-input-length tokens (default: the model's max_positions) is cut to that
     length, EOS kept (a warning names the line); the other lines are not affected.
-output: lines in input order, written (and flushed) batch by batch, to stdout or --output
-(written to a temporary file beside it and renamed into place at the end). Line breaks inside
-a translation become spaces.
+output: lines in input order, written (and flushed) batch by batch, to stdout or --output FILE.
+A regular FILE (or the file a symlink FILE points to) is replaced when everything is written: by a
+temporary file beside it, with FILE's mode (a new FILE: 0666 less the umask), removed on an error,
+Ctrl-C, SIGTERM or SIGHUP. Anything else (a device, a FIFO, /dev/stdout) is written to directly.
+A folder, or a FILE that cannot be written, is refused before any work. Line breaks inside a
+translation become spaces.
   default           TEXT                        one line per input
   --scores          SCORE<TAB>TEXT              SCORE = normalized score (score / length ** length_penalty)
   --n-best K        LINE<TAB>TEXT               up to K lines per input, best first, LINE = 1-based input line
@@ -44,7 +48,8 @@ options and their ranges (a value outside is a one-line error, exit 2, before an
   --max-input-length 1..max_positions; --max-batch-size >= 1; --intra-threads 0..4 x CPU cores;
   --inter-threads 1..4 x CPU cores.
 exit status: 0 done; 2 a bad option, input file or model folder (one line on stderr naming it
-and the fix); 1 an unexpected error (one line; SEQ2ONNX_DEBUG=1 shows the traceback).
+and the fix); 1 an unexpected error (one line; SEQ2ONNX_DEBUG=1 shows the traceback); 128 + N
+stopped by signal N (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP).
 """
 
 
@@ -110,23 +115,77 @@ def read_lines(stream: BinaryIO) -> Iterator[Tuple[int, str]]:
         yield number, text
 
 
+
+# /dev/stdin, /dev/stdout, /dev/stderr, /dev/fd/N, /proc/self/fd/N: a file descriptor of this process,
+# used as it is (as bash does): a socket, or a file opened with >>, is written to, not reopened
+_DESCRIPTOR = re.compile(r"/dev/(?:std(?P<std>in|out|err)|fd/(?P<fd>\d+))|/proc/self/fd/(?P<self>\d+)")
+_STD_NAMES = ("stdin", "stdout", "stderr")
+
+
+def _open_path(option: str, path: str, mode: str) -> BinaryIO:
+    """The file `path` given to `option`, opened with `mode` ("rb", "wb"), or a one-line error."""
+    m = _DESCRIPTOR.fullmatch(os.path.abspath(path))
+    try:
+        if m is None:
+            return open(path, mode)
+        fd = _STD_NAMES.index(f"std{m['std']}") if m["std"] else int(m["fd"] or m["self"])
+        if fd < 3 and (sys.stdin, sys.stdout, sys.stderr)[fd] is None:
+            raise Seq2OnnxError(f"{option} {path}: {_STD_NAMES[fd]} is closed")
+        return os.fdopen(os.dup(fd), mode)
+    except FileNotFoundError:
+        raise Seq2OnnxError(f"{option} {path}: no such file") from None
+    except OSError as e:
+        raise Seq2OnnxError(f"{option} {path}: cannot open it ({e.strerror})") from None
+
+
 @contextmanager
 def _open_output(path: Optional[str]) -> Iterator[BinaryIO]:
-    """stdout, or a temporary file beside `path` renamed onto it when everything was written."""
+    """Where the translations go (TRANSLATE_FORMAT, "output"), checked before any work is done."""
     if path is None:
         yield sys.stdout.buffer
         return
-    folder = os.path.dirname(os.path.abspath(path))
+    target = os.path.realpath(path)                     # through symlinks: the link stays, its target changes
+    try:
+        st: Optional[os.stat_result] = os.stat(target)
+    except FileNotFoundError:
+        st = None
+    except OSError as e:
+        raise Seq2OnnxError(f"--output {path}: {e.strerror}") from None
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise Seq2OnnxError(f"--output {path} is a folder; give the path of a file to write")
+    if _DESCRIPTOR.fullmatch(os.path.abspath(path)) or (st is not None and not stat.S_ISREG(st.st_mode)):
+        with _open_path("--output", path, "wb") as f:   # a device, FIFO, socket, /dev/stdout: no temporary file
+            yield f
+        return
+    folder = os.path.dirname(target)
     if not os.path.isdir(folder):
         raise Seq2OnnxError(f"--output {path}: the folder {folder} does not exist; create it first")
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix="-" + os.path.basename(path))
-    try:
-        with os.fdopen(fd, "wb") as f:
+    if st is not None and not os.access(target, os.W_OK):
+        raise Seq2OnnxError(f"--output {path}: the file is not writable; make it writable or choose another")
+    tmp = os.path.join(folder, f".tmp-{secrets.token_hex(6)}-{os.path.basename(target)}")
+    try:                                                # created inside: whatever stops us removes it
+        with _create(path, tmp, st) as f:
             yield f
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
+        os.replace(tmp, target)
+    except BaseException:                               # errors, KeyboardInterrupt, cli.Terminated
+        with suppress(FileNotFoundError):
+            os.unlink(tmp)
         raise
+
+
+def _create(path: str, tmp: str, replaced: Optional[os.stat_result]) -> BinaryIO:
+    """The temporary file for --output `path`: mode 0666 less the umask, or the mode (and, where allowed,
+    the owner) of the file it will replace."""
+    try:
+        f = open(tmp, "xb")
+    except OSError as e:
+        raise Seq2OnnxError(f"--output {path}: cannot create a file in {os.path.dirname(tmp)} ({e.strerror}); "
+                            f"choose a folder you can write to") from None
+    if replaced is not None:
+        with suppress(PermissionError):                 # only root may give a file to another owner
+            os.fchown(f.fileno(), replaced.st_uid, replaced.st_gid)
+        os.fchmod(f.fileno(), stat.S_IMODE(replaced.st_mode))
+    return f
 
 
 # every character str.splitlines() breaks at: none may split one output line into two
@@ -159,7 +218,18 @@ def translate_main(argv: List[str]) -> int:
         DecodingOptions.from_kwargs(**decoding)
     except ValueError as e:
         raise Seq2OnnxError(_cli_message(e)) from e
+    with terminate_raises():                           # SIGTERM, SIGHUP: the temporary output file goes too
+        source = sys.stdin.buffer if args.input is None else open(args.input, "rb")
+        try:
+            with _open_output(args.output) as out:     # a bad --output is refused before the model loads
+                _translate(args, decoding, source, out)
+        finally:
+            if args.input is not None:
+                source.close()
+    return 0
 
+
+def _translate(args: Any, decoding: Dict[str, Any], source: BinaryIO, out: BinaryIO) -> None:
     from .translator import Translator
     try:
         with warnings.catch_warnings(record=True) as caught:
@@ -176,20 +246,13 @@ def translate_main(argv: List[str]) -> int:
         raise Seq2OnnxError(f"--max-input-length must be in [1, {tr.config.max_positions}] (the model's "
                             f"max_positions), got {limit}")
     chunk = args.max_batch_size if args.batch_type == "examples" else 64
-    source = open(args.input, "rb") if args.input else sys.stdin.buffer
-    try:
-        with _open_output(args.output) as out:
-            lines = read_lines(source)
-            while True:
-                block = list(itertools.islice(lines, chunk))
-                if not block:
-                    break
-                out.write(_translate_block(tr, block, decoding, args, limit))
-                out.flush()
-    finally:
-        if args.input:
-            source.close()
-    return 0
+    lines = read_lines(source)
+    while True:
+        block = list(itertools.islice(lines, chunk))
+        if not block:
+            break
+        out.write(_translate_block(tr, block, decoding, args, limit))
+        out.flush()
 
 
 def _translate_block(tr: Any, block: List[Tuple[int, str]], decoding: Dict[str, Any], args: Any, limit: int) -> bytes:

@@ -68,6 +68,81 @@ def leftovers(folder):
 
 
 # --- 1. --output: what the path is decides how it is written ----------------------------------------
+def test_output_file_is_replaced_keeping_its_mode(tiny_package, src, tmp_path, capsys, expected):
+    out = tmp_path / "out.txt"
+    out.write_text("old\n")
+    out.chmod(0o664)
+    rc, _, _ = run_cli(translate(tiny_package, "-i", str(src), "-o", str(out)), capsys)
+    assert rc == 0 and out.read_text(encoding="utf-8") == expected
+    assert stat.S_IMODE(out.stat().st_mode) == 0o664
+    assert leftovers(tmp_path) == []
+
+
+def test_new_output_file_honours_the_umask(tiny_package, src, tmp_path, capsys, expected):
+    out = tmp_path / "new.txt"
+    old = os.umask(0o027)
+    try:
+        rc, _, _ = run_cli(translate(tiny_package, "-i", str(src), "-o", str(out)), capsys)
+    finally:
+        os.umask(old)
+    assert rc == 0 and out.read_text(encoding="utf-8") == expected
+    assert stat.S_IMODE(out.stat().st_mode) == 0o640
+
+
+def test_output_symlink_is_written_through_to_its_target(tiny_package, src, tmp_path, capsys, expected):
+    (tmp_path / "real").mkdir()
+    target = tmp_path / "real" / "out.txt"
+    target.write_text("old\n")
+    link = tmp_path / "link.txt"
+    link.symlink_to(Path("real") / "out.txt")
+    rc, _, _ = run_cli(translate(tiny_package, "-i", str(src), "-o", str(link)), capsys)
+    assert rc == 0
+    assert link.is_symlink() and os.readlink(link) == os.path.join("real", "out.txt")
+    assert target.read_text(encoding="utf-8") == expected
+    assert leftovers(tmp_path) == [] and leftovers(tmp_path / "real") == []
+
+
+def test_output_fifo_is_written_to_directly(tiny_package, src, tmp_path, capsys, expected):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    received = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    rc, _, _ = run_cli(translate(tiny_package, "-i", str(src), "-o", str(fifo)), capsys)
+    assert rc == 0 and stat.S_ISFIFO(fifo.lstat().st_mode)          # not replaced by a regular file
+    reader.join(60)
+    assert received == [expected.encode("utf-8")]
+    assert leftovers(tmp_path) == []
+
+
+def test_output_character_device_is_written_to_directly(tiny_package, src, tmp_path, capsys):
+    if os.geteuid() == 0:                  # a null device of our own: /dev/null itself must not be at stake
+        device = tmp_path / "null"
+        os.mknod(device, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    else:
+        device = Path(os.devnull)
+    rc, _, err = run_cli(translate(tiny_package, "-i", str(src), "-o", str(device)), capsys)
+    assert rc == 0, err
+    assert stat.S_ISCHR(device.lstat().st_mode)
+    assert leftovers(device.parent) == []
+
+
+def test_output_dev_stdout_is_this_process_stdout(tiny_package, src, tmp_path, expected):
+    """-o /dev/stdout writes where stdout goes: a file opened with >> keeps what it held, a socket works."""
+    appended = tmp_path / "appended.txt"
+    appended.write_text("kept\n")
+    with open(appended, "ab") as stdout:
+        proc = subprocess.run(CLI + translate(tiny_package, "-i", str(src), "-o", "/dev/stdout"),
+                              stdout=stdout, stderr=subprocess.PIPE, timeout=120)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert appended.read_text(encoding="utf-8") == "kept\n" + expected
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        proc = subprocess.run(CLI + translate(tiny_package, "-i", str(src), "-o", "/dev/stdout"),
+                              stdout=theirs, stderr=subprocess.PIPE, timeout=120)
+        theirs.shutdown(socket.SHUT_WR)
+        assert proc.returncode == 0, proc.stderr.decode()
+        assert ours.makefile("rb").read() == expected.encode("utf-8")
 
 
 def unwritable_outputs(tmp_path):
@@ -81,6 +156,35 @@ def unwritable_outputs(tmp_path):
         read_only.chmod(0o444)
         cases.append((read_only, "not writable"))
     return cases
+
+
+def test_unwritable_output_is_refused_before_any_work(tmp_path, capsys):
+    """Refused before the model folder is even looked at (it does not exist here)."""
+    for path, message in unwritable_outputs(tmp_path):
+        rc, _, err = run_cli(["translate", str(tmp_path / "no-model"), "-o", str(path)], capsys)
+        assert rc == 2 and len(err.strip().splitlines()) == 1, err
+        assert f"--output {path}" in err and message in err, err
+    assert leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_signal_mid_translation_leaves_no_temporary_file(tiny_package, tmp_path, signum):
+    """Sent once the first translation is in the temporary file: it goes, the old file stays, exit 128+N."""
+    out = tmp_path / "out.txt"
+    out.write_text("old\n")
+    proc = subprocess.Popen(CLI + translate(tiny_package, "-o", str(out), "--max-batch-size", "1"),
+                            stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdin.write(f"{SOURCES[0]}\n".encode())
+    proc.stdin.flush()
+    deadline = time.monotonic() + 120
+    while not any((tmp_path / name).stat().st_size for name in leftovers(tmp_path)):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read().decode()
+        time.sleep(0.05)
+    proc.send_signal(signum)
+    err = proc.communicate(timeout=60)[1].decode()
+    assert proc.returncode == 128 + signum, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert leftovers(tmp_path) == [] and out.read_text() == "old\n"
 
 
 # --- 2. a line or a text of any length: memory bounded by max_input_length ----------------------------

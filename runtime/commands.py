@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import codecs
 import itertools
 import json
 import os
@@ -15,18 +16,24 @@ from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Tuple
 
 from .cli import OneLineParser, terminate_raises
 from .errors import Seq2OnnxError
-from .options import (DEFAULT_MAX_BATCH_SIZE, LENGTH_PENALTY_RANGE, MAX_BEAM_SIZE, MAX_LENGTH_A, MAX_LENGTH_B,
-                      MIN_TOPP, REPETITION_PENALTY_RANGE, TEMPERATURE_RANGE)
+from .options import (DEFAULT_MAX_BATCH_SIZE, LENGTH_PENALTY_RANGE, MAX_BEAM_SIZE, MAX_CHARS_PER_TOKEN,
+                      MAX_LENGTH_A, MAX_LENGTH_B, MIN_TOPP, REPETITION_PENALTY_RANGE, TEMPERATURE_RANGE)
+
+UTF8_MAX_BYTES = 4                      # bytes of one character in UTF-8, at most
 
 TRANSLATE_FORMAT = f"""\
-input: one source per line (split at \\n; a trailing \\r is dropped), UTF-8, from stdin or --input.
+input: one source per line (split at \\n; a trailing \\r is dropped), UTF-8, from stdin or --input
+(a file, /dev/stdin, a FIFO, <(command)); a UTF-8 BOM that opens the input is dropped.
   - invalid UTF-8 bytes are replaced with U+FFFD (a warning on stderr names the line);
   - an empty or blank (whitespace-only) line is not translated: one empty hypothesis, score 0
     (one output line, also with --n-best);
   - characters the model's tokenizer never saw (emoji, CJK, control characters, NUL) become its
     <unk> piece: the line is translated;
   - a line over --max-input-length tokens (default: the model's max_positions) is cut to that
-    length, EOS kept (a warning names the line); the other lines are not affected.
+    length, EOS kept (a warning names the line); the other lines are not affected. Only the first
+    {UTF8_MAX_BYTES * MAX_CHARS_PER_TOKEN} x --max-input-length bytes of a line are read, and {MAX_CHARS_PER_TOKEN} x --max-input-length characters
+    tokenized (no more can fit; a warning names the line): a huge line costs no more memory or
+    time than a long one.
 output: lines in input order, written (and flushed) batch by batch, to stdout or --output FILE.
 A regular FILE (or the file a symlink FILE points to) is replaced when everything is written: by a
 temporary file beside it, with FILE's mode (a new FILE: 0666 less the umask), removed on an error,
@@ -100,9 +107,21 @@ def _warn(message: str) -> None:
     print(f"seq2onnx translate: warning: {message}", file=sys.stderr, flush=True)
 
 
-def read_lines(stream: BinaryIO) -> Iterator[Tuple[int, str]]:
-    """(1-based line number, text) for each line; invalid UTF-8 becomes U+FFFD with a warning."""
-    for number, raw in enumerate(stream, 1):
+def read_lines(stream: BinaryIO, max_bytes: Optional[int] = None) -> Iterator[Tuple[int, str]]:
+    """(1-based line number, text) for each line; invalid UTF-8 becomes U+FFFD with a warning; a BOM
+    that opens the stream is dropped. A line over max_bytes bytes is read up to that (at a character
+    boundary) and the rest skipped, with a warning: one line never holds more memory than that."""
+    for number in itertools.count(1):
+        raw = stream.readline() if max_bytes is None else stream.readline(max_bytes + 1)
+        if not raw:
+            return
+        if number == 1 and raw.startswith(codecs.BOM_UTF8):
+            raw = raw[len(codecs.BOM_UTF8):]
+        if max_bytes is not None and len(raw) > max_bytes and not raw.endswith(b"\n"):
+            _skip_line(stream, max_bytes)
+            raw = _cut_utf8(raw, max_bytes)
+            _warn(f"line {number}: longer than {max_bytes} bytes; only those were read (more cannot fit "
+                  f"--max-input-length)")
         if raw.endswith(b"\n"):
             raw = raw[:-1]
         if raw.endswith(b"\r"):
@@ -114,6 +133,22 @@ def read_lines(stream: BinaryIO) -> Iterator[Tuple[int, str]]:
             _warn(f"line {number}: invalid UTF-8 replaced with U+FFFD")
         yield number, text
 
+
+def _skip_line(stream: BinaryIO, size: int) -> None:
+    """Read the rest of a line, `size` bytes at a time, up to its line break or the end of the stream."""
+    while True:
+        chunk = stream.readline(size)
+        if not chunk or chunk.endswith(b"\n"):
+            return
+
+
+def _cut_utf8(raw: bytes, n: int) -> bytes:
+    """raw[:n], less the start of a character that the cut would split (raw holds more than n bytes)."""
+    for _ in range(UTF8_MAX_BYTES - 1):
+        if raw[n] & 0xC0 != 0x80:                       # raw[n] starts a character: the cut is between two
+            break
+        n -= 1
+    return raw[:n]
 
 
 # /dev/stdin, /dev/stdout, /dev/stderr, /dev/fd/N, /proc/self/fd/N: a file descriptor of this process,
@@ -212,14 +247,12 @@ def translate_main(argv: List[str]) -> int:
                     no_repeat_ngram_size=args.no_repeat_ngram_size, seed=args.seed)
     if args.max_batch_size < 1:
         raise Seq2OnnxError(f"--max-batch-size must be >= 1, got {args.max_batch_size}")
-    if args.input is not None and not os.path.isfile(args.input):
-        raise Seq2OnnxError(f"--input {args.input}: no such file")
     try:
         DecodingOptions.from_kwargs(**decoding)
     except ValueError as e:
         raise Seq2OnnxError(_cli_message(e)) from e
     with terminate_raises():                           # SIGTERM, SIGHUP: the temporary output file goes too
-        source = sys.stdin.buffer if args.input is None else open(args.input, "rb")
+        source = sys.stdin.buffer if args.input is None else _open_path("--input", args.input, "rb")
         try:
             with _open_output(args.output) as out:     # a bad --output is refused before the model loads
                 _translate(args, decoding, source, out)
@@ -230,7 +263,7 @@ def translate_main(argv: List[str]) -> int:
 
 
 def _translate(args: Any, decoding: Dict[str, Any], source: BinaryIO, out: BinaryIO) -> None:
-    from .translator import Translator
+    from .translator import Translator, max_source_chars
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -246,7 +279,7 @@ def _translate(args: Any, decoding: Dict[str, Any], source: BinaryIO, out: Binar
         raise Seq2OnnxError(f"--max-input-length must be in [1, {tr.config.max_positions}] (the model's "
                             f"max_positions), got {limit}")
     chunk = args.max_batch_size if args.batch_type == "examples" else 64
-    lines = read_lines(source)
+    lines = read_lines(source, UTF8_MAX_BYTES * max_source_chars(limit))
     while True:
         block = list(itertools.islice(lines, chunk))
         if not block:

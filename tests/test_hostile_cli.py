@@ -252,6 +252,53 @@ def test_memory_of_a_huge_text_is_bounded(tiny_package, tmp_path):
     assert int(proc.stdout) < 100, f"peak RSS grew by {proc.stdout.strip()} MB"
 
 
+def test_a_huge_line_is_read_up_to_its_bound(tiny_package, tr):
+    """A 20 MB line on stdin: read up to 256 x max_input_length bytes, the same translation as the
+    line tokenized whole and cut, two warnings naming it, and the next line translated as usual."""
+    line = "seven one " * 2_000_000
+    data = (line + "\n" + SOURCES[0] + "\n").encode()
+    proc = subprocess.Popen(CLI + translate(tiny_package, "--max-input-length", "20"), stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = proc.communicate(data, timeout=120)
+    assert proc.returncode == 0, err.decode()
+    eos = tr.config.eos_id
+    ids = tr._tokenizer.encode(line[:1000]).ids[:19] + [eos]
+    assert out.decode().splitlines() == [tr.detokenize(tr.translate_ids([ids])[0][0].tokens), tr.translate(SOURCES[0])]
+    assert err.decode().splitlines() == [
+        "seq2onnx translate: warning: line 1: longer than 5120 bytes; only those were read (more cannot fit "
+        "--max-input-length)",
+        "seq2onnx translate: warning: line 1: longer than 20 tokens, truncated (--max-input-length)"]
+
+
+def test_a_huge_line_costs_no_more_memory_than_a_long_one(tiny_package, tmp_path):
+    """The CLI's peak RSS for one 20 MB line (read whole before: over 2 GB), taken by a small process that
+    starts it: a child's ru_maxrss counts its parent's peak too (pytest's, here), exec keeps it."""
+    script = tmp_path / "measure.py"
+    script.write_text(textwrap.dedent("""
+        import os, subprocess, sys
+        proc = subprocess.Popen(sys.argv[1:], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        proc.stdin.write(b"seven one " * 2_000_000 + b"\\n")
+        proc.stdin.close()
+        _, status, usage = os.wait4(proc.pid, 0)
+        print(os.waitstatus_to_exitcode(status), usage.ru_maxrss // 1024)
+    """))
+    proc = subprocess.run([sys.executable, str(script), *CLI, *translate(tiny_package)], capture_output=True,
+                          text=True, timeout=300)
+    rc, mb = map(int, proc.stdout.split())
+    assert rc == 0 and mb < 300, f"peak RSS {mb} MB"
+
+
+def test_read_lines_cuts_a_long_line_at_a_character_boundary(capsys):
+    data = "é" * 10 + "\n" + "ab\r\n" + "€€€€x\n" + "7 bytes\n" + "tail" * 30   # the last line: no line break
+    lines = list(read_lines(io.BytesIO(data.encode()), max_bytes=7))
+    assert lines == [(1, "ééé"), (2, "ab"), (3, "€€"), (4, "7 bytes"), (5, "tailtai")]
+    err = capsys.readouterr().err
+    assert [line.split(": ", 2)[2] for line in err.splitlines()] == [
+        f"line {n}: longer than 7 bytes; only those were read (more cannot fit --max-input-length)"
+        for n in (1, 3, 5)]
+
+
 # --- 3. translate_batch on many sentences: memory of one batch ---------------------------------------
 BATCH_WORKER = PEAK_MB + textwrap.dedent("""
     import sys
@@ -279,6 +326,31 @@ def test_translate_batch_memory_does_not_grow_with_the_number_of_sentences(tiny_
 
 
 # --- 8. the small ones ----------------------------------------------------------------------------
+def test_bom_on_the_first_line_is_dropped(tiny_package, tmp_path, capsys, tr):
+    src = tmp_path / "bom.txt"
+    src.write_bytes(b"\xef\xbb\xbf" + f"{SOURCES[0]}\n{SOURCES[0]}\n".encode())
+    rc, out, _ = run_cli(translate(tiny_package, "-i", str(src)), capsys)
+    assert rc == 0 and out.splitlines() == [tr.translate(SOURCES[0])] * 2
+
+
+def test_input_from_dev_stdin_a_fifo_and_process_substitution(tiny_package, tmp_path, expected):
+    data = "".join(s + "\n" for s in SOURCES).encode()
+    proc = subprocess.run(CLI + translate(tiny_package, "--input", "/dev/stdin"), input=data,
+                          capture_output=True, timeout=120)
+    assert (proc.returncode, proc.stdout.decode()) == (0, expected), proc.stderr.decode()
+    read, write = os.pipe()                                              # what bash's <(cmd) passes
+    os.write(write, data)
+    os.close(write)
+    proc = subprocess.run(CLI + translate(tiny_package, "--input", f"/dev/fd/{read}"), pass_fds=[read],
+                          capture_output=True, timeout=120)
+    os.close(read)
+    assert (proc.returncode, proc.stdout.decode()) == (0, expected), proc.stderr.decode()
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=fifo.write_bytes, args=(data,), daemon=True)
+    writer.start()
+    proc = subprocess.run(CLI + translate(tiny_package, "--input", str(fifo)), capture_output=True, timeout=120)
+    assert (proc.returncode, proc.stdout.decode()) == (0, expected), proc.stderr.decode()
 
 
 def interrupted_import(argv):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import signal
 import sys
 import threading
@@ -26,6 +27,16 @@ COMMANDS = {
 
 # third-party modules an extra brings; importing one that is missing means the extra is missing
 EXTRA_MODULES = {"torch", "onnx", "onnxscript", "sacrebleu", "tqdm", "num2words", "onnx_ir"}
+
+
+# C0, DEL and C1: the characters a terminal acts on (escape sequences, bell, carriage return, line breaks)
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """`text` with every control character written as \\xNN: an error stays one line, and what comes from
+    a model folder or an input (a path, a manifest field, a token) cannot drive the terminal."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 @contextmanager
@@ -87,7 +98,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             return 2
         return _internal_error(name, e)
     except Seq2OnnxError as e:
-        print(f"seq2onnx {name}: error: {e}", file=sys.stderr)
+        print(f"seq2onnx {name}: error: {printable(str(e))}", file=sys.stderr)
         return 2
     except (KeyboardInterrupt, Terminated) as e:
         return _stopped(name, e)
@@ -110,11 +121,26 @@ def _stopped(name: str, e: Union[KeyboardInterrupt, Terminated]) -> int:
     return 128 + signal.SIGINT
 
 
+def _signal_behind(e: Optional[BaseException]) -> Optional[BaseException]:
+    """The KeyboardInterrupt or Terminated an error came from: a library may turn one into an error of
+    its own (onnxruntime's module, interrupted while it loads, raises ImportError from it)."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, (KeyboardInterrupt, Terminated)):
+            return e
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return None
+
+
 def _internal_error(name: str, e: BaseException) -> int:
+    stop = _signal_behind(e)
+    if stop is not None:
+        return _stopped(name, stop)
     if os.environ.get("SEQ2ONNX_DEBUG"):
         raise e
-    print(f"seq2onnx {name}: error: {type(e).__name__}: {e} (set SEQ2ONNX_DEBUG=1 to see the traceback)",
-          file=sys.stderr)
+    print(f"seq2onnx {name}: error: {type(e).__name__}: {printable(str(e))} (set SEQ2ONNX_DEBUG=1 to see the "
+          f"traceback)", file=sys.stderr)
     return 1
 
 

@@ -12,9 +12,9 @@ import stat
 import sys
 import warnings
 from contextlib import contextmanager, suppress
-from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Tuple
+from typing import Any, BinaryIO, Dict, Iterator, List, Optional, TextIO, Tuple
 
-from .cli import OneLineParser, terminate_raises
+from .cli import OneLineParser, printable, terminate_raises
 from .errors import Seq2OnnxError
 from .options import (DEFAULT_MAX_BATCH_SIZE, LENGTH_PENALTY_RANGE, MAX_BEAM_SIZE, MAX_CHARS_PER_TOKEN,
                       MAX_LENGTH_A, MAX_LENGTH_B, MIN_TOPP, REPETITION_PENALTY_RANGE, TEMPERATURE_RANGE)
@@ -39,7 +39,8 @@ A regular FILE (or the file a symlink FILE points to) is replaced when everythin
 temporary file beside it, with FILE's mode (a new FILE: 0666 less the umask), removed on an error,
 Ctrl-C, SIGTERM or SIGHUP. Anything else (a device, a FIFO, /dev/stdout) is written to directly.
 A folder, or a FILE that cannot be written, is refused before any work. Line breaks inside a
-translation become spaces.
+translation become spaces; on a terminal, control characters are shown as \\xNN (to a file or a
+pipe, the bytes are exact).
   default           TEXT                        one line per input
   --scores          SCORE<TAB>TEXT              SCORE = normalized score (score / length ** length_penalty)
   --n-best K        LINE<TAB>TEXT               up to K lines per input, best first, LINE = 1-based input line
@@ -56,7 +57,8 @@ options and their ranges (a value outside is a one-line error, exit 2, before an
   --inter-threads 1..4 x CPU cores.
 exit status: 0 done; 2 a bad option, input file or model folder (one line on stderr naming it
 and the fix); 1 an unexpected error (one line; SEQ2ONNX_DEBUG=1 shows the traceback); 128 + N
-stopped by signal N (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP).
+stopped by signal N (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP). Messages on stderr show control
+characters as \\xNN.
 """
 
 
@@ -104,7 +106,7 @@ def _cli_message(error: Exception) -> str:
 
 
 def _warn(message: str) -> None:
-    print(f"seq2onnx translate: warning: {message}", file=sys.stderr, flush=True)
+    print(f"seq2onnx translate: warning: {printable(message)}", file=sys.stderr, flush=True)
 
 
 def read_lines(stream: BinaryIO, max_bytes: Optional[int] = None) -> Iterator[Tuple[int, str]]:
@@ -173,11 +175,23 @@ def _open_path(option: str, path: str, mode: str) -> BinaryIO:
         raise Seq2OnnxError(f"{option} {path}: cannot open it ({e.strerror})") from None
 
 
+def _stdin() -> BinaryIO:
+    if sys.stdin is None:
+        raise Seq2OnnxError("stdin is closed; redirect it from a file (< FILE), or give --input FILE")
+    return sys.stdin.buffer
+
+
+def _stdout() -> TextIO:
+    if sys.stdout is None:                              # e.g. `seq2onnx ... >&-`
+        raise Seq2OnnxError("stdout is closed; redirect it to a file (> FILE), or give --output FILE")
+    return sys.stdout
+
+
 @contextmanager
 def _open_output(path: Optional[str]) -> Iterator[BinaryIO]:
     """Where the translations go (TRANSLATE_FORMAT, "output"), checked before any work is done."""
     if path is None:
-        yield sys.stdout.buffer
+        yield _stdout().buffer
         return
     target = os.path.realpath(path)                     # through symlinks: the link stays, its target changes
     try:
@@ -227,10 +241,14 @@ def _create(path: str, tmp: str, replaced: Optional[os.stat_result]) -> BinaryIO
 LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 
 
-def _format(number: int, texts: List[str], scores: List[float], n_best: int, with_scores: bool) -> bytes:
+def _format(number: int, texts: List[str], scores: List[float], n_best: int, with_scores: bool,
+            terminal: bool = False) -> bytes:
+    """Output lines of one input; for a terminal, control characters are shown as \\xNN."""
     lines = []
     for text, score in zip(texts, scores):
         text = LINE_BREAKS.sub(" ", text)
+        if terminal:
+            text = printable(text)
         fields = ([str(number)] if n_best > 1 else []) + ([f"{score:.6f}"] if with_scores else []) + [text]
         lines.append("\t".join(fields) + "\n")
     return "".join(lines).encode("utf-8")
@@ -252,7 +270,7 @@ def translate_main(argv: List[str]) -> int:
     except ValueError as e:
         raise Seq2OnnxError(_cli_message(e)) from e
     with terminate_raises():                           # SIGTERM, SIGHUP: the temporary output file goes too
-        source = sys.stdin.buffer if args.input is None else _open_path("--input", args.input, "rb")
+        source = _stdin() if args.input is None else _open_path("--input", args.input, "rb")
         try:
             with _open_output(args.output) as out:     # a bad --output is refused before the model loads
                 _translate(args, decoding, source, out)
@@ -280,15 +298,17 @@ def _translate(args: Any, decoding: Dict[str, Any], source: BinaryIO, out: Binar
                             f"max_positions), got {limit}")
     chunk = args.max_batch_size if args.batch_type == "examples" else 64
     lines = read_lines(source, UTF8_MAX_BYTES * max_source_chars(limit))
+    terminal = out.isatty()
     while True:
         block = list(itertools.islice(lines, chunk))
         if not block:
             break
-        out.write(_translate_block(tr, block, decoding, args, limit))
+        out.write(_translate_block(tr, block, decoding, args, limit, terminal))
         out.flush()
 
 
-def _translate_block(tr: Any, block: List[Tuple[int, str]], decoding: Dict[str, Any], args: Any, limit: int) -> bytes:
+def _translate_block(tr: Any, block: List[Tuple[int, str]], decoding: Dict[str, Any], args: Any, limit: int,
+                     terminal: bool) -> bytes:
     """Blank lines come back from the Translator as one empty hypothesis with score 0."""
     try:
         with warnings.catch_warnings():
@@ -302,7 +322,7 @@ def _translate_block(tr: Any, block: List[Tuple[int, str]], decoding: Dict[str, 
     for (n, _), r in zip(block, out):
         if r.truncated:
             _warn(f"line {n}: longer than {limit} tokens, truncated (--max-input-length)")
-        data += _format(n, r.hypotheses, r.normalized_scores, args.n_best, args.scores)
+        data += _format(n, r.hypotheses, r.normalized_scores, args.n_best, args.scores, terminal)
     return data
 
 
@@ -340,34 +360,41 @@ def _size(n: int) -> str:
 
 
 def _print_info(info: Dict[str, Any]) -> None:
+    """The text of `seq2onnx info`: its strings come from the model folder, so control characters are
+    shown as \\xNN."""
+    out = _stdout()
+
+    def say(line: str) -> None:
+        print(printable(line), file=out)
+
     a = info["architecture"]
     norm = "pre-norm" if a["norm_first"] else "post-norm (paper)"
-    print(f"model package  {info['path']}")
-    print(f"format         {info['format']} v{info['format_version']}, seq2onnx {info['seq2onnx_version']}, "
-          f"created {info['created']}")
-    print(f"architecture   Transformer {norm}: {a['encoder_layers']}+{a['decoder_layers']} layers, "
-          f"d_model {a['d_model']}, {a['n_heads']} heads x {a['head_dim']}, d_ff {a['d_ff']}, "
-          f"max_positions {a['max_positions']}, shared embeddings {a['share_embeddings']}, "
-          f"tied output {a['tie_output_embedding']}")
+    say(f"model package  {info['path']}")
+    say(f"format         {info['format']} v{info['format_version']}, seq2onnx {info['seq2onnx_version']}, "
+        f"created {info['created']}")
+    say(f"architecture   Transformer {norm}: {a['encoder_layers']}+{a['decoder_layers']} layers, "
+        f"d_model {a['d_model']}, {a['n_heads']} heads x {a['head_dim']}, d_ff {a['d_ff']}, "
+        f"max_positions {a['max_positions']}, shared embeddings {a['share_embeddings']}, "
+        f"tied output {a['tie_output_embedding']}")
     specials = ", ".join(f"{r} {s['token']}={s['id']}" for r, s in info["special_tokens"].items())
-    print(f"vocabulary     {info['vocab_size']} tokens ({specials})")
-    print("decoder step   " + ("cross K/V once per sentence (shared by its beams)" if info["cross_per_sentence"]
-                               else "cross K/V copied per row (graph contract before cross_per_sentence)"))
-    print("variants")
+    say(f"vocabulary     {info['vocab_size']} tokens ({specials})")
+    say("decoder step   " + ("cross K/V once per sentence (shared by its beams)" if info["cross_per_sentence"]
+                             else "cross K/V copied per row (graph contract before cross_per_sentence)"))
+    say("variants")
     for name, v in info["variants"].items():
         b = v["bytes"]
-        print(f"  {name:<5} {v['precision']:<8} {v['encoder']} {_size(b['encoder'])} + "
-              f"{v['decoder_step']} {_size(b['decoder_step'])}; {v['status']}")
+        say(f"  {name:<5} {v['precision']:<8} {v['encoder']} {_size(b['encoder'])} + "
+            f"{v['decoder_step']} {_size(b['decoder_step'])}; {v['status']}")
         if v["parity"]:
-            print("        parity: " + ", ".join(f"{k}={val}" for k, val in v["parity"].items()))
+            say("        parity: " + ", ".join(f"{k}={val}" for k, val in v["parity"].items()))
     exporter = ", ".join(f"{k} {val}" for k, val in info["exporter"].items())
-    print(f"exporter       {exporter}; opset {info['opset']}, IR {info['ir_version']}")
+    say(f"exporter       {exporter}; opset {info['opset']}, IR {info['ir_version']}")
     src = info["source_checkpoint"]
     if src:
         step = (src.get("train_meta") or {}).get("step")
-        print(f"checkpoint     {src.get('file')}" + (f" (step {step})" if step is not None else ""))
-    print(f"total size     {_size(info['total_bytes'])}; checksums "
-          f"{'verified' if info['verified'] else 'not checked (--no-verify)'}")
+        say(f"checkpoint     {src.get('file')}" + (f" (step {step})" if step is not None else ""))
+    say(f"total size     {_size(info['total_bytes'])}; checksums "
+        f"{'verified' if info['verified'] else 'not checked (--no-verify)'}")
 
 
 def info_main(argv: List[str]) -> int:
@@ -378,7 +405,7 @@ def info_main(argv: List[str]) -> int:
     args = p.parse_args(argv)
     info = package_info(args.model_dir, verify=not args.no_verify)
     if args.json:
-        print(json.dumps(info, indent=2, ensure_ascii=False))
+        print(json.dumps(info, indent=2), file=_stdout())     # ASCII: \uXXXX for the rest, controls too
     else:
         _print_info(info)
     return 0

@@ -353,12 +353,27 @@ def test_input_from_dev_stdin_a_fifo_and_process_substitution(tiny_package, tmp_
     assert (proc.returncode, proc.stdout.decode()) == (0, expected), proc.stderr.decode()
 
 
+@pytest.mark.parametrize("args", [["translate", "{pkg}"], ["info", "{pkg}"]])
+def test_closed_stdout_is_one_line(tiny_package, args):
+    command = CLI + [a.format(pkg=tiny_package) for a in args]
+    proc = subprocess.run(["bash", "-c", 'exec "$@" >&-', "bash", *command], input=b"one two\n",
+                          capture_output=True, timeout=120)
+    err = proc.stderr.decode()
+    assert proc.returncode == 2 and err.count("\n") == 1 and "stdout is closed" in err, err
+
+
 def interrupted_import(argv):
     """What onnxruntime's module does when Ctrl-C lands while it initialises: ImportError from it."""
     try:
         signal.raise_signal(signal.SIGINT)                  # Python's handler raises KeyboardInterrupt
     except KeyboardInterrupt as e:
         raise ImportError("initialization failed") from e
+
+
+def test_ctrl_c_while_a_library_loads_is_one_line(monkeypatch, capsys):
+    monkeypatch.setitem(cli.COMMANDS, "translate", (__name__, "interrupted_import", "", None))
+    rc, _, err = run_cli(["translate"], capsys)
+    assert rc == 130 and err == "seq2onnx translate: interrupted\n"
 
 
 def edited_copy(package, folder, tokenizer=None, manifest=None):
@@ -389,6 +404,37 @@ CREATED = "\x1b]0;owned\x07\x9b2J"
 
 def raw_controls(text):
     return [c for c in text if ord(c) < 0x20 and c not in "\n" or 0x7f <= ord(c) <= 0x9f]
+
+
+def test_control_characters_from_a_package_never_reach_the_terminal(tiny_package, tmp_path, capsys, tr):
+    hostile = hostile_copy(tiny_package, tmp_path)
+    rc, _, err = run_cli(["translate", str(tmp_path / "\x1b[31mred")], capsys)       # an error naming a path
+    assert rc == 2 and raw_controls(err) == [] and "\\x1b[31mred" in err
+    rc, out, _ = run_cli(["info", str(hostile)], capsys)
+    assert rc == 0 and raw_controls(out) == [] and "created \\x1b]0;owned\\x07\\x9b2J" in out
+    rc, out, _ = run_cli(["info", str(hostile), "--json"], capsys)
+    assert rc == 0 and raw_controls(out) == [] and json.loads(out)["created"] == CREATED
+    text = tr.translate(SOURCES[0])
+    assert "e" in text
+    piped = subprocess.run(CLI + translate(hostile), input=f"{SOURCES[0]}\n".encode(), capture_output=True,
+                           timeout=120)
+    assert piped.stdout.decode() == text.replace("e", "\x1b[2J") + "\n"             # to a pipe: exact
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(CLI + translate(hostile), stdin=subprocess.PIPE, stdout=slave, stderr=subprocess.PIPE)
+    os.close(slave)
+    proc.communicate(f"{SOURCES[0]}\n".encode(), timeout=120)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:                                                        # EIO: the terminal closed
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(master)
+    assert proc.returncode == 0
+    assert shown.decode().replace("\r\n", "\n") == text.replace("e", "\\x1b[2J") + "\n"   # on a terminal: escaped
 
 
 def test_translate_ids_refuses_ids_outside_the_vocabulary(tr):

@@ -40,10 +40,14 @@ def number_words(n: int):
     return [num2words(1 + (i * 7919) % 999_999) for i in range(n)]
 
 
-def write(folder: str, name: str, text: str) -> str:
+def write(folder: str, name: str, text: str, repeat: int = 1, end: str = "") -> str:
+    """A file of `text` x `repeat` + `end`, written piece by piece: this process stays small, and a
+    child's ru_maxrss counts the peak of the process that started it (exec keeps it)."""
     path = os.path.join(folder, name)
     with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
+        for _ in range(repeat):
+            f.write(text)
+        f.write(end)
     return path
 
 
@@ -54,11 +58,10 @@ def cli(path: str):
 def case_command(case: str, folder: str):
     if case == "short":
         return cli(write(folder, "short.txt", "three hundred and one\n"))
-    if case == "line30mb":
-        unit = "three hundred and forty-two thousand, "
-        return cli(write(folder, "line30mb.txt", (unit * (30_000_000 // len(unit) + 1))[:30_000_000] + "\n"))
-    if case == "fdfa5mb":                                 # U+FDFA is 3 bytes in UTF-8
-        return cli(write(folder, "fdfa5mb.txt", "\ufdfa" * (5_000_000 // 3) + "\n"))
+    if case == "line30mb":                                # one line of 30 MB
+        return cli(write(folder, "line30mb.txt", "three hundred and forty-two thousand, " * 100, 7895, "\n"))
+    if case == "fdfa5mb":                                 # one line of 5 MB: U+FDFA is 3 bytes in UTF-8
+        return cli(write(folder, "fdfa5mb.txt", "\ufdfa" * 1000, 1666, "\n"))
     if case == "batch20k":
         texts = write(folder, "numbers.txt", "\n".join(number_words(20_000)) + "\n")
         return [sys.executable, write(folder, "worker.py", BATCH_WORKER), texts, MODEL]

@@ -6,10 +6,14 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
+import signal
 import sys
-from typing import List, NoReturn, Optional
+import threading
+from contextlib import contextmanager
+from typing import Iterator, List, NoReturn, Optional, Union
 
-from .errors import Seq2OnnxError
+from .errors import Seq2OnnxError, Terminated
 
 # name -> (module, function, one-line help, extra that provides its dependencies)
 COMMANDS = {
@@ -23,6 +27,37 @@ COMMANDS = {
 
 # third-party modules an extra brings; importing one that is missing means the extra is missing
 EXTRA_MODULES = {"torch", "onnx", "onnxscript", "sacrebleu", "tqdm", "num2words", "onnx_ir"}
+
+
+# C0, DEL and C1: the characters a terminal acts on (escape sequences, bell, carriage return, line breaks)
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """`text` with every control character written as \\xNN: an error stays one line, and what comes from
+    a model folder or an input (a path, a manifest field, a token) cannot drive the terminal."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+@contextmanager
+def terminate_raises() -> Iterator[None]:
+    """Within it, SIGTERM and SIGHUP raise Terminated in the main thread (elsewhere: nothing changes),
+    so that the clean-up that Ctrl-C runs (KeyboardInterrupt) runs for them too; `main` then exits with
+    128 + the signal number."""
+    signums = [getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)]
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> NoReturn:
+        raise Terminated(signum)
+
+    previous = {signum: signal.signal(signum, handler) for signum in signums}
+    try:
+        yield
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -63,11 +98,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             return 2
         return _internal_error(name, e)
     except Seq2OnnxError as e:
-        print(f"seq2onnx {name}: error: {e}", file=sys.stderr)
+        print(f"seq2onnx {name}: error: {printable(str(e))}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"seq2onnx {name}: interrupted", file=sys.stderr)
-        return 130
+    except (KeyboardInterrupt, Terminated) as e:
+        return _stopped(name, e)
     except BrokenPipeError:
         # the reader of our stdout went away (e.g. `| head`): not an error of ours
         try:
@@ -79,11 +113,34 @@ def main(argv: Optional[List[str]] = None) -> int:
         return _internal_error(name, e)
 
 
+def _stopped(name: str, e: Union[KeyboardInterrupt, Terminated]) -> int:
+    if isinstance(e, Terminated):
+        print(f"seq2onnx {name}: terminated ({e})", file=sys.stderr)
+        return 128 + e.signum
+    print(f"seq2onnx {name}: interrupted", file=sys.stderr)
+    return 128 + signal.SIGINT
+
+
+def _signal_behind(e: Optional[BaseException]) -> Optional[BaseException]:
+    """The KeyboardInterrupt or Terminated an error came from: a library may turn one into an error of
+    its own (onnxruntime's module, interrupted while it loads, raises ImportError from it)."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, (KeyboardInterrupt, Terminated)):
+            return e
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return None
+
+
 def _internal_error(name: str, e: BaseException) -> int:
+    stop = _signal_behind(e)
+    if stop is not None:
+        return _stopped(name, stop)
     if os.environ.get("SEQ2ONNX_DEBUG"):
         raise e
-    print(f"seq2onnx {name}: error: {type(e).__name__}: {e} (set SEQ2ONNX_DEBUG=1 to see the traceback)",
-          file=sys.stderr)
+    print(f"seq2onnx {name}: error: {type(e).__name__}: {printable(str(e))} (set SEQ2ONNX_DEBUG=1 to see the "
+          f"traceback)", file=sys.stderr)
     return 1
 
 

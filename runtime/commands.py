@@ -2,33 +2,45 @@
 from __future__ import annotations
 
 import argparse
+import codecs
 import itertools
 import json
 import os
 import re
+import secrets
+import stat
 import sys
-import tempfile
 import warnings
-from contextlib import contextmanager
-from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Tuple
+from contextlib import contextmanager, suppress
+from typing import Any, BinaryIO, Dict, Iterator, List, Optional, TextIO, Tuple
 
-from .cli import OneLineParser
+from .cli import OneLineParser, printable, terminate_raises
 from .errors import Seq2OnnxError
-from .options import (LENGTH_PENALTY_RANGE, MAX_BEAM_SIZE, MAX_LENGTH_A, MAX_LENGTH_B, MIN_TOPP,
-                      REPETITION_PENALTY_RANGE, TEMPERATURE_RANGE)
+from .options import (DEFAULT_MAX_BATCH_SIZE, LENGTH_PENALTY_RANGE, MAX_BEAM_SIZE, MAX_CHARS_PER_TOKEN,
+                      MAX_LENGTH_A, MAX_LENGTH_B, MIN_TOPP, REPETITION_PENALTY_RANGE, TEMPERATURE_RANGE)
+
+UTF8_MAX_BYTES = 4                      # bytes of one character in UTF-8, at most
 
 TRANSLATE_FORMAT = f"""\
-input: one source per line (split at \\n; a trailing \\r is dropped), UTF-8, from stdin or --input.
+input: one source per line (split at \\n; a trailing \\r is dropped), UTF-8, from stdin or --input
+(a file, /dev/stdin, a FIFO, <(command)); a UTF-8 BOM that opens the input is dropped.
   - invalid UTF-8 bytes are replaced with U+FFFD (a warning on stderr names the line);
   - an empty or blank (whitespace-only) line is not translated: one empty hypothesis, score 0
     (one output line, also with --n-best);
   - characters the model's tokenizer never saw (emoji, CJK, control characters, NUL) become its
     <unk> piece: the line is translated;
   - a line over --max-input-length tokens (default: the model's max_positions) is cut to that
-    length, EOS kept (a warning names the line); the other lines are not affected.
-output: lines in input order, written (and flushed) batch by batch, to stdout or --output
-(written to a temporary file beside it and renamed into place at the end). Line breaks inside
-a translation become spaces.
+    length, EOS kept (a warning names the line); the other lines are not affected. Only the first
+    {UTF8_MAX_BYTES * MAX_CHARS_PER_TOKEN} x --max-input-length bytes of a line are read, and {MAX_CHARS_PER_TOKEN} x --max-input-length characters
+    tokenized (no more can fit; a warning names the line): a huge line costs no more memory or
+    time than a long one.
+output: lines in input order, written (and flushed) batch by batch, to stdout or --output FILE.
+A regular FILE (or the file a symlink FILE points to) is replaced when everything is written: by a
+temporary file beside it, with FILE's mode (a new FILE: 0666 less the umask), removed on an error,
+Ctrl-C, SIGTERM or SIGHUP. Anything else (a device, a FIFO, /dev/stdout) is written to directly.
+A folder, or a FILE that cannot be written, is refused before any work. Line breaks inside a
+translation become spaces; on a terminal, control characters are shown as \\xNN (to a file or a
+pipe, the bytes are exact).
   default           TEXT                        one line per input
   --scores          SCORE<TAB>TEXT              SCORE = normalized score (score / length ** length_penalty)
   --n-best K        LINE<TAB>TEXT               up to K lines per input, best first, LINE = 1-based input line
@@ -44,7 +56,9 @@ options and their ranges (a value outside is a one-line error, exit 2, before an
   --max-input-length 1..max_positions; --max-batch-size >= 1; --intra-threads 0..4 x CPU cores;
   --inter-threads 1..4 x CPU cores.
 exit status: 0 done; 2 a bad option, input file or model folder (one line on stderr naming it
-and the fix); 1 an unexpected error (one line; SEQ2ONNX_DEBUG=1 shows the traceback).
+and the fix); 1 an unexpected error (one line; SEQ2ONNX_DEBUG=1 shows the traceback); 128 + N
+stopped by signal N (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP). Messages on stderr show control
+characters as \\xNN.
 """
 
 
@@ -75,8 +89,8 @@ def _translate_parser() -> argparse.ArgumentParser:
     d.add_argument("--repetition-penalty", type=float, default=1.0)
     d.add_argument("--no-repeat-ngram-size", type=int, default=0)
     d.add_argument("--seed", type=int, default=None)
-    d.add_argument("--max-batch-size", type=int, default=32, help="examples (or tokens) per batch; lines are "
-                                                                  "read in chunks of this many")
+    d.add_argument("--max-batch-size", type=int, default=DEFAULT_MAX_BATCH_SIZE,
+                   help="examples (or tokens) per batch; lines are read in chunks of this many")
     d.add_argument("--batch-type", default="examples", choices=["examples", "tokens"])
     d.add_argument("--scores", action="store_true", help="prefix each hypothesis with its normalized score")
     return p
@@ -92,12 +106,24 @@ def _cli_message(error: Exception) -> str:
 
 
 def _warn(message: str) -> None:
-    print(f"seq2onnx translate: warning: {message}", file=sys.stderr, flush=True)
+    print(f"seq2onnx translate: warning: {printable(message)}", file=sys.stderr, flush=True)
 
 
-def read_lines(stream: BinaryIO) -> Iterator[Tuple[int, str]]:
-    """(1-based line number, text) for each line; invalid UTF-8 becomes U+FFFD with a warning."""
-    for number, raw in enumerate(stream, 1):
+def read_lines(stream: BinaryIO, max_bytes: Optional[int] = None) -> Iterator[Tuple[int, str]]:
+    """(1-based line number, text) for each line; invalid UTF-8 becomes U+FFFD with a warning; a BOM
+    that opens the stream is dropped. A line over max_bytes bytes is read up to that (at a character
+    boundary) and the rest skipped, with a warning: one line never holds more memory than that."""
+    for number in itertools.count(1):
+        raw = stream.readline() if max_bytes is None else stream.readline(max_bytes + 1)
+        if not raw:
+            return
+        if number == 1 and raw.startswith(codecs.BOM_UTF8):
+            raw = raw[len(codecs.BOM_UTF8):]
+        if max_bytes is not None and len(raw) > max_bytes and not raw.endswith(b"\n"):
+            _skip_line(stream, max_bytes)
+            raw = _cut_utf8(raw, max_bytes)
+            _warn(f"line {number}: longer than {max_bytes} bytes; only those were read (more cannot fit "
+                  f"--max-input-length)")
         if raw.endswith(b"\n"):
             raw = raw[:-1]
         if raw.endswith(b"\r"):
@@ -110,33 +136,119 @@ def read_lines(stream: BinaryIO) -> Iterator[Tuple[int, str]]:
         yield number, text
 
 
+def _skip_line(stream: BinaryIO, size: int) -> None:
+    """Read the rest of a line, `size` bytes at a time, up to its line break or the end of the stream."""
+    while True:
+        chunk = stream.readline(size)
+        if not chunk or chunk.endswith(b"\n"):
+            return
+
+
+def _cut_utf8(raw: bytes, n: int) -> bytes:
+    """raw[:n], less the start of a character that the cut would split (raw holds more than n bytes)."""
+    for _ in range(UTF8_MAX_BYTES - 1):
+        if raw[n] & 0xC0 != 0x80:                       # raw[n] starts a character: the cut is between two
+            break
+        n -= 1
+    return raw[:n]
+
+
+# /dev/stdin, /dev/stdout, /dev/stderr, /dev/fd/N, /proc/self/fd/N: a file descriptor of this process,
+# used as it is (as bash does): a socket, or a file opened with >>, is written to, not reopened
+_DESCRIPTOR = re.compile(r"/dev/(?:std(?P<std>in|out|err)|fd/(?P<fd>\d+))|/proc/self/fd/(?P<self>\d+)")
+_STD_NAMES = ("stdin", "stdout", "stderr")
+
+
+def _open_path(option: str, path: str, mode: str) -> BinaryIO:
+    """The file `path` given to `option`, opened with `mode` ("rb", "wb"), or a one-line error."""
+    m = _DESCRIPTOR.fullmatch(os.path.abspath(path))
+    try:
+        if m is None:
+            return open(path, mode)
+        fd = _STD_NAMES.index(f"std{m['std']}") if m["std"] else int(m["fd"] or m["self"])
+        if fd < 3 and (sys.stdin, sys.stdout, sys.stderr)[fd] is None:
+            raise Seq2OnnxError(f"{option} {path}: {_STD_NAMES[fd]} is closed")
+        return os.fdopen(os.dup(fd), mode)
+    except FileNotFoundError:
+        raise Seq2OnnxError(f"{option} {path}: no such file") from None
+    except OSError as e:
+        raise Seq2OnnxError(f"{option} {path}: cannot open it ({e.strerror})") from None
+
+
+def _stdin() -> BinaryIO:
+    if sys.stdin is None:
+        raise Seq2OnnxError("stdin is closed; redirect it from a file (< FILE), or give --input FILE")
+    return sys.stdin.buffer
+
+
+def _stdout() -> TextIO:
+    if sys.stdout is None:                              # e.g. `seq2onnx ... >&-`
+        raise Seq2OnnxError("stdout is closed; redirect it to a file (> FILE), or give --output FILE")
+    return sys.stdout
+
+
 @contextmanager
 def _open_output(path: Optional[str]) -> Iterator[BinaryIO]:
-    """stdout, or a temporary file beside `path` renamed onto it when everything was written."""
+    """Where the translations go (TRANSLATE_FORMAT, "output"), checked before any work is done."""
     if path is None:
-        yield sys.stdout.buffer
+        yield _stdout().buffer
         return
-    folder = os.path.dirname(os.path.abspath(path))
+    target = os.path.realpath(path)                     # through symlinks: the link stays, its target changes
+    try:
+        st: Optional[os.stat_result] = os.stat(target)
+    except FileNotFoundError:
+        st = None
+    except OSError as e:
+        raise Seq2OnnxError(f"--output {path}: {e.strerror}") from None
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise Seq2OnnxError(f"--output {path} is a folder; give the path of a file to write")
+    if _DESCRIPTOR.fullmatch(os.path.abspath(path)) or (st is not None and not stat.S_ISREG(st.st_mode)):
+        with _open_path("--output", path, "wb") as f:   # a device, FIFO, socket, /dev/stdout: no temporary file
+            yield f
+        return
+    folder = os.path.dirname(target)
     if not os.path.isdir(folder):
         raise Seq2OnnxError(f"--output {path}: the folder {folder} does not exist; create it first")
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix="-" + os.path.basename(path))
-    try:
-        with os.fdopen(fd, "wb") as f:
+    if st is not None and not os.access(target, os.W_OK):
+        raise Seq2OnnxError(f"--output {path}: the file is not writable; make it writable or choose another")
+    tmp = os.path.join(folder, f".tmp-{secrets.token_hex(6)}-{os.path.basename(target)}")
+    try:                                                # created inside: whatever stops us removes it
+        with _create(path, tmp, st) as f:
             yield f
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
+        os.replace(tmp, target)
+    except BaseException:                               # errors, KeyboardInterrupt, cli.Terminated
+        with suppress(FileNotFoundError):
+            os.unlink(tmp)
         raise
+
+
+def _create(path: str, tmp: str, replaced: Optional[os.stat_result]) -> BinaryIO:
+    """The temporary file for --output `path`: mode 0666 less the umask, or the mode (and, where allowed,
+    the owner) of the file it will replace."""
+    try:
+        f = open(tmp, "xb")
+    except OSError as e:
+        raise Seq2OnnxError(f"--output {path}: cannot create a file in {os.path.dirname(tmp)} ({e.strerror}); "
+                            f"choose a folder you can write to") from None
+    if replaced is not None:
+        with suppress(PermissionError):                 # only root may give a file to another owner
+            os.fchown(f.fileno(), replaced.st_uid, replaced.st_gid)
+        os.fchmod(f.fileno(), stat.S_IMODE(replaced.st_mode))
+    return f
 
 
 # every character str.splitlines() breaks at: none may split one output line into two
 LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 
 
-def _format(number: int, texts: List[str], scores: List[float], n_best: int, with_scores: bool) -> bytes:
+def _format(number: int, texts: List[str], scores: List[float], n_best: int, with_scores: bool,
+            terminal: bool = False) -> bytes:
+    """Output lines of one input; for a terminal, control characters are shown as \\xNN."""
     lines = []
     for text, score in zip(texts, scores):
         text = LINE_BREAKS.sub(" ", text)
+        if terminal:
+            text = printable(text)
         fields = ([str(number)] if n_best > 1 else []) + ([f"{score:.6f}"] if with_scores else []) + [text]
         lines.append("\t".join(fields) + "\n")
     return "".join(lines).encode("utf-8")
@@ -153,14 +265,23 @@ def translate_main(argv: List[str]) -> int:
                     no_repeat_ngram_size=args.no_repeat_ngram_size, seed=args.seed)
     if args.max_batch_size < 1:
         raise Seq2OnnxError(f"--max-batch-size must be >= 1, got {args.max_batch_size}")
-    if args.input is not None and not os.path.isfile(args.input):
-        raise Seq2OnnxError(f"--input {args.input}: no such file")
     try:
         DecodingOptions.from_kwargs(**decoding)
     except ValueError as e:
         raise Seq2OnnxError(_cli_message(e)) from e
+    with terminate_raises():                           # SIGTERM, SIGHUP: the temporary output file goes too
+        source = _stdin() if args.input is None else _open_path("--input", args.input, "rb")
+        try:
+            with _open_output(args.output) as out:     # a bad --output is refused before the model loads
+                _translate(args, decoding, source, out)
+        finally:
+            if args.input is not None:
+                source.close()
+    return 0
 
-    from .translator import Translator
+
+def _translate(args: Any, decoding: Dict[str, Any], source: BinaryIO, out: BinaryIO) -> None:
+    from .translator import Translator, max_source_chars
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -176,23 +297,18 @@ def translate_main(argv: List[str]) -> int:
         raise Seq2OnnxError(f"--max-input-length must be in [1, {tr.config.max_positions}] (the model's "
                             f"max_positions), got {limit}")
     chunk = args.max_batch_size if args.batch_type == "examples" else 64
-    source = open(args.input, "rb") if args.input else sys.stdin.buffer
-    try:
-        with _open_output(args.output) as out:
-            lines = read_lines(source)
-            while True:
-                block = list(itertools.islice(lines, chunk))
-                if not block:
-                    break
-                out.write(_translate_block(tr, block, decoding, args, limit))
-                out.flush()
-    finally:
-        if args.input:
-            source.close()
-    return 0
+    lines = read_lines(source, UTF8_MAX_BYTES * max_source_chars(limit))
+    terminal = out.isatty()
+    while True:
+        block = list(itertools.islice(lines, chunk))
+        if not block:
+            break
+        out.write(_translate_block(tr, block, decoding, args, limit, terminal))
+        out.flush()
 
 
-def _translate_block(tr: Any, block: List[Tuple[int, str]], decoding: Dict[str, Any], args: Any, limit: int) -> bytes:
+def _translate_block(tr: Any, block: List[Tuple[int, str]], decoding: Dict[str, Any], args: Any, limit: int,
+                     terminal: bool) -> bytes:
     """Blank lines come back from the Translator as one empty hypothesis with score 0."""
     try:
         with warnings.catch_warnings():
@@ -206,7 +322,7 @@ def _translate_block(tr: Any, block: List[Tuple[int, str]], decoding: Dict[str, 
     for (n, _), r in zip(block, out):
         if r.truncated:
             _warn(f"line {n}: longer than {limit} tokens, truncated (--max-input-length)")
-        data += _format(n, r.hypotheses, r.normalized_scores, args.n_best, args.scores)
+        data += _format(n, r.hypotheses, r.normalized_scores, args.n_best, args.scores, terminal)
     return data
 
 
@@ -244,34 +360,41 @@ def _size(n: int) -> str:
 
 
 def _print_info(info: Dict[str, Any]) -> None:
+    """The text of `seq2onnx info`: its strings come from the model folder, so control characters are
+    shown as \\xNN."""
+    out = _stdout()
+
+    def say(line: str) -> None:
+        print(printable(line), file=out)
+
     a = info["architecture"]
     norm = "pre-norm" if a["norm_first"] else "post-norm (paper)"
-    print(f"model package  {info['path']}")
-    print(f"format         {info['format']} v{info['format_version']}, seq2onnx {info['seq2onnx_version']}, "
-          f"created {info['created']}")
-    print(f"architecture   Transformer {norm}: {a['encoder_layers']}+{a['decoder_layers']} layers, "
-          f"d_model {a['d_model']}, {a['n_heads']} heads x {a['head_dim']}, d_ff {a['d_ff']}, "
-          f"max_positions {a['max_positions']}, shared embeddings {a['share_embeddings']}, "
-          f"tied output {a['tie_output_embedding']}")
+    say(f"model package  {info['path']}")
+    say(f"format         {info['format']} v{info['format_version']}, seq2onnx {info['seq2onnx_version']}, "
+        f"created {info['created']}")
+    say(f"architecture   Transformer {norm}: {a['encoder_layers']}+{a['decoder_layers']} layers, "
+        f"d_model {a['d_model']}, {a['n_heads']} heads x {a['head_dim']}, d_ff {a['d_ff']}, "
+        f"max_positions {a['max_positions']}, shared embeddings {a['share_embeddings']}, "
+        f"tied output {a['tie_output_embedding']}")
     specials = ", ".join(f"{r} {s['token']}={s['id']}" for r, s in info["special_tokens"].items())
-    print(f"vocabulary     {info['vocab_size']} tokens ({specials})")
-    print("decoder step   " + ("cross K/V once per sentence (shared by its beams)" if info["cross_per_sentence"]
-                               else "cross K/V copied per row (graph contract before cross_per_sentence)"))
-    print("variants")
+    say(f"vocabulary     {info['vocab_size']} tokens ({specials})")
+    say("decoder step   " + ("cross K/V once per sentence (shared by its beams)" if info["cross_per_sentence"]
+                             else "cross K/V copied per row (graph contract before cross_per_sentence)"))
+    say("variants")
     for name, v in info["variants"].items():
         b = v["bytes"]
-        print(f"  {name:<5} {v['precision']:<8} {v['encoder']} {_size(b['encoder'])} + "
-              f"{v['decoder_step']} {_size(b['decoder_step'])}; {v['status']}")
+        say(f"  {name:<5} {v['precision']:<8} {v['encoder']} {_size(b['encoder'])} + "
+            f"{v['decoder_step']} {_size(b['decoder_step'])}; {v['status']}")
         if v["parity"]:
-            print("        parity: " + ", ".join(f"{k}={val}" for k, val in v["parity"].items()))
+            say("        parity: " + ", ".join(f"{k}={val}" for k, val in v["parity"].items()))
     exporter = ", ".join(f"{k} {val}" for k, val in info["exporter"].items())
-    print(f"exporter       {exporter}; opset {info['opset']}, IR {info['ir_version']}")
+    say(f"exporter       {exporter}; opset {info['opset']}, IR {info['ir_version']}")
     src = info["source_checkpoint"]
     if src:
         step = (src.get("train_meta") or {}).get("step")
-        print(f"checkpoint     {src.get('file')}" + (f" (step {step})" if step is not None else ""))
-    print(f"total size     {_size(info['total_bytes'])}; checksums "
-          f"{'verified' if info['verified'] else 'not checked (--no-verify)'}")
+        say(f"checkpoint     {src.get('file')}" + (f" (step {step})" if step is not None else ""))
+    say(f"total size     {_size(info['total_bytes'])}; checksums "
+        f"{'verified' if info['verified'] else 'not checked (--no-verify)'}")
 
 
 def info_main(argv: List[str]) -> int:
@@ -282,7 +405,7 @@ def info_main(argv: List[str]) -> int:
     args = p.parse_args(argv)
     info = package_info(args.model_dir, verify=not args.no_verify)
     if args.json:
-        print(json.dumps(info, indent=2, ensure_ascii=False))
+        print(json.dumps(info, indent=2), file=_stdout())     # ASCII: \uXXXX for the rest, controls too
     else:
         _print_info(info)
     return 0

@@ -1,4 +1,5 @@
 """Errors meant for the user: the CLI prints them as one line, without a traceback."""
+import signal
 
 
 class Seq2OnnxError(Exception):
@@ -7,3 +8,12 @@ class Seq2OnnxError(Exception):
 
 class ModelPackageError(Seq2OnnxError):
     """A model folder that cannot be loaded (missing file, bad checksum, unknown format...)."""
+
+
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP, raised where the program is (cli.terminate_raises), as SIGINT raises
+    KeyboardInterrupt: not an error, so `except Exception` lets it through to the clean-up."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum

@@ -13,7 +13,8 @@ Awkward input has a defined result (docs/CONTRACTS.md, "Runtime input"):
   * a lone surrogate (a str that is not valid Unicode, e.g. from surrogateescape) becomes U+FFFD,
     with a warning naming the input;
   * characters the tokenizer never saw (emoji, CJK, control characters, NUL) become its <unk> piece;
-  * a text over max_input_length tokens is cut to it (EOS kept), with a warning naming the input.
+  * a text over max_input_length tokens is cut to it (EOS kept), with a warning naming the input;
+    only a prefix of a long text is tokenized (`token_ids`), so its length costs no memory or time.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
 from .decoding import Hypothesis, common_prefix, decode, decode_steps
 from .errors import ModelPackageError, Seq2OnnxError
 from .manifest import UNCHECKED, ModelPackage, read_package
-from .options import DecodingOptions
+from .options import DEFAULT_MAX_BATCH_SIZE, MAX_CHARS_PER_TOKEN, DecodingOptions
 from .session import SessionConfig, open_engine, resolve_device
 
 log = logging.getLogger("seq2onnx.runtime")
@@ -37,6 +38,7 @@ COMPUTE_TYPES = {"default": None, "float32": "fp32", "int8": "int8", "float16": 
 BATCH_TYPES = ("examples", "tokens")
 MAX_THREADS = 4 * (os.cpu_count() or 1)     # intra/inter-op threads: more only thrash (10**6 hangs onnxruntime)
 _SURROGATE = re.compile("[\ud800-\udfff]")
+ENCODE_CHUNK = 1024             # texts tokenized at once: their Encodings (~2 kB each) are never all held
 
 
 @dataclass
@@ -94,7 +96,40 @@ def _check_count(name: str, value: Any, low: int, high: Optional[int] = None) ->
 
 def is_blank(text: str) -> bool:
     """Nothing to translate: empty or whitespace only (str.isspace), the empty hypothesis."""
-    return not text.strip()
+    return not text or text.isspace()                   # no copy of a long text
+
+
+def max_source_chars(max_input_length: int) -> int:
+    """The most characters of one text that `token_ids` reads for max_input_length tokens."""
+    return max_input_length * MAX_CHARS_PER_TOKEN
+
+
+def token_ids(tokenizer: Any, texts: Sequence[str], limit: int) -> Tuple[List[List[int]], List[bool]]:
+    """(ids, cut) per text: the ids of a prefix of it that holds its first `limit` tokens, and whether
+    the prefix is shorter than the text. The prefix starts at `limit` characters and doubles until it
+    yields 2 x limit tokens (the pieces its cut splits lie past the first `limit`, so these are the
+    whole text's), or holds the whole text, or max_source_chars(limit) characters."""
+    ids: List[List[int]] = [[] for _ in texts]
+    cut = [False] * len(texts)
+    todo, size = list(range(len(texts))), limit
+    while todo:
+        longer = []
+        for start in range(0, len(todo), ENCODE_CHUNK):
+            chunk = todo[start:start + ENCODE_CHUNK]
+            for i, enc in zip(chunk, tokenizer.encode_batch([texts[i][:size] for i in chunk])):
+                if len(texts[i]) > size and len(enc.ids) < 2 * limit and size < max_source_chars(limit):
+                    longer.append(i)
+                else:
+                    ids[i], cut[i] = enc.ids, len(texts[i]) > size
+        todo, size = longer, 2 * size
+    return ids, cut
+
+
+def _check_ids(name: str, seqs: Sequence[Sequence[int]], vocab: int) -> None:
+    for i, s in enumerate(seqs):
+        if len(s) and (min(s) < 0 or max(s) >= vocab):
+            raise ValueError(f"{name}[{i}] holds an id outside the vocabulary [0, {vocab}): "
+                             f"{min(s) if min(s) < 0 else max(s)}")
 
 
 class Translator:
@@ -183,15 +218,17 @@ class Translator:
             raise ValueError(f"max_input_length must be an integer in [1, {self.config.max_positions}] "
                              f"(the model's max_positions), got {max_input_length!r}")
         sources, truncated = [], []
-        for j, enc in enumerate(self._tokenizer.encode_batch(list(texts))):
+        for j, (ids, cut) in enumerate(zip(*token_ids(self._tokenizer, texts, limit))):
             i = j if numbers is None else numbers[j]
-            ids = enc.ids + [self.config.eos_id]
-            truncated.append(len(ids) > limit)
-            if len(ids) > limit:
-                warnings.warn(f"input {i} has {len(ids)} tokens (EOS included); truncated to "
+            if len(ids) + 1 > limit:
+                count = f"more than {limit}" if cut else f"{len(ids) + 1}"
+                warnings.warn(f"input {i} has {count} tokens (EOS included); truncated to "
                               f"max_input_length={limit}", stacklevel=3)
-                ids = ids[:limit - 1] + [self.config.eos_id]
-            sources.append(ids)
+            elif cut:
+                warnings.warn(f"input {i} is longer than {max_source_chars(limit)} characters (max_input_length="
+                              f"{limit} x {MAX_CHARS_PER_TOKEN}); the rest was not translated", stacklevel=3)
+            truncated.append(cut or len(ids) + 1 > limit)
+            sources.append(ids[:limit - 1] + [self.config.eos_id])
         return sources, truncated
 
     def _prefixes(self, target_prefix: Optional[Sequence[Optional[str]]], n: int) -> Optional[List[List[int]]]:
@@ -199,29 +236,35 @@ class Translator:
             return None
         if isinstance(target_prefix, str) or len(target_prefix) != n:
             raise ValueError(f"target_prefix must be a list of {n} strings (or None entries), one per input")
-        texts = [p or "" for p in target_prefix]
-        return [enc.ids for enc in self._tokenizer.encode_batch(texts)]
+        limit = self.config.max_positions                     # no decoding goes further
+        ids, _ = token_ids(self._tokenizer, [p or "" for p in target_prefix], limit)
+        return [p[:limit] for p in ids]
 
     def detokenize(self, ids: Sequence[int]) -> str:
         return self._tokenizer.decode(list(ids))
 
     # --- the API ---------------------------------------------------------------------------------
-    def translate_ids(self, sources: Sequence[Sequence[int]], max_batch_size: int = 0, batch_type: str = "examples",
+    def translate_ids(self, sources: Sequence[Sequence[int]], max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
+                      batch_type: str = "examples",
                       target_prefix_ids: Optional[Sequence[Sequence[int]]] = None,
                       **decoding: Any) -> List[List[Hypothesis]]:
         """Id-level translation: sources are id lists ending with EOS (docs/CONTRACTS.md).
-        Returns per source up to num_hypotheses Hypothesis(tokens, score, normalized_score, finished)."""
+        Returns per source up to num_hypotheses Hypothesis(tokens, score, normalized_score, finished).
+        max_batch_size: examples (or padded source tokens, batch_type "tokens") decoded at once; the
+        default keeps memory flat however many sources; 0 decodes them all in one batch."""
         options = DecodingOptions.from_kwargs(**decoding)
         _check_count("max_batch_size", max_batch_size, 0)
         if batch_type not in BATCH_TYPES:
             raise ValueError(f"batch_type must be one of {', '.join(BATCH_TYPES)}, got {batch_type!r}")
-        vocab = self.config.vocab_size
-        for i, s in enumerate(sources):
+        for s in sources:
             if not 1 <= len(s) <= self.config.max_positions:
                 raise ValueError(f"a source must hold 1..{self.config.max_positions} ids, got {len(s)}")
-            if min(s) < 0 or max(s) >= vocab:
-                raise ValueError(f"sources[{i}] holds an id outside the vocabulary [0, {vocab}): "
-                                 f"{min(s) if min(s) < 0 else max(s)}")
+        _check_ids("sources", sources, self.config.vocab_size)
+        if target_prefix_ids is not None:
+            if len(target_prefix_ids) != len(sources):
+                raise ValueError(f"target_prefix_ids must hold one id list per source ({len(sources)}), "
+                                 f"got {len(target_prefix_ids)}")
+            _check_ids("target_prefix_ids", target_prefix_ids, self.config.vocab_size)
         results: List[List[Hypothesis]] = [[] for _ in sources]
         for batch in split_batches([len(s) for s in sources], max_batch_size, batch_type):
             prefixes = None if target_prefix_ids is None else [target_prefix_ids[i] for i in batch]
@@ -230,7 +273,8 @@ class Translator:
                 results[i] = hyps
         return results
 
-    def translate_batch(self, texts: Sequence[str], max_batch_size: int = 0, batch_type: str = "examples",
+    def translate_batch(self, texts: Sequence[str], max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
+                        batch_type: str = "examples",
                         max_input_length: Optional[int] = None, return_scores: bool = False,
                         target_prefix: Optional[Sequence[Optional[str]]] = None,
                         **decoding: Any) -> List[TranslationResult]:

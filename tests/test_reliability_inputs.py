@@ -58,13 +58,14 @@ def test_ten_thousand_characters_are_cut_to_max_input_length(tr):
     ids = tr._tokenizer.encode(LONG_LINE).ids
     assert len(LONG_LINE) == 10_000 and len(ids) + 1 > limit
     (r, short), messages = caught(tr.translate_batch, [LONG_LINE, "one two"], beam_size=2)
-    assert messages == [f"input 0 has {len(ids) + 1} tokens (EOS included); truncated to max_input_length={limit}"]
+    # only a prefix of a long text is tokenized (issue 14): its count of tokens is not known
+    assert messages == [f"input 0 has more than {limit} tokens (EOS included); truncated to max_input_length={limit}"]
     assert r.truncated and not short.truncated
     expected = tr.translate_ids([ids[:limit - 1] + [eos]], beam_size=2)[0][0].tokens
     assert r.token_ids == [expected]
     assert short.hypotheses == [tr.translate("one two", beam_size=2)]
     (r,), messages = caught(tr.translate_batch, [LONG_LINE], max_input_length=7)
-    assert messages == [f"input 0 has {len(ids) + 1} tokens (EOS included); truncated to max_input_length=7"]
+    assert messages == ["input 0 has more than 7 tokens (EOS included); truncated to max_input_length=7"]
     assert r.token_ids == [tr.translate_ids([ids[:6] + [eos]])[0][0].tokens]
 
 
@@ -136,9 +137,8 @@ def test_batch_of_1000_mixed_lengths_equals_one_by_one(tr):
     texts, spot = mixed_texts(1000, seed=11)
     together, messages = caught(tr.translate_batch, texts, beam_size=1, max_batch_size=64, return_scores=True)
     assert len(together) == 1000
-    n_long = len(tr._tokenizer.encode(LONG_LINE).ids) + 1
     assert sorted(messages) == sorted([
-        f"input {spot[LONG_LINE]} has {n_long} tokens (EOS included); truncated to max_input_length=512",
+        f"input {spot[LONG_LINE]} has more than 512 tokens (EOS included); truncated to max_input_length=512",
         f"input {spot[SURROGATES]} is not valid Unicode (lone surrogates); they were replaced with U+FFFD"])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -17,7 +17,10 @@ from typing import Any, BinaryIO, Dict, Iterator, List, Optional, TextIO, Tuple
 from .cli import OneLineParser, printable, terminate_raises
 from .errors import Seq2OnnxError
 from .options import (DEFAULT_MAX_BATCH_SIZE, LENGTH_PENALTY_RANGE, MAX_BEAM_SIZE, MAX_CHARS_PER_TOKEN,
-                      MAX_LENGTH_A, MAX_LENGTH_B, MIN_TOPP, REPETITION_PENALTY_RANGE, TEMPERATURE_RANGE)
+                      MAX_LENGTH_A, MAX_LENGTH_B, MIN_TOPP, REPETITION_PENALTY_RANGE, TEMPERATURE_RANGE,
+                      DecodingOptions)
+
+DEFAULTS = DecodingOptions()            # the API's defaults are the CLI's
 
 UTF8_MAX_BYTES = 4                      # bytes of one character in UTF-8, at most
 
@@ -81,8 +84,11 @@ def _translate_parser() -> argparse.ArgumentParser:
     d.add_argument("--max-decoding-length", type=int, default=256)
     d.add_argument("--min-decoding-length", type=int, default=0)
     d.add_argument("--max-input-length", type=int, default=None, help="default: the model's max_positions")
-    d.add_argument("--max-length-a", type=float, default=0.0)
-    d.add_argument("--max-length-b", type=int, default=None)
+    d.add_argument("--max-length-a", type=float, default=DEFAULTS.max_length_a,
+                   help="at most A * source tokens + B tokens per translation (default %(default)s)")
+    d.add_argument("--max-length-b", type=int, default=DEFAULTS.max_length_b, help="(default %(default)s)")
+    d.add_argument("--no-relative-length", dest="max_length_a", action="store_const", const=None,
+                   help="only --max-decoding-length limits a translation (max_length_a=0, max_length_b=None)")
     d.add_argument("--sampling-topk", type=int, default=1)
     d.add_argument("--sampling-topp", type=float, default=1.0)
     d.add_argument("--sampling-temperature", type=float, default=1.0)
@@ -256,10 +262,10 @@ def _format(number: int, texts: List[str], scores: List[float], n_best: int, wit
 
 def translate_main(argv: List[str]) -> int:
     args = _translate_parser().parse_args(argv)
-    from .options import DecodingOptions
+    relative = (0.0, None) if args.max_length_a is None else (args.max_length_a, args.max_length_b)
     decoding = dict(beam_size=args.beam_size, num_hypotheses=args.n_best, length_penalty=args.length_penalty,
                     max_decoding_length=args.max_decoding_length, min_decoding_length=args.min_decoding_length,
-                    max_length_a=args.max_length_a, max_length_b=args.max_length_b,
+                    max_length_a=relative[0], max_length_b=relative[1],
                     sampling_topk=args.sampling_topk, sampling_topp=args.sampling_topp,
                     sampling_temperature=args.sampling_temperature, repetition_penalty=args.repetition_penalty,
                     no_repeat_ngram_size=args.no_repeat_ngram_size, seed=args.seed)
@@ -322,6 +328,10 @@ def _translate_block(tr: Any, block: List[Tuple[int, str]], decoding: Dict[str, 
     for (n, _), r in zip(block, out):
         if r.truncated:
             _warn(f"line {n}: longer than {limit} tokens, truncated (--max-input-length)")
+        if not r.finished[0]:
+            _warn(f"line {n}: the translation stopped at the length limit before it ended ({len(r.token_ids[0])} "
+                  "tokens): the model may be looping on this input; --max-length-a/--max-length-b/"
+                  "--max-decoding-length set the limit")
         data += _format(n, r.hypotheses, r.normalized_scores, args.n_best, args.scores, terminal)
     return data
 

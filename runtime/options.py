@@ -49,8 +49,9 @@ class DecodingOptions:
     length_penalty: float = 1.0           # rank by score / length ** length_penalty
     max_decoding_length: int = 256        # max steps (tokens, EOS included)
     min_decoding_length: int = 0          # EOS forbidden before this many tokens
-    max_length_a: float = 0.0             # fairseq's relative limit: a * src_len + b steps, when
-    max_length_b: Optional[int] = None    #   a > 0 or b is given (src_len counts EOS)
+    max_length_a: float = 3.0             # fairseq's relative limit: a * src_len + b steps, when a > 0 or b
+    max_length_b: Optional[int] = 10      #   is given (src_len counts EOS). On by default (Marian's length
+                                          #   factor 3), so a runaway stops early; a = 0, b = None: off
     sampling_topk: int = 1                # 1: argmax; 0: sample from the whole vocabulary; k: from the best k
     sampling_topp: float = 1.0            # nucleus: keep the smallest set of mass >= p
     sampling_temperature: float = 1.0     # 0: argmax

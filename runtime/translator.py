@@ -22,7 +22,7 @@ import logging
 import os
 import re
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
 
 from .decoding import Hypothesis, common_prefix, decode, decode_steps
@@ -48,6 +48,8 @@ class TranslationResult:
     scores: Optional[List[float]] = None        # sum of log-probs (return_scores=True)
     normalized_scores: Optional[List[float]] = None   # score / length ** length_penalty: the ranking score
     truncated: bool = False                     # the source was cut to max_input_length
+    finished: List[bool] = field(default_factory=list)   # per hypothesis: ended with EOS; False: stopped at
+                                                # the length limit (or where the options forbade every token)
 
 
 def split_batches(lengths: Sequence[int], max_batch_size: int, batch_type: str) -> List[List[int]]:
@@ -291,14 +293,14 @@ class Translator:
         hyps = self.translate_ids(sources, max_batch_size, batch_type,
                                   None if prefixes is None else [prefixes[i] for i in todo], **decoding)
         zero = [0.0] if return_scores else None
-        results = [TranslationResult([""], [[]], zero and [0.0], zero and [0.0]) if is_blank(t) else None
-                   for t in texts]
+        results = [TranslationResult([""], [[]], zero and [0.0], zero and [0.0], finished=[True]) if is_blank(t)
+                   else None for t in texts]
         for i, h, cut in zip(todo, hyps, truncated):
             ids = [x.tokens for x in h]
             results[i] = TranslationResult(
                 self._tokenizer.decode_batch(ids), ids,
                 [x.score for x in h] if return_scores else None,
-                [x.normalized_score for x in h] if return_scores else None, cut)
+                [x.normalized_score for x in h] if return_scores else None, cut, [x.finished for x in h])
         return results
 
     def translate(self, text: str, target_prefix: Optional[str] = None, **options: Any) -> str:

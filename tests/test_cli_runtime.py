@@ -122,3 +122,16 @@ def test_info_text_and_json(tiny_package, capsys):
     assert info["variants"]["int8"]["parity"] == manifest["variants"]["int8"]["parity"]
     assert info["exporter"] == manifest["exporter"] and info["verified"] is True
     assert info["cross_per_sentence"] is True and info["variants"]["int8"]["status"] == "checked"
+
+
+def test_a_translation_that_hits_the_length_limit_is_named_on_stderr(tiny_package, tmp_path, capsys):
+    src = tmp_path / "in.txt"
+    src.write_text("three one four\n\neight\n", encoding="utf-8")
+    rc, out, err = run_cli(["translate", str(tiny_package), "-i", str(src), "--beam-size", "1",
+                            "--min-decoding-length", "100"], capsys)          # EOS forbidden: a runaway, by construction
+    assert rc == 0 and len(out.splitlines()) == 3
+    assert [line.split(":")[2].strip() for line in err.splitlines()] == ["line 1", "line 3"]   # not the blank line 2
+    assert "stopped at the length limit before it ended (22 tokens)" in err.splitlines()[0]   # 3 * (3 + 1) + 10
+    rc, _, err = run_cli(["translate", str(tiny_package), "-i", str(src), "--beam-size", "1",
+                          "--min-decoding-length", "120", "--max-decoding-length", "120", "--no-relative-length"], capsys)
+    assert rc == 0 and "(120 tokens)" in err.splitlines()[0]

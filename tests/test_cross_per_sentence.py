@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from fixtures_training import toy_pairs
+from limits import reference_max_length
 from seq2onnx.export import parity
 from seq2onnx.export.commands import ExportOptions, run_export
 from seq2onnx.runtime.decoding import decode
@@ -126,10 +127,11 @@ def test_per_sentence_decoding_matches_reference(translator, tiny_model, sources
     k = opts["beam_size"]
     kw = dict(max_length=opts.get("max_length", 256), min_length=opts.get("min_length", 0),
               length_penalty=opts.get("length_penalty", 1.0))
+    ref_kw = {**kw, "max_length": reference_max_length(translator.config, sources, max_decoding_length=kw["max_length"])}
     if k == 1:
-        ref = [[h] for h in reference.greedy_search(tiny_model, sources, **kw)]
+        ref = [[h] for h in reference.greedy_search(tiny_model, sources, **ref_kw)]
     else:   # the reference copies the cross K/V to every row: an independent computation
-        ref = reference.beam_search(tiny_model, sources, beam_size=k, num_hypotheses=opts["num_hypotheses"], **kw)
+        ref = reference.beam_search(tiny_model, sources, beam_size=k, num_hypotheses=opts["num_hypotheses"], **ref_kw)
     base = translator.engine if engine_kind == "array" else io_binding_engine(translator, True)
     engine = RecordingEngine(base)
     options = DecodingOptions(beam_size=k, num_hypotheses=opts.get("num_hypotheses", 1),
@@ -147,7 +149,8 @@ def test_per_sentence_decoding_matches_reference(translator, tiny_model, sources
 
 def test_per_sentence_translate_ids_matches_reference(translator, tiny_model, sources):
     """Through the public API, with max_batch_size splitting the batch."""
-    ref = reference.beam_search(tiny_model, sources, beam_size=4, num_hypotheses=3)
+    ref = reference.beam_search(tiny_model, sources, beam_size=4, num_hypotheses=3,
+                                max_length=reference_max_length(translator.config, sources))
     for max_batch_size in (0, 5):
         assert_same(translator.translate_ids(sources, beam_size=4, num_hypotheses=3, max_batch_size=max_batch_size),
                     ref)
@@ -173,7 +176,8 @@ def test_old_contract_manifest_decodes_with_a_copy_per_row(old_contract_package,
     assert tr.package.cross_per_sentence is False and tr.engine.cross_per_sentence is False
     for engine in (RecordingEngine(tr.engine), RecordingEngine(io_binding_engine(tr, False))):
         got = decode(engine, tr.config, sources, DecodingOptions(beam_size=4, num_hypotheses=2))
-        assert_same(got, reference.beam_search(tiny_model, sources, beam_size=4, num_hypotheses=2))
+        assert_same(got, reference.beam_search(tiny_model, sources, beam_size=4, num_hypotheses=2,
+                                               max_length=reference_max_length(tr.config, sources)))
         assert engine.cross_rows == engine.rows                      # the cross K/V copied to every row
 
 

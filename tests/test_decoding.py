@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fixtures_training import toy_pairs
+from limits import reference_max_length
 from seq2onnx.runtime.decoding import Sampler, decode, top_candidates
 from seq2onnx.runtime.logit_filters import ForcePrefix, NoRepeatNGram, RepetitionPenalty
 from seq2onnx.runtime.options import DecodingOptions
@@ -44,7 +45,7 @@ def source_ids(config):
 # --- token-identical to the PyTorch reference ---------------------------------------------------------
 @pytest.mark.parametrize("max_batch_size", [0, 1, 4])
 def test_greedy_matches_reference(translator, tiny_model, sources, max_batch_size):
-    ref = reference.greedy_search(tiny_model, sources)
+    ref = reference.greedy_search(tiny_model, sources, max_length=reference_max_length(translator.config, sources))
     for order in (list(range(len(sources))), list(range(len(sources)))[::-1]):
         got = translator.translate_ids([sources[i] for i in order], beam_size=1, max_batch_size=max_batch_size)
         for g, i in zip(got, order):
@@ -54,9 +55,23 @@ def test_greedy_matches_reference(translator, tiny_model, sources, max_batch_siz
     assert any(h.finished for h in ref)                      # an EOS ending was compared (the model learned: tiny_run)
 
 
+def test_reference_takes_one_max_length_per_source(tiny_model, sources):
+    """The oracle's per-source limits equal decoding each source alone with its own limit."""
+    limits = [3 + i % 7 for i in range(len(sources))]
+    greedy = reference.greedy_search(tiny_model, sources, max_length=limits)
+    beam = reference.beam_search(tiny_model, sources, beam_size=3, num_hypotheses=2, max_length=limits)
+    for src, limit, g, b in zip(sources, limits, greedy, beam):
+        [alone] = reference.greedy_search(tiny_model, [src], max_length=limit)
+        assert (g.tokens, g.finished) == (alone.tokens, alone.finished)
+        [alone_beam] = reference.beam_search(tiny_model, [src], beam_size=3, num_hypotheses=2, max_length=limit)
+        assert [h.tokens for h in b] == [h.tokens for h in alone_beam]
+        assert len(g.tokens) <= limit
+
+
 @pytest.mark.parametrize("max_batch_size", [0, 1, 5])
 def test_beam4_nbest2_matches_reference(translator, tiny_model, sources, max_batch_size):
-    ref = reference.beam_search(tiny_model, sources, beam_size=4, num_hypotheses=2)
+    ref = reference.beam_search(tiny_model, sources, beam_size=4, num_hypotheses=2,
+                                max_length=reference_max_length(translator.config, sources))
     got = translator.translate_ids(sources, beam_size=4, num_hypotheses=2, max_batch_size=max_batch_size)
     assert tokens(got) == tokens(ref)
     for g, r in zip(got, ref):
@@ -73,10 +88,13 @@ def test_limits_and_length_penalty_match_reference(translator, tiny_model, sourc
     k = opts.get("beam_size")
     kw = dict(max_length=opts.get("max_length", 256), min_length=opts.get("min_length", 0),
               length_penalty=opts.get("length_penalty", 1.0))
+    limits = reference_max_length(translator.config, sources, max_decoding_length=kw["max_length"])
+    ref_kw = {**kw, "max_length": limits}
     if k == 1:
-        ref = [[h] for h in reference.greedy_search(tiny_model, sources, **kw)]
+        ref = [[h] for h in reference.greedy_search(tiny_model, sources, **ref_kw)]
     else:
-        ref = reference.beam_search(tiny_model, sources, beam_size=k, num_hypotheses=opts.get("num_hypotheses", 1), **kw)
+        ref = reference.beam_search(tiny_model, sources, beam_size=k, num_hypotheses=opts.get("num_hypotheses", 1),
+                                    **ref_kw)
     got = translator.translate_ids(sources, beam_size=k, num_hypotheses=opts.get("num_hypotheses", 1),
                                    max_decoding_length=kw["max_length"], min_decoding_length=kw["min_length"],
                                    length_penalty=kw["length_penalty"], max_batch_size=7)

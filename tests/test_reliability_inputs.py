@@ -178,7 +178,7 @@ def test_a_row_whose_filters_forbid_every_token_ends_there(tr, opts):
     usable = tr.config.vocab_size - 3                                   # all but PAD, BOS and EOS
     results, messages = caught(tr.translate_batch, ["three one four", "eight"], no_repeat_ngram_size=1,
                                min_decoding_length=usable + 50, max_decoding_length=usable + 60,
-                               return_scores=True, **opts)
+                               max_length_a=0.0, max_length_b=None, return_scores=True, **opts)
     assert messages == []
     for r in results:
         assert len(r.token_ids) == opts.get("num_hypotheses", 1)
@@ -399,9 +399,15 @@ def test_cli_option_at_its_bound_matches_the_api(tiny_package, tr, tmp_path, cap
         rows = [r[1:] for r in rows]
     assert [r[1] for r in rows] == [h for e in expected for h in e.hypotheses]
     assert [float(r[0]) for r in rows] == pytest.approx([s for e in expected for s in e.normalized_scores], abs=1e-5)
-    truncated = [i + 1 for i, e in enumerate(expected) if e.truncated]
-    assert err.splitlines() == [f"seq2onnx translate: warning: line {i}: longer than 1 tokens, truncated "
-                                f"(--max-input-length)" for i in truncated]
+    warned = []                                           # per line: cut to --max-input-length, not ended
+    for i, e in enumerate(expected, 1):
+        if e.truncated:
+            warned.append(f"seq2onnx translate: warning: line {i}: longer than 1 tokens, truncated (--max-input-length)")
+        if not e.finished[0]:
+            warned.append(f"seq2onnx translate: warning: line {i}: the translation stopped at the length limit before "
+                          f"it ended ({len(e.token_ids[0])} tokens): the model may be looping on this input; "
+                          "--max-length-a/--max-length-b/--max-decoding-length set the limit")
+    assert err.splitlines() == warned
 
 
 def test_cli_stdin_of_1000_awkward_lines(tiny_package, tr):

@@ -12,7 +12,9 @@ import warnings
 import pytest
 
 from fixtures_training import toy_pairs
+from limits import reference_max_length
 from seq2onnx.runtime.errors import ModelPackageError, Seq2OnnxError
+from seq2onnx.runtime.options import DecodingOptions
 from seq2onnx.runtime.session import cuda_status
 from seq2onnx.runtime.translator import Translator, split_batches
 
@@ -34,7 +36,8 @@ def test_translate_is_the_reference_greedy_decoding_as_text(translator, tiny_mod
                                                      # imports this module and must stay torch-free
     texts = [s for s, _ in pairs]
     eos = translator.config.eos_id
-    ref = reference.greedy_search(tiny_model, [translator._tokenizer.encode(t).ids + [eos] for t in texts])
+    sources = [translator._tokenizer.encode(t).ids + [eos] for t in texts]
+    ref = reference.greedy_search(tiny_model, sources, max_length=reference_max_length(translator.config, sources))
     assert [translator.translate(t, beam_size=1) for t in texts] == [translator.detokenize(h.tokens) for h in ref]
 
 
@@ -91,6 +94,25 @@ def test_relative_length_limit(translator, pairs):
     src_len = len(translator._tokenizer.encode(src).ids) + 1
     r = translator.translate_batch([src], max_length_a=0.5, max_length_b=0)[0]
     assert len(r.token_ids[0]) <= int(0.5 * src_len)
+
+
+def test_a_runaway_stops_at_the_default_relative_limit_and_says_so(translator, pairs):
+    """By construction, not by luck: EOS forbidden for 200 tokens makes every hypothesis a runaway. The default
+    limit (max_length_a 3, max_length_b 10: Marian's length factor) stops it at 3 * source length + 10 steps,
+    long before max_decoding_length 256, and TranslationResult.finished says it did not end."""
+    assert (DecodingOptions().max_length_a, DecodingOptions().max_length_b) == (3.0, 10)
+    texts = [s for s, _ in pairs[:3]] + ["eight"]
+    src_lens = [len(translator._tokenizer.encode(t).ids) + 1 for t in texts]           # EOS included
+    for beam_size in (1, 4):
+        results = translator.translate_batch(texts, beam_size=beam_size, min_decoding_length=200)
+        assert [len(r.token_ids[0]) for r in results] == [3 * n + 10 for n in src_lens]
+        assert [r.finished for r in results] == [[False]] * len(texts)
+    # off: only max_decoding_length limits
+    [r] = translator.translate_batch(["eight"], beam_size=1, min_decoding_length=200, max_decoding_length=200,
+                                     max_length_a=0.0, max_length_b=None)
+    assert (len(r.token_ids[0]), r.finished) == (200, [False])
+    # translations that end say so, blank inputs too
+    assert all(r.finished == [True] for r in translator.translate_batch([s for s, _ in pairs[:5]] + [" "]))
 
 
 def test_repetition_controls_change_nothing_they_should_not(translator, pairs):

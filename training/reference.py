@@ -6,6 +6,8 @@ Conventions (shared with the runtime, see docs/CONTRACTS.md):
   * a source is its subword ids followed by EOS; decoding starts from BOS.
   * a "step" runs the decoder once and appends one token. At most `max_length` steps run,
     so a hypothesis holds at most `max_length` tokens (EOS included while it is being decided).
+    `max_length` is one number for every source, or one per source (the runtime's relative limit,
+    max_length_a * src_len + max_length_b, gives each sentence its own).
   * PAD and BOS are never generated (their log-probs are set to -inf before selection).
   * EOS is forbidden (log-prob -inf) while fewer than `min_length` tokens have been generated.
   * score = sum of the log-probs of the generated tokens, EOS included when it was generated.
@@ -28,7 +30,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import List, Sequence, Tuple
+from typing import List, Sequence, Tuple, Union
 
 import torch
 
@@ -58,20 +60,28 @@ def pad_batch(seqs: Sequence[Sequence[int]], pad_id: int, device=None) -> Tuple[
     return ids, mask
 
 
+def _limits(max_length: Union[int, Sequence[int]], n: int, max_positions: int) -> List[int]:
+    """One step limit per source, capped by the model's max_positions."""
+    limits = [max_length] * n if isinstance(max_length, int) else list(max_length)
+    if len(limits) != n:
+        raise ValueError(f"max_length: one per source ({n}), got {len(limits)}")
+    return [min(m, max_positions) for m in limits]
+
+
 @torch.no_grad()
 def beam_search(model: Transformer, sources: Sequence[Sequence[int]], beam_size: int = 4,
-                num_hypotheses: int = 1, length_penalty: float = 1.0, max_length: int = 256,
-                min_length: int = 0) -> List[List[Hypothesis]]:
+                num_hypotheses: int = 1, length_penalty: float = 1.0,
+                max_length: Union[int, Sequence[int]] = 256, min_length: int = 0) -> List[List[Hypothesis]]:
     """sources: id lists ending with EOS. Returns, per source, `num_hypotheses` hypotheses, best first."""
     if beam_size < 1 or not 1 <= num_hypotheses <= beam_size:
         raise ValueError("need beam_size >= 1 and 1 <= num_hypotheses <= beam_size")
     cfg = model.cfg
     model.eval()
     device = next(model.parameters()).device
-    max_length = min(max_length, cfg.max_positions)
     k, v_size, eos = beam_size, cfg.vocab_size, cfg.eos_id
     src_ids, src_mask = pad_batch(sources, cfg.pad_id, device)
     b = src_ids.shape[0]
+    limits = _limits(max_length, b, cfg.max_positions)
 
     # encode once, then repeat every source K times: row = sentence * K + beam
     memory = model.encode(src_ids, src_mask)
@@ -86,7 +96,18 @@ def beam_search(model: Transformer, sources: Sequence[Sequence[int]], beam_size:
     finished: List[List[Hypothesis]] = [[] for _ in range(b)]
     done = [False] * b
 
-    for step in range(max_length):
+    for step in range(max(limits, default=0) + 1):
+        # a sentence whose `limit` steps ran ends here: its live beams are finished as they are, without EOS
+        for i in range(b):
+            if not done[i] and step == limits[i]:
+                for beam in range(k):
+                    score = cum[i, beam].item()
+                    if score > -math.inf:
+                        finished[i].append(Hypothesis(seqs[i * k + beam].tolist(), score,
+                                                      normalize(score, step, length_penalty), finished=False))
+                done[i] = True
+        if all(done):
+            break
         logp, past = model.decode_step(last, mask_k, past, cross)            # [B*K, V]
         logp[:, [cfg.pad_id, cfg.bos_id]] = -math.inf
         if step < min_length:
@@ -121,16 +142,6 @@ def beam_search(model: Transformer, sources: Sequence[Sequence[int]], beam_size:
         seqs = torch.cat([seqs[rows], toks[:, None]], dim=1)
         past = [(pk[rows], pv[rows]) for pk, pv in past]
         last = toks[:, None]
-    else:
-        # max_length steps ran: the live beams of unfinished sentences end here, without EOS
-        for i in range(b):
-            if done[i]:
-                continue
-            for beam in range(k):
-                score = cum[i, beam].item()
-                if score > -math.inf:
-                    finished[i].append(Hypothesis(seqs[i * k + beam].tolist(), score,
-                                                  normalize(score, max_length, length_penalty), finished=False))
 
     results = []
     for i in range(b):
@@ -142,29 +153,29 @@ def beam_search(model: Transformer, sources: Sequence[Sequence[int]], beam_size:
 
 
 @torch.no_grad()
-def greedy_search(model: Transformer, sources: Sequence[Sequence[int]], max_length: int = 256,
+def greedy_search(model: Transformer, sources: Sequence[Sequence[int]], max_length: Union[int, Sequence[int]] = 256,
                   min_length: int = 0, length_penalty: float = 1.0) -> List[Hypothesis]:
     """Argmax decoding; identical to beam_search(..., beam_size=1) but without the candidate sort."""
     cfg = model.cfg
     model.eval()
     device = next(model.parameters()).device
-    max_length = min(max_length, cfg.max_positions)
     src_ids, src_mask = pad_batch(sources, cfg.pad_id, device)
     b = src_ids.shape[0]
+    limits = _limits(max_length, b, cfg.max_positions)
     cross = model.cross_kv(model.encode(src_ids, src_mask))
     past = model.empty_cache(b, device)
     last = torch.full((b, 1), cfg.bos_id, dtype=torch.long, device=device)
     tokens: List[List[int]] = [[] for _ in range(b)]
     scores = [0.0] * b
     ended = [False] * b
-    for step in range(max_length):
+    for step in range(max(limits, default=0)):
         logp, past = model.decode_step(last, src_mask, past, cross)
         logp[:, [cfg.pad_id, cfg.bos_id]] = -math.inf
         if step < min_length:
             logp[:, cfg.eos_id] = -math.inf
         best = logp.argmax(dim=-1)                                          # first max on ties
         for i in range(b):
-            if ended[i]:
+            if ended[i] or step >= limits[i]:                               # its limit: it stops, unfinished
                 continue
             tok = int(best[i])
             scores[i] += float(logp[i, tok])
@@ -172,7 +183,7 @@ def greedy_search(model: Transformer, sources: Sequence[Sequence[int]], max_leng
                 ended[i] = True
             else:
                 tokens[i].append(tok)
-        if all(ended):
+        if all(ended[i] or step + 1 >= limits[i] for i in range(b)):
             break
         last = best[:, None]
     out = []

@@ -504,3 +504,6 @@ def test_tokenizer_options_lowercase_and_split_digits_and_punctuation():
         assert tok.decode(tok.encode(text).ids) == text                       # decoding restores the text
     # the options travel in tokenizer.json: the runtime's reader applies them too
     assert tokenizer_from_json(tok.to_str()).encode("Forty-Two").ids == tok.encode("forty-two").ids
+    grouped = train_tokenizer(texts, 60, split_digits=True, group_digits=True)
+    assert grouped.encode("1234").ids == grouped.encode("1,234").ids != tok.encode("1234").ids
+    assert grouped.normalizer.normalize_str("1234567 or 42, 999 and 1000") == "1,234,567 or 42, 999 and 1,000"

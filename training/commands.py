@@ -51,6 +51,8 @@ def train_parser() -> argparse.ArgumentParser:
     g.add_argument("--split-digits", action="store_true", help="the tokenizer makes every digit its own piece")
     g.add_argument("--split-punctuation", action="store_true",
                    help="the tokenizer makes every punctuation character its own piece")
+    g.add_argument("--group-digits", action="store_true",
+                   help="the tokenizer puts thousands separators into digit runs (1234567 reads as 1,234,567)")
     g = p.add_argument_group("optimisation")
     g.add_argument("--max-tokens", type=_positive_int, default=d.max_tokens,
                    help="padded tokens per batch and process (default %(default)s)")

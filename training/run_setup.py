@@ -178,7 +178,7 @@ def load_run_data(args: "TrainArgs", d: DistInfo, resume_ckpt: Optional[Dict[str
         if d.rank == 0:
             texts = [s for s, _ in train_pairs] + [t for _, t in train_pairs]
             tok_json = train_tokenizer(texts, args.vocab_size, args.lowercase, args.split_digits,
-                                       args.split_punctuation).to_str()
+                                       args.split_punctuation, args.group_digits).to_str()
         tok_json = d.broadcast(tok_json)
     tok = tokenizer_from_json(tok_json)
     try:

@@ -5,8 +5,10 @@ decoder turns them back into spaces, so `decode(encode(text))` restores the text
 SentencePiece and HF tokenizers users know them, all stored in tokenizer.json so that every runtime
 applies them: `lowercase` (a Lowercase normalizer after NFKC: "Forty-Two" and "forty-two" are the
 same ids; decoded text is then lower case), `split_digits` (every digit its own piece, SentencePiece's
-split_digits: "1234" is 1 2 3 4, so a model can read place values) and `split_punctuation` (each
-punctuation character its own piece: the "-" of "forty-two" does not glue to a word).
+split_digits: "1234" is 1 2 3 4, so a model can read place values), `group_digits` (a run of digits
+gets thousands separators, "1234567" reads as "1,234,567": a model that must say how large a number is
+need not count its digits) and `split_punctuation` (each punctuation character its own piece: the "-"
+of "forty-two" does not glue to a word).
 There is no post-processor (docs/CONTRACTS.md): the model code adds EOS / BOS itself, e.g.
     source ids     = encode(text) + [eos]
     decoder input  = [bos] + encode(target)
@@ -16,16 +18,18 @@ from __future__ import annotations
 
 from typing import Dict, Iterable, List, Tuple
 
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 from seq2onnx.runtime.manifest import specials_as_text
 
 # name in ModelConfig -> token; their ids are looked up in the trained tokenizer, never assumed
 SPECIAL_TOKENS: Dict[str, str] = {"pad_id": "<pad>", "bos_id": "<s>", "eos_id": "</s>", "unk_id": "<unk>"}
+# group_digits: the empty place inside a digit run with a multiple of 3 digits to its right gets a ","
+THOUSANDS = r"(?<=\d)(?=(?:\d{3})+(?!\d))"
 
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int, lowercase: bool = False, split_digits: bool = False,
-                    split_punctuation: bool = False) -> Tokenizer:
+                    split_punctuation: bool = False, group_digits: bool = False) -> Tokenizer:
     """Train a BPE tokenizer of at most `vocab_size` pieces (specials included) on `texts`.
 
     A small corpus may give fewer pieces than asked for: read the real size from
@@ -34,8 +38,9 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int, lowercase: bool = Fal
     if vocab_size < len(SPECIAL_TOKENS) + 1:
         raise ValueError(f"vocab_size must be > {len(SPECIAL_TOKENS)}, got {vocab_size}")
     tok = Tokenizer(models.BPE(unk_token=SPECIAL_TOKENS["unk_id"]))
-    tok.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Lowercase()]) if lowercase \
-        else normalizers.NFKC()
+    steps = [normalizers.NFKC()] + [normalizers.Lowercase()] * lowercase + \
+        [normalizers.Replace(Regex(THOUSANDS), ",")] * group_digits
+    tok.normalizer = steps[0] if len(steps) == 1 else normalizers.Sequence(steps)
     splitters = [pre_tokenizers.Metaspace()]
     if split_punctuation:
         splitters.append(pre_tokenizers.Punctuation())

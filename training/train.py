@@ -60,6 +60,7 @@ class TrainArgs:
     lowercase: bool = False            # tokenizer options (training/tokenizer.py), for a tokenizer trained here
     split_digits: bool = False
     split_punctuation: bool = False
+    group_digits: bool = False
     # optimisation (paper section 5.3-5.4)
     max_tokens: int = 4096             # padded tokens per batch and rank
     accum_steps: int = 1               # batches per optimizer step

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Reproduce models/numbers-en-de from nothing: data -> train -> average -> export -> evaluate -> model card.
+# Reproduce models/numbers-en-de from nothing: data -> train -> export -> evaluate -> model card.
 #
 #   bash scripts/make_numbers_model.sh [VENV]      (or: make numbers-model)
 #
@@ -43,12 +43,11 @@ else
   "$s2o" train "${train_args[@]}"
 fi
 
-# 3. average the last 5 checkpoints (the last 2,000 steps), as the paper does
-"$s2o" average "$work/run" --last 5 --out "$work/averaged.pt"
+# 3. export best.pt (the step with the best validation exact match) as fp32 + int8, parity-checked against
+#    PyTorch on validation sentences. (The paper's average of the last 5 checkpoints, `seq2onnx average`,
+#    failed the export's fp32 parity gate on this run: log-prob diff 3.9e-4 > 1e-4; best.pt passes.)
+"$s2o" export "$work/run/best.pt" "$out" --int8 --parity-data "$work/data/valid.tsv" --overwrite
 
-# 4. export fp32 + int8, parity-checked against PyTorch on validation sentences
-"$s2o" export "$work/averaged.pt" "$out" --int8 --parity-data "$work/data/valid.tsv" --overwrite
-
-# 5. measure every form through `seq2onnx translate` and write MODEL_CARD.md ($work/card.json: the figures)
+# 4. measure every form through `seq2onnx translate` and write MODEL_CARD.md ($work/card.json: the figures)
 "$venv/bin/python" scripts/numbers_model_card.py --model "$out" --data "$work/data" --run "$work/run" \
-  --checkpoint "$work/averaged.pt" --seq2onnx "$s2o" --train-args "${train_args[*]}" --figures "$work/card.json"
+  --checkpoint "$work/run/best.pt" --seq2onnx "$s2o" --train-args "${train_args[*]}" --figures "$work/card.json"

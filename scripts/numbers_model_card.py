@@ -86,9 +86,9 @@ def load_meta_and_parameters(checkpoint: Path) -> Tuple[Dict, int]:
     return ckpt["train_meta"], sum(p.numel() for p in model.parameters())
 
 
-def train_wall_seconds(run: Path, step: int) -> float:
-    """From the run folder's first file (config.json, written at start) to its checkpoint of `step`."""
-    return (run / f"step_{step}.pt").stat().st_mtime - (run / "config.json").stat().st_mtime
+def train_wall_seconds(run: Path) -> float:
+    """From the run folder's first file (config.json, written at start) to its last checkpoint (last.pt)."""
+    return (run / "last.pt").stat().st_mtime - (run / "config.json").stat().st_mtime
 
 
 def case_name(row: Dict) -> str:
@@ -121,7 +121,7 @@ def main() -> None:
     p.add_argument("--model", type=Path, required=True)
     p.add_argument("--data", type=Path, required=True)
     p.add_argument("--run", type=Path, required=True)
-    p.add_argument("--checkpoint", type=Path, required=True, help="the averaged checkpoint that was exported")
+    p.add_argument("--checkpoint", type=Path, required=True, help="the checkpoint that was exported")
     p.add_argument("--seq2onnx", default="seq2onnx")
     p.add_argument("--train-args", required=True, help="the arguments given to seq2onnx train")
     p.add_argument("--threads", type=int, default=2)
@@ -156,8 +156,10 @@ def main() -> None:
     fp32_files = ["encoder.onnx", "decoder_step.onnx"]
     int8_files = ["encoder.int8.onnx", "decoder_step.int8.onnx"]
     all_files = [n for n in files]
-    minutes = train_wall_seconds(a.run, meta["step"]) / 60
-    kept = sorted(int(Path(name).stem.split("_")[1]) for name in meta.get("averaged_from", [f"step_{meta['step']}"]))
+    minutes = train_wall_seconds(a.run) / 60
+    averaged = sorted(int(Path(name).stem.split("_")[1]) for name in meta.get("averaged_from", []))
+    shipped = (f"the average of the last {len(averaged)} checkpoints (steps {', '.join(f'{k:,}' for k in averaged)})"
+               if averaged else f"those of step {meta['step']:,}, the run's best.pt (best validation exact match)")
     small_errors = error_lines(rows, small_names, SHOWN_ERRORS)
     test_errors = error_lines(rows, test_names, SHOWN_ERRORS)
     variants = manifest["variants"]
@@ -250,14 +252,14 @@ log-prob diff {variants['fp32']['parity']['decoder_max_abs_diff']:.1e}; int8 top
 ## Training
 ```sh
 seq2onnx train {a.train_args}
-seq2onnx average RUN --last 5 --out averaged.pt
-seq2onnx export averaged.pt models/numbers-en-de --int8 --parity-data DATA/valid.tsv --overwrite
+seq2onnx export RUN/best.pt models/numbers-en-de --int8 --parity-data DATA/valid.tsv --overwrite
 ```
 Adam (0.9, 0.98, 1e-9), the paper's warm-up then inverse square root schedule, label smoothing 0.1,
 batches of up to 4,096 padded tokens. Training wall time (from the run folder's first file to its last
 checkpoint): {minutes:.1f} minutes on {os.cpu_count()} cores, no GPU
 ({cpu_model()}, Python {platform.python_version()}), tokenizer training included. The shipped weights
-are the average of the last {len(kept)} checkpoints (steps {', '.join(f'{k:,}' for k in kept)}).
+are {shipped}. (The paper's average of the last 5 checkpoints failed the export's fp32 parity gate on
+this run, log-prob diff 3.9e-4 > 1e-4 against PyTorch; best.pt passes it.)
 
 Validation exact match (greedy, 1,000 numbers in random forms) by step: {curve}.
 """

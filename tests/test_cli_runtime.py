@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -112,7 +113,8 @@ def test_info_text_and_json(tiny_package, capsys):
     assert rc == 0
     assert "architecture" in out and "vocabulary" in out and "fp32" in out and "int8" in out and "parity" in out
     assert "decoder step   cross K/V once per sentence" in out
-    rc, out, _ = run_cli(["info", "numbers-en-de"], capsys)           # exported before that contract
+    earlier = Path(__file__).resolve().parent / "data" / "numbers-en-de-earlier-contract"   # exported before it
+    rc, out, _ = run_cli(["info", str(earlier)], capsys)
     assert rc == 0 and "decoder step   cross K/V copied per row" in out
     rc, out, _ = run_cli(["info", str(tiny_package), "--json"], capsys)
     info = json.loads(out)

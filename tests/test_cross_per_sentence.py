@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -36,7 +37,9 @@ from seq2onnx.training.model import attention, padding_bias
 # ONNX and PyTorch beam-4 scores differ by up to 1.2e-5 with per-sentence cross K/V and by 1.1e-5 with
 # a copy per row (measured; greedy: 4e-6 both ways), so 1e-5 is below the float32 noise of either path.
 SCORE_TOLERANCE = 2e-5
-SHIPPED = "numbers-en-de"
+# numbers-en-de as shipped before cross_per_sentence existed (its checkpoint is gone): the only real graph of the
+# earlier contract, kept as test data (the same files as models/numbers-en-de at 3a60566, whose blobs git holds)
+EARLIER = Path(__file__).resolve().parent / "data" / "numbers-en-de-earlier-contract"
 
 
 def rows(value) -> int:
@@ -183,7 +186,7 @@ def test_old_contract_manifest_decodes_with_a_copy_per_row(old_contract_package,
 
 @pytest.fixture(scope="module")
 def shipped():
-    return Translator(SHIPPED, device="cpu", intra_threads=1)
+    return Translator(EARLIER, device="cpu", intra_threads=1)
 
 
 @pytest.fixture(scope="module")
@@ -193,21 +196,21 @@ def shipped_sources(shipped):
     return [shipped._tokenizer.encode(t).ids + [shipped.config.eos_id] for t in texts]
 
 
-def test_shipped_model_is_of_the_earlier_contract(shipped):
-    """numbers-en-de was exported before cross_per_sentence existed (its checkpoint is gone): its graph
-    names one batch axis for every input, and the runtime gives it a copy per row."""
+def test_earlier_model_is_of_the_earlier_contract(shipped):
+    """The earlier numbers-en-de was exported before cross_per_sentence existed: its graph names one batch
+    axis for every input, and the runtime gives it a copy per row."""
     dims = {i.name: i.shape for i in shipped.engine.decoder.get_inputs()}
     assert dims["input_ids"][0] == dims["encoder_attention_mask"][0] == dims["cross_key_0"][0] == "batch"
     assert shipped.package.cross_per_sentence is False and shipped.engine.cross_per_sentence is False
 
 
 @pytest.mark.parametrize("compute_type", ["float32", "int8"])
-def test_shipped_model_decodes_as_the_minimal_loops(shipped, shipped_sources, compute_type):
+def test_earlier_model_decodes_as_the_minimal_loops(shipped, shipped_sources, compute_type):
     """The runtime on the old graph against export/parity.py's minimal numpy loops feeding it a copy of
     the cross K/V per row, the way every runtime before this contract did. int8 quantises activations
     with one scale per tensor, so a row's numbers depend on the other rows: the runtime drops finished
     sentences, the minimal loops do not, so int8 is compared one sentence at a time."""
-    tr = shipped if compute_type == "float32" else Translator(SHIPPED, device="cpu", compute_type="int8",
+    tr = shipped if compute_type == "float32" else Translator(EARLIER, device="cpu", compute_type="int8",
                                                               intra_threads=1)
     v = tr.package.variants[tr.variant]
     pair = parity.OnnxPair(v.encoder, v.decoder_step, tr.config, cross_per_sentence=False)
@@ -227,7 +230,7 @@ def test_shipped_model_decodes_as_the_minimal_loops(shipped, shipped_sources, co
 
 def test_manifest_claiming_per_sentence_for_an_old_graph_is_refused(tmp_path):
     pkg = tmp_path / "model"
-    shutil.copytree(read_package(SHIPPED).root, pkg)
+    shutil.copytree(EARLIER, pkg)
     manifest = json.loads((pkg / "manifest.json").read_text(encoding="utf-8"))
     manifest["graphs"]["decoder_step"]["cross_per_sentence"] = True
     (pkg / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")

@@ -10,7 +10,6 @@ killed export are handled by the next export to the same target (`recover_interr
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -22,24 +21,16 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from seq2onnx.runtime.errors import Seq2OnnxError
-from seq2onnx.runtime.manifest import FORMAT, FORMAT_VERSION, MANIFEST   # the reader owns the format
+from seq2onnx.runtime.manifest import FORMAT, FORMAT_VERSION, MANIFEST, sha256_of   # the reader owns the format
 
 TOKENIZER_FILE = "tokenizer.json"
 README_FILE = "README.md"
 
 
 # --- files ------------------------------------------------------------------------------------------
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def file_entries(folder: Path) -> Dict[str, Dict[str, Any]]:
     """{file name: {"sha256", "bytes"}} for every file of the folder but manifest.json."""
-    return {p.name: {"sha256": sha256_file(p), "bytes": p.stat().st_size}
+    return {p.name: {"sha256": sha256_of(p), "bytes": p.stat().st_size}
             for p in sorted(folder.iterdir()) if p.is_file() and p.name != MANIFEST}
 
 

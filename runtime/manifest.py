@@ -123,7 +123,7 @@ class ModelPackage:
 
 
 def sha256_of(path: Path, chunk: int = 1 << 20) -> str:
-    """SHA-256 of a file, for tools and tests (the runtime hashes the bytes it read: read_file)."""
+    """SHA-256 of a file, for the exporter's manifest and tests (the runtime hashes the bytes it read: read_file)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(chunk), b""):

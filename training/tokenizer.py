@@ -38,8 +38,11 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int, lowercase: bool = Fal
     if vocab_size < len(SPECIAL_TOKENS) + 1:
         raise ValueError(f"vocab_size must be > {len(SPECIAL_TOKENS)}, got {vocab_size}")
     tok = Tokenizer(models.BPE(unk_token=SPECIAL_TOKENS["unk_id"]))
-    steps = [normalizers.NFKC()] + [normalizers.Lowercase()] * lowercase + \
-        [normalizers.Replace(Regex(THOUSANDS), ",")] * group_digits
+    steps = [normalizers.NFKC()]
+    if lowercase:
+        steps.append(normalizers.Lowercase())
+    if group_digits:
+        steps.append(normalizers.Replace(Regex(THOUSANDS), ","))
     tok.normalizer = steps[0] if len(steps) == 1 else normalizers.Sequence(steps)
     splitters = [pre_tokenizers.Metaspace()]
     if split_punctuation:

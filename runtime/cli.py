@@ -17,7 +17,7 @@ from .errors import Seq2OnnxError, Terminated
 
 # name -> (module, function, one-line help, extra that provides its dependencies)
 COMMANDS = {
-    "data": ("seq2onnx.training.commands", "data_main", "write a built-in parallel data set (numbers en->de)", "train"),
+    "data": ("seq2onnx.training.commands", "data_main", "write a parallel data set (numbers en->de, or the system's gettext catalogs)", "train"),
     "train": ("seq2onnx.training.commands", "train_main", "train a Transformer on parallel data", "train"),
     "average": ("seq2onnx.training.commands", "average_main", "average the last K checkpoints of a run", "train"),
     "export": ("seq2onnx.export.commands", "export_main", "export a checkpoint to an ONNX model package", "train"),

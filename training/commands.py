@@ -28,7 +28,7 @@ def _positive_int(text: str) -> int:
 
 # --- seq2onnx train --------------------------------------------------------------------------
 def train_parser() -> argparse.ArgumentParser:
-    from .train import BEST_METRICS, TrainArgs
+    from .train import BEST_METRICS, DEFAULT_VALID_INTERVAL, TrainArgs
     d = TrainArgs(out="")
     p = _Parser(prog="seq2onnx train", description="Train a Transformer (Vaswani et al., 2017) on parallel data. "
                 "Multi-process: torchrun --nproc_per_node N -m seq2onnx.runtime.cli train ...")
@@ -69,8 +69,12 @@ def train_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("length, validation, checkpoints")
     g.add_argument("--max-steps", type=_positive_int, default=d.max_steps, help="(default %(default)s)")
     g.add_argument("--max-minutes", type=float, help="stop after this many minutes of training")
-    g.add_argument("--valid-interval", type=_positive_int, default=d.valid_interval,
-                   help="validate and save every N steps (default %(default)s)")
+    g.add_argument("--valid-interval", type=_positive_int, metavar="N",
+                   help="validate and save every N steps (default: a tenth of --max-minutes when given, "
+                        f"else {DEFAULT_VALID_INTERVAL})")
+    g.add_argument("--valid-minutes", type=float, metavar="M", help="validate and save every M minutes instead")
+    g.add_argument("--patience", type=int, default=d.patience, metavar="N",
+                   help="stop when --best-metric has not improved in N validations in a row (default: never)")
     g.add_argument("--valid-decode-max", type=int, default=d.valid_decode_max,
                    help="greedy-decode at most N validation sentences for BLEU/chrF/exact match (default %(default)s)")
     g.add_argument("--best-metric", choices=list(BEST_METRICS), default=d.best_metric,
@@ -128,6 +132,7 @@ def average_main(argv: List[str]) -> int:
 
 # --- seq2onnx data ---------------------------------------------------------------------------
 def data_main(argv: List[str]) -> int:
+    from .gettext_data import LOCALE_DIR, write_gettext_data
     from .numbers import FORM_CHOICES, NumbersSpec, write_numbers_data
     d = NumbersSpec()
     p = _Parser(prog="seq2onnx data", description="Write a built-in parallel data set.")
@@ -146,9 +151,23 @@ def data_main(argv: List[str]) -> int:
                         "type (case, hyphens, 'and', commas, 'a hundred', digits); test stays words (default %(default)s)")
     n.add_argument("--seed", type=int, default=d.seed)
     n.add_argument("--force", action="store_true", help="overwrite existing split files in --out")
+    g = sub.add_parser("gettext", help="real UI messages English -> LANG from the system's gettext catalogs "
+                       "(<locale dir>/LANG/LC_MESSAGES/*.mo), split by a hash of the source")
+    g.add_argument("--out", required=True, metavar="DIR", help="folder for train.tsv, valid.tsv, test.tsv")
+    g.add_argument("--lang", default="de", help="target language folder name (default %(default)s)")
+    g.add_argument("--locale-dir", default=LOCALE_DIR, help="where the catalogs are (default %(default)s)")
+    g.add_argument("--force", action="store_true", help="overwrite existing split files in --out")
     ns = p.parse_args(argv)
     if ns.dataset is None:
-        raise Seq2OnnxError("no data set named: use `seq2onnx data numbers --out DIR`")
+        raise Seq2OnnxError("no data set named: use `seq2onnx data numbers --out DIR` or `seq2onnx data gettext --out DIR`")
+    if ns.dataset == "gettext":
+        counts, report = write_gettext_data(Path(ns.out), ns.lang, ns.locale_dir, overwrite=ns.force)
+        left_out = ", ".join(f"{n} {why}" for why, n in report.left_out.items())
+        print(f"read {report.entries} messages from {len(report.files)} catalogs; left out: {left_out}", file=sys.stderr)
+        for name in report.unreadable:
+            print(f"skipped an unreadable catalog: {name}", file=sys.stderr)
+        print(f"wrote {', '.join(f'{k} {v}' for k, v in counts.items())} pairs to {ns.out}", file=sys.stderr)
+        return 0
     counts = write_numbers_data(Path(ns.out), NumbersSpec(ns.size, ns.valid_size, ns.test_size, ns.seed,
                                                                   ns.repeat_small, ns.forms),
                                 overwrite=ns.force)

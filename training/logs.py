@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -84,20 +85,37 @@ def plot_curves(metrics_path: os.PathLike, png_path: os.PathLike) -> bool:
 
 
 class Progress:
-    """A tqdm bar on a terminal; plain log lines every `log_interval` steps otherwise; nothing if quiet."""
+    """A tqdm bar on a terminal; plain log lines every `log_interval` steps otherwise; nothing if quiet.
 
-    def __init__(self, total: int, initial: int, quiet: bool, enabled: bool = True):
+    With a deadline (--max-minutes) the bar's total is the step the run will reach by then at its speed so far,
+    re-estimated at each log line (never more than max_steps), so that its "left" is the time left.
+    """
+
+    def __init__(self, total: int, initial: int, quiet: bool, enabled: bool = True,
+                 deadline: Optional[float] = None):
         self.quiet = quiet or not enabled
         self.bar: Optional[tqdm] = None
+        self.max_steps, self.deadline = total, deadline
+        self.start, self.initial = time.monotonic(), initial
         if not self.quiet and sys.stderr.isatty():
-            self.bar = tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True)
+            self.bar = tqdm(total=None if deadline else total, initial=initial, unit="step", dynamic_ncols=True)
 
     def step(self) -> None:
         if self.bar is not None:
             self.bar.update(1)
 
+    def expected_last_step(self, step: int) -> int:
+        """Where the run stops: max_steps, or sooner when the deadline comes first at the pace so far."""
+        if self.deadline is None or step <= self.initial:
+            return self.max_steps
+        now = time.monotonic()
+        per_step = (now - self.start) / (step - self.initial)
+        return min(self.max_steps, step + int(max(self.deadline - now, 0.0) / per_step))
+
     def show(self, step: int, loss: float, lr: float, tokens_per_s: float) -> None:
         if self.bar is not None:
+            if self.deadline is not None:
+                self.bar.total = self.expected_last_step(step)
             self.bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{tokens_per_s:.0f}", refresh=False)
         elif not self.quiet:
             print(f"step {step}: loss {loss:.3f}  lr {lr:.2e}  {tokens_per_s:.0f} tokens/s", file=sys.stderr)

@@ -1,8 +1,10 @@
 """The training loop: `train(TrainArgs)` (the CLI `seq2onnx train` is a thin layer over it).
 
 One optimizer step = `accum_steps` batches of about `max_tokens` tokens (per rank), the loss
-summed over target tokens and divided by their number. Every `valid_interval` steps: validation,
-then last.pt, step_{N}.pt (the newest `keep_last` kept) and best.pt when `best_metric` improved.
+summed over target tokens and divided by their number. Every `valid_interval` steps (or every
+`valid_minutes`; see `TrainArgs.validation_every`): validation, then last.pt, step_{N}.pt (the newest
+`keep_last` kept) and best.pt when `best_metric` improved. `patience` validations in a row without
+improvement end the run early (fairseq's --patience).
 
 Resuming (`resume=True`) restores model, optimizer, scheduler, step, RNG states (python, numpy,
 torch) and the data position from DIR/last.pt: on CPU, with the same `threads`, a run killed and
@@ -15,6 +17,7 @@ only rank 0 writes files or validates.
 from __future__ import annotations
 
 import random
+import sys
 import time
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
@@ -37,6 +40,7 @@ from .run_setup import DistInfo, RunData, check_run_dir, load_run_data
 
 BEST_METRICS = {"exact_match": max, "bleu": max, "chrf": max, "loss": min}
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+DEFAULT_VALID_INTERVAL = 1000
 
 
 @dataclass
@@ -75,10 +79,12 @@ class TrainArgs:
     max_steps: int = 100_000
     max_minutes: Optional[float] = None
     # validation and checkpoints
-    valid_interval: int = 1000         # validate and save every N steps (and at the end)
+    valid_interval: Optional[int] = None    # validate and save every N steps (and at the end) ...
+    valid_minutes: Optional[float] = None   # ... or every M minutes; neither: see validation_every()
     valid_decode_max: int = 500        # greedy-decode at most this many validation sentences (0: none)
     best_metric: str = "bleu"          # exact_match | bleu | chrf | loss
     keep_last: int = 5                 # step_{N}.pt files kept (0: none written)
+    patience: int = 0                  # stop after N validations in a row without improvement (0: never)
     resume: bool = False
     # reproducibility and output
     seed: int = 1
@@ -103,9 +109,11 @@ class TrainArgs:
             raise Seq2OnnxError(f"unknown --amp {self.amp!r}: choose none, bf16 or fp16")
         if self.device not in ("auto", "cpu", "cuda"):
             raise Seq2OnnxError(f"unknown --device {self.device!r}: choose auto, cpu or cuda")
+        if self.valid_interval is not None and self.valid_minutes is not None:
+            raise Seq2OnnxError("both --valid-interval and --valid-minutes given: pass only one")
         for name in ("max_len", "max_tokens", "accum_steps", "warmup_steps", "max_steps", "valid_interval",
                      "log_interval"):
-            if getattr(self, name) < 1:
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise Seq2OnnxError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
         if self.max_tokens < self.max_len:
             raise Seq2OnnxError(f"--max-tokens {self.max_tokens} is below --max-len {self.max_len}: "
@@ -117,8 +125,23 @@ class TrainArgs:
                                 "above 0 or use --best-metric loss")
         if self.threads is not None and self.threads < 1:
             raise Seq2OnnxError(f"--threads must be >= 1, got {self.threads}")
-        if self.max_minutes is not None and self.max_minutes <= 0:
-            raise Seq2OnnxError(f"--max-minutes must be > 0, got {self.max_minutes}")
+        for name in ("max_minutes", "valid_minutes"):
+            if getattr(self, name) is not None and getattr(self, name) <= 0:
+                raise Seq2OnnxError(f"--{name.replace('_', '-')} must be > 0, got {getattr(self, name)}")
+        if self.patience < 0:
+            raise Seq2OnnxError(f"--patience must be >= 0, got {self.patience}")
+
+    def validation_every(self) -> Tuple[Optional[int], Optional[float]]:
+        """(steps, minutes) between validations, one of them None.
+
+        --valid-interval N or --valid-minutes M when given; otherwise a tenth of --max-minutes (so that a short
+        run on a CPU still validates ten times), and every DEFAULT_VALID_INTERVAL steps without --max-minutes.
+        """
+        if self.valid_interval is not None or self.valid_minutes is not None:
+            return self.valid_interval, self.valid_minutes
+        if self.max_minutes is not None:
+            return None, self.max_minutes / 10
+        return DEFAULT_VALID_INTERVAL, None
 
 
 @dataclass
@@ -203,6 +226,7 @@ class _Trainer:
         # resumed run logs the figures of an uninterrupted one
         self.window = {"loss": 0.0, "steps": 0}
         self.best: Dict[str, Any] = {"metric": args.best_metric, "value": None, "step": None}
+        self.bad_validations = 0                                # in a row, for --patience
         self.metrics_log = MetricsLog(self.run_dir / "metrics.jsonl")
         if resume_ckpt is not None:
             self._restore(resume_ckpt)
@@ -227,6 +251,7 @@ class _Trainer:
         self.window = dict(meta.get("log_window", self.window))
         if meta.get("best", {}).get("metric") == self.args.best_metric:
             self.best = dict(meta["best"])
+            self.bad_validations = int(meta.get("bad_validations", 0))
         _set_rng_state(ckpt["rng"])
         if self.is_main:
             self.metrics_log.truncate_after(self.step)
@@ -294,6 +319,7 @@ class _Trainer:
                                        "rng": _rng_state(), "data_state": self.stream.state_dict()})
         ckpt["train_meta"]["best"] = dict(self.best)
         ckpt["train_meta"]["log_window"] = dict(self.window)
+        ckpt["train_meta"]["bad_validations"] = self.bad_validations
         last = self.run_dir / "last.pt"
         save_checkpoint(ckpt, last)
         if self.args.keep_last > 0:
@@ -309,6 +335,7 @@ class _Trainer:
             if improved:
                 self.best = {"metric": self.args.best_metric, "value": metrics[self.args.best_metric],
                              "step": self.step}
+            self.bad_validations = 0 if improved else self.bad_validations + 1
             # logged before the checkpoint: a kill in between leaves a record that a resume drops and logs again
             self.metrics_log.append({"kind": "valid", "step": self.step, "epoch": self.stream.epoch, **metrics,
                                      "best": self.best["value"]})
@@ -323,16 +350,31 @@ class _Trainer:
 
     def _should_stop(self, deadline: Optional[float]) -> bool:
         stop = self.step >= self.args.max_steps or (deadline is not None and time.monotonic() >= deadline)
+        if self.args.patience and self.bad_validations >= self.args.patience and self.last_valid_step == self.step:
+            stop = True
+            if self.is_main and not self.args.quiet:
+                print(f"early stop at step {self.step}: {self.args.best_metric} has not improved in "
+                      f"{self.args.patience} validations (--patience)", file=sys.stderr)
         if self.dist.world_size > 1:                 # every rank stops at the same step
             flag = torch.tensor([int(stop)], device=self.device)
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
             stop = bool(flag.item())
         return stop
 
+    def _validation_due(self, every_steps: Optional[int], at_time: Optional[float]) -> bool:
+        due = (self.step % every_steps == 0) if every_steps else time.monotonic() >= at_time
+        if self.dist.world_size > 1 and at_time is not None:   # clocks differ: rank 0 decides for all
+            flag = torch.tensor([int(due)], device=self.device)
+            dist.broadcast(flag, src=0)
+            due = bool(flag.item())
+        return due
+
     def run(self) -> TrainResult:
         args = self.args
         deadline = time.monotonic() + 60 * args.max_minutes if args.max_minutes else None
-        progress = Progress(args.max_steps, self.step, args.quiet, enabled=self.is_main)
+        valid_steps, valid_minutes = args.validation_every()
+        next_valid_time = time.monotonic() + 60 * valid_minutes if valid_minutes else None
+        progress = Progress(args.max_steps, self.step, args.quiet, enabled=self.is_main, deadline=deadline)
         last_metrics: Dict[str, float] = {}
         window_tokens, window_start = 0, time.monotonic()
         try:
@@ -352,12 +394,15 @@ class _Trainer:
                                                  "tokens_per_s": tokens_per_s})
                     window_tokens, window_start = 0, time.monotonic()
                     self.window = {"loss": 0.0, "steps": 0}
-                if self.step % args.valid_interval == 0:
+                if self._validation_due(valid_steps, next_valid_time):
                     last_metrics = self._validate_and_save(progress)
+                    if next_valid_time is not None:
+                        next_valid_time = time.monotonic() + 60 * valid_minutes
             if self.last_valid_step != self.step:
                 last_metrics = self._validate_and_save(progress)
         finally:
             progress.close()
-        if self.is_main:
-            plot_curves(self.run_dir / "metrics.jsonl", self.run_dir / "curves.png")
+        if self.is_main and not plot_curves(self.run_dir / "metrics.jsonl", self.run_dir / "curves.png") \
+                and not args.quiet:
+            print("note: curves.png not drawn: matplotlib is not installed (pip install matplotlib)", file=sys.stderr)
         return TrainResult(self.run_dir, self.step, self.stream.epoch, dict(self.best), last_metrics, self.model)

@@ -35,13 +35,13 @@ def label_smoothed_loss(logits: torch.Tensor, labels: torch.Tensor, pad_id: int,
                         smoothing: float) -> Tuple[torch.Tensor, torch.Tensor]:
     """logits [B, T, V], labels [B, T] -> (smoothed loss, nll loss), both summed over non-pad tokens.
 
-    The smoothed target puts 1 - smoothing on the label and spreads `smoothing` uniformly over
-    the vocabulary (torch's label_smoothing); pad positions count for nothing.
+    The smoothed target puts 1 - smoothing on the label and spreads `smoothing` uniformly over the
+    vocabulary (as torch's cross_entropy(label_smoothing=...)); pad positions count for nothing:
+        loss = sum_t [(1 - smoothing) * -log p(y_t) + smoothing * mean_v -log p(v)]
+    One log-softmax gives both figures (the nll is a by-product, without gradient).
     """
-    flat_logits = logits.float().reshape(-1, logits.shape[-1])     # [B*T, V]
-    flat_labels = labels.reshape(-1)                                # [B*T]
-    loss = F.cross_entropy(flat_logits, flat_labels, ignore_index=pad_id, label_smoothing=smoothing,
-                           reduction="sum")
-    with torch.no_grad():
-        nll = F.cross_entropy(flat_logits, flat_labels, ignore_index=pad_id, reduction="sum")
-    return loss, nll
+    logp = F.log_softmax(logits.float(), dim=-1)                      # [B, T, V]
+    keep = labels != pad_id                                           # [B, T]
+    nll = -logp.gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)   # [B, T]
+    loss = ((1.0 - smoothing) * nll - smoothing * logp.mean(dim=-1))[keep].sum()
+    return loss, nll.detach()[keep].sum()

@@ -1,6 +1,7 @@
 """Training at tiny size, for real: learning, the schedule, checkpoints, resume, DDP, data handling."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fixtures_training import DE, EN, TINY_STEPS, TINY_TARGET, toy_pairs, write_tsv
+from fixtures_training import DE, EN, TINY_STEPS, TINY_TARGET, TINY_VOCAB, toy_pairs, write_tsv
 from seq2onnx.runtime.cli import main as cli_main
 from seq2onnx.runtime.config import ModelConfig
 from seq2onnx.runtime.errors import Seq2OnnxError
@@ -23,6 +24,7 @@ from seq2onnx.training.checkpoint import (FORMAT_VERSION, average_checkpoints, l
                                           step_checkpoints)
 from seq2onnx.training.data import BAD_UTF8, EMPTY_SIDE, EXTRA_TAB, NO_TAB, TOO_LONG, BatchStream, Example, \
     SkipCounts, collate, encode_pairs, make_batches, read_parallel, read_tsv
+from seq2onnx.training.logs import MetricsLog
 from seq2onnx.training.model import Transformer
 from seq2onnx.training.numbers import FORMS, TEST_NUMBERS_FILE, number_pair
 from seq2onnx.training.optim import build_optimizer, label_smoothed_loss, noam_lr
@@ -507,3 +509,100 @@ def test_tokenizer_options_lowercase_and_split_digits_and_punctuation():
     grouped = train_tokenizer(texts, 60, split_digits=True, group_digits=True)
     assert grouped.encode("1234").ids == grouped.encode("1,234").ids != tok.encode("1234").ids
     assert grouped.normalizer.normalize_str("1234567 or 42, 999 and 1000") == "1,234,567 or 42, 999 and 1,000"
+
+
+# --- validation cadence, early stopping, the progress bar's total -------------------------------
+def test_validation_cadence_follows_the_budget():
+    from seq2onnx.training.train import DEFAULT_VALID_INTERVAL, TrainArgs
+    assert TrainArgs(out="r").validation_every() == (DEFAULT_VALID_INTERVAL, None)
+    assert TrainArgs(out="r", max_minutes=20).validation_every() == (None, 2.0)   # ten validations in a budget
+    assert TrainArgs(out="r", max_minutes=20, valid_interval=300).validation_every() == (300, None)
+    assert TrainArgs(out="r", valid_minutes=5).validation_every() == (None, 5)
+    with pytest.raises(Seq2OnnxError, match="both --valid-interval and --valid-minutes"):
+        TrainArgs(out="r", train="t", valid="v", valid_interval=3, valid_minutes=1).check()
+
+
+def test_valid_minutes_validates_by_the_clock(tiny_data_dir, tmp_path):
+    from seq2onnx.training.train import TrainArgs, train
+    out = tmp_path / "run"
+    # every step is past a 1e-9-minute interval: a validation after each of the 6 steps
+    train(TrainArgs(out=str(out), train=str(tiny_data_dir / "train.tsv"), valid=str(tiny_data_dir / "valid.tsv"),
+                    preset="tiny", vocab_size=TINY_VOCAB, max_tokens=512, max_steps=6, valid_minutes=1e-9,
+                    valid_decode_max=0, best_metric="loss", keep_last=0, threads=1, quiet=True))
+    records = MetricsLog(out / "metrics.jsonl").read()
+    assert [r["step"] for r in records if r["kind"] == "valid"] == [1, 2, 3, 4, 5, 6]
+
+
+def test_patience_stops_a_run_that_no_longer_improves(tiny_data_dir, tmp_path, capsys):
+    from seq2onnx.training.train import TrainArgs, train
+    # lr 0: the weights never change, so the validation loss never improves after the first validation
+    args = TrainArgs(out=str(tmp_path / "run"), train=str(tiny_data_dir / "train.tsv"),
+                     valid=str(tiny_data_dir / "valid.tsv"), preset="tiny", vocab_size=TINY_VOCAB, max_tokens=512,
+                     lr_factor=0.0, max_steps=100, valid_interval=5, valid_decode_max=0, best_metric="loss",
+                     patience=2, keep_last=0, threads=1)
+    result = train(args)
+    assert result.step == 15 and result.best["step"] == 5
+    assert "early stop at step 15: loss has not improved in 2 validations (--patience)" in capsys.readouterr().err
+    # resumed, it stops again at once: the count of validations without improvement is in the checkpoint
+    assert train(dataclasses.replace(args, resume=True, max_steps=200)).step == 15
+
+
+def test_progress_total_with_a_deadline_is_where_the_clock_stops():
+    import time
+    from seq2onnx.training.logs import Progress
+    now = time.monotonic()
+    p = Progress(100_000, 0, quiet=True, deadline=now + 50)
+    p.start = now - 10                         # 10 steps took 10 s; 50 s are left
+    assert p.expected_last_step(10) in (59, 60)
+    assert Progress(100_000, 0, quiet=True).expected_last_step(10) == 100_000
+    p.max_steps = 30
+    assert p.expected_last_step(10) == 30
+
+
+# --- real text: the system's gettext catalogs -----------------------------------------------------
+def test_gettext_data_is_a_disjoint_split_of_real_catalogs(tmp_path, capsys):
+    from seq2onnx.runtime.cli import main as cli_main
+    from seq2onnx.training.gettext_data import catalog_files
+    if not catalog_files("de"):
+        pytest.skip("no German gettext catalogs under /usr/share/locale on this machine")
+    assert cli_main(["data", "gettext", "--out", str(tmp_path)]) == 0
+    splits = {s: read_tsv(str(tmp_path / f"{s}.tsv"))[0] for s in ("train", "valid", "test")}
+    sources = {s: {src for src, _ in pairs} for s, pairs in splits.items()}
+    assert len(splits["train"]) > 1000 and len(splits["valid"]) > 30 and len(splits["test"]) > 30
+    assert not sources["train"] & sources["test"] and not sources["train"] & sources["valid"]
+    assert not sources["valid"] & sources["test"]
+    assert "wrote train " in capsys.readouterr().err
+
+
+def test_gettext_data_skips_an_unreadable_catalog_and_names_it(tmp_path, capsys):
+    from seq2onnx.runtime.cli import main as cli_main
+    locale = tmp_path / "locale" / "xx" / "LC_MESSAGES"
+    locale.mkdir(parents=True)
+    (locale / "broken.mo").write_bytes(b"not a catalog at all")
+    out = tmp_path / "out"
+    out.mkdir()
+    assert cli_main(["data", "gettext", "--lang", "xx", "--locale-dir", str(tmp_path / "locale"),
+                     "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "skipped an unreadable catalog: broken.mo" in err
+    assert all((out / f"{s}.tsv").read_text() == "" for s in ("train", "valid", "test"))
+    assert cli_main(["data", "gettext", "--lang", "yy", "--locale-dir", str(tmp_path / "locale"),
+                     "--out", str(out)]) == 2
+    assert "no gettext catalogs for language 'yy'" in capsys.readouterr().err
+
+
+def test_label_smoothed_loss_is_torch_cross_entropy_with_label_smoothing():
+    import torch.nn.functional as F
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 5, 11, generator=g, requires_grad=True)
+    labels = torch.randint(1, 11, (3, 5), generator=g)
+    labels[0, 3:] = 0                                            # pad id 0
+    loss, nll = label_smoothed_loss(logits, labels, pad_id=0, smoothing=0.1)
+    flat, flat_labels = logits.reshape(-1, 11), labels.reshape(-1)
+    want = F.cross_entropy(flat, flat_labels, ignore_index=0, label_smoothing=0.1, reduction="sum")
+    want_nll = F.cross_entropy(flat, flat_labels, ignore_index=0, reduction="sum")
+    torch.testing.assert_close(loss, want)
+    torch.testing.assert_close(nll, want_nll.detach())
+    grad, = torch.autograd.grad(loss, logits)
+    want_grad, = torch.autograd.grad(want, logits)
+    torch.testing.assert_close(grad, want_grad)

@@ -606,3 +606,22 @@ def test_label_smoothed_loss_is_torch_cross_entropy_with_label_smoothing():
     grad, = torch.autograd.grad(loss, logits)
     want_grad, = torch.autograd.grad(want, logits)
     torch.testing.assert_close(grad, want_grad)
+
+
+def test_initialisations_draw_the_spreads_docs_training_names():
+    cfg = ModelConfig.preset("small", vocab_size=1000, pad_id=0)
+    xavier_ffn = (6 / (128 + 512)) ** 0.5 / 3 ** 0.5          # the std of Xavier-uniform for a 128 x 512 matrix
+    want = {"normal-unit": (0.02, 128 ** -0.5), "xavier": (xavier_ffn, 128 ** -0.5), "normal": (0.02, 0.02),
+            "xavier-normal": (xavier_ffn, 0.02)}
+    for init, (matrix_std, embedding_std) in want.items():
+        torch.manual_seed(0)
+        model = Transformer(cfg, init=init)
+        w1, emb = model.encoder_layers[0].ffn.w1, model.src_embed.weight
+        assert abs(w1.weight.std().item() - matrix_std) < 0.03 * matrix_std, init
+        assert abs(emb[1:].std().item() - embedding_std) < 0.03 * embedding_std, init
+        assert not emb[0].any() and not w1.bias.any()                       # pad row and biases 0
+        assert model.output_projection.weight is emb                        # still tied
+    with pytest.raises(ValueError, match="unknown init 'kaiming'"):
+        Transformer(cfg, init="kaiming")
+    with pytest.raises(Seq2OnnxError, match="unknown --init 'kaiming'"):
+        TrainArgs(out="r", train="t", valid="v", init="kaiming").check()

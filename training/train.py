@@ -34,7 +34,7 @@ from .atomic import copy_atomic
 from .checkpoint import make_checkpoint, rotate_step_checkpoints, save_checkpoint, save_step_checkpoint
 from .evaluate import greedy_translations, translation_metrics, validation_loss
 from .logs import MetricsLog, Progress, plot_curves
-from .model import Transformer
+from .model import INITS, Transformer
 from .optim import build_optimizer, label_smoothed_loss
 from .run_setup import DistInfo, RunData, check_run_dir, load_run_data
 
@@ -65,6 +65,7 @@ class TrainArgs:
     split_digits: bool = False
     split_punctuation: bool = False
     group_digits: bool = False
+    init: str = "normal-unit"          # how the weights start (training/model.py INITS; the paper is silent)
     # optimisation (paper section 5.3-5.4)
     max_tokens: int = 4096             # padded tokens per batch and rank
     accum_steps: int = 1               # batches per optimizer step
@@ -105,6 +106,8 @@ class TrainArgs:
                 raise Seq2OnnxError(f"no {side} data: pass --{side} FILE.tsv or --{side}-src and --{side}-tgt")
         if self.best_metric not in BEST_METRICS:
             raise Seq2OnnxError(f"unknown --best-metric {self.best_metric!r}: choose one of {', '.join(BEST_METRICS)}")
+        if self.init not in INITS:
+            raise Seq2OnnxError(f"unknown --init {self.init!r}: choose one of {', '.join(INITS)}")
         if self.amp not in ("none", *AMP_DTYPES):
             raise Seq2OnnxError(f"unknown --amp {self.amp!r}: choose none, bf16 or fp16")
         if self.device not in ("auto", "cpu", "cuda"):
@@ -217,7 +220,7 @@ class _Trainer:
         torch.manual_seed(args.seed)                            # same initial weights on every rank
         random.seed(args.seed)
         np.random.seed(args.seed)
-        self.model = Transformer(self.cfg).to(device)
+        self.model = Transformer(self.cfg, init=args.init).to(device)
         self.optimizer, self.scheduler = build_optimizer(self.model, self.cfg.d_model, args.warmup_steps,
                                                          args.lr_factor, tuple(args.adam_betas), args.adam_eps)
         self.stream = data.stream

@@ -3,7 +3,8 @@
 The test suite's `tiny_run` fixture trains until the toy task reaches its target (tests/fixtures_training.py);
 this benchmark says how many steps that takes, and how many a copy task takes to reach 100%, over seeds.
 
-    python bench/tiny_learning.py [--seeds 1 2 3 4]   -> a table, and bench/results/tiny_learning.json
+    python bench/tiny_learning.py [--seeds 1 2 3 4] [--inits normal-unit xavier ...]
+        -> a table, and bench/results/tiny_learning.json
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))   # the suite's toy task
 from fixtures_training import TINY_STEPS, TINY_TARGET, TINY_VOCAB, toy_pairs, write_tsv  # noqa: E402
 
+from seq2onnx.training.model import INITS  # noqa: E402
 from seq2onnx.training.train import TrainArgs, train  # noqa: E402
 
 TASKS = {
@@ -30,20 +32,20 @@ TASKS = {
 INTERVAL = 50
 
 
-def run(task: str, seed: int, work: Path) -> dict:
+def run(task: str, seed: int, init: str, work: Path) -> dict:
     make_train, make_valid, overrides = TASKS[task]
-    d = work / f"{task.split()[0]}-{seed}"
+    d = work / f"{task.split()[0]}-{seed}-{init}"
     d.mkdir()
     args = TrainArgs(out=str(d / "run"), train=str(write_tsv(d / "train.tsv", make_train())),
                      valid=str(write_tsv(d / "valid.tsv", make_valid())), preset="tiny", vocab_size=TINY_VOCAB,
                      valid_interval=INTERVAL, keep_last=0, best_metric="exact_match", seed=seed, threads=1,
-                     quiet=True, **overrides)
+                     quiet=True, init=init, **overrides)
     t = time.perf_counter()
     train(args)
     seconds = time.perf_counter() - t
     valid = [r for r in map(json.loads, (d / "run" / "metrics.jsonl").read_text().splitlines()) if r["kind"] == "valid"]
     first = lambda level: next((r["step"] for r in valid if r["exact_match"] >= level), None)  # noqa: E731
-    return {"task": task, "seed": seed, "steps": args.max_steps, "seconds": round(seconds, 1),
+    return {"task": task, "init": init, "seed": seed, "steps": args.max_steps, "seconds": round(seconds, 1),
             "final_exact_match": valid[-1]["exact_match"], "best_exact_match": max(r["exact_match"] for r in valid),
             f"first_step_at_{TINY_TARGET}": first(TINY_TARGET), "first_step_at_1.0": first(1.0)}
 
@@ -51,10 +53,12 @@ def run(task: str, seed: int, work: Path) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4])
+    ap.add_argument("--inits", nargs="+", default=[TrainArgs.init], choices=list(INITS),
+                    help="weight initialisations to compare (training/model.py INITS)")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "tiny_learning.json"))
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as work:
-        rows = [run(task, seed, Path(work)) for task in TASKS for seed in args.seeds]
+        rows = [run(task, seed, init, Path(work)) for task in TASKS for init in args.inits for seed in args.seeds]
     cols = list(rows[0])
     print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
     for r in rows:

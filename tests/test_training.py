@@ -531,6 +531,7 @@ def test_valid_minutes_validates_by_the_clock(tiny_data_dir, tmp_path):
                     valid_decode_max=0, best_metric="loss", keep_last=0, threads=1, quiet=True))
     records = MetricsLog(out / "metrics.jsonl").read()
     assert [r["step"] for r in records if r["kind"] == "valid"] == [1, 2, 3, 4, 5, 6]
+    assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"    # losses only: no scores to draw
 
 
 def test_patience_stops_a_run_that_no_longer_improves(tiny_data_dir, tmp_path, capsys):

@@ -70,9 +70,10 @@ def plot_curves(metrics_path: os.PathLike, png_path: os.PathLike) -> bool:
     ax_loss.plot([r["step"] for r in valid], [r["loss"] for r in valid], "o-", label="valid loss")
     ax_loss.set_xlabel("step")
     ax_loss.legend()
+    scored = [r for r in valid if "bleu" in r]           # --valid-decode-max 0: losses only
     for key in ("bleu", "chrf"):
-        ax_score.plot([r["step"] for r in valid], [r[key] for r in valid], "o-", label=key)
-    ax_score.plot([r["step"] for r in valid], [100 * r["exact_match"] for r in valid], "o-", label="exact match %")
+        ax_score.plot([r["step"] for r in scored], [r[key] for r in scored], "o-", label=key)
+    ax_score.plot([r["step"] for r in scored], [100 * r["exact_match"] for r in scored], "o-", label="exact match %")
     ax_score.set_xlabel("step")
     ax_score.legend()
     fig.tight_layout()

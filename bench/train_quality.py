@@ -495,13 +495,13 @@ def plot(curves: Dict[str, List[List[float]]], budgets: List[float], runs: List[
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    for system, curve in curves.items():
+    for k, (system, curve) in enumerate(curves.items()):
         line, = ax.plot([s for s, _ in curve], [v for _, v in curve], label=system)
         for r in runs:
             if r["system"] == system:
                 ax.axvline(r["steps"], color=line.get_color(), ls=":", lw=0.8)
                 ax.annotate(f"{r['budget_minutes']:g} min: chrF {r['chrf']:.1f}", (r["steps"], r["valid_loss"]),
-                            textcoords="offset points", xytext=(4, 8), color=line.get_color(), fontsize=8)
+                            textcoords="offset points", xytext=(4, 14 - 22 * k), color=line.get_color(), fontsize=8)
     ax.set_xlabel("step")
     ax.set_ylabel("validation loss (label-smoothed, per token)")
     ax.set_title("gettext en->de, --preset small, one thread each, side by side")

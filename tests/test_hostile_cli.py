@@ -31,6 +31,12 @@ from seq2onnx.runtime.commands import read_lines
 from seq2onnx.runtime.translator import Translator
 
 CLI = [sys.executable, "-m", "seq2onnx.runtime.cli"]
+
+
+def ctrl_c_as_at_a_terminal() -> None:
+    """A job started in the background of a script (`cmd &`) inherits SIGINT ignored, and Python then leaves it
+    ignored; the tests that send Ctrl-C run the CLI as a terminal would, with SIGINT's default action."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 SOURCES = [s for s, _ in toy_pairs(5, seed=14)]
 
 
@@ -173,7 +179,7 @@ def test_signal_mid_translation_leaves_no_temporary_file(tiny_package, tmp_path,
     out = tmp_path / "out.txt"
     out.write_text("old\n")
     proc = subprocess.Popen(CLI + translate(tiny_package, "-o", str(out), "--max-batch-size", "1"),
-                            stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+                            stdin=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=ctrl_c_as_at_a_terminal)
     proc.stdin.write(f"{SOURCES[0]}\n".encode())
     proc.stdin.flush()
     deadline = time.monotonic() + 120
@@ -372,7 +378,11 @@ def interrupted_import(argv):
 
 def test_ctrl_c_while_a_library_loads_is_one_line(monkeypatch, capsys):
     monkeypatch.setitem(cli.COMMANDS, "translate", (__name__, "interrupted_import", "", None))
-    rc, _, err = run_cli(["translate"], capsys)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)     # see ctrl_c_as_at_a_terminal
+    try:
+        rc, _, err = run_cli(["translate"], capsys)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert rc == 130 and err == "seq2onnx translate: interrupted\n"
 
 

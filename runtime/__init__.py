@@ -13,6 +13,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "Translator": "seq2onnx.runtime.translator",
     "TranslationResult": "seq2onnx.runtime.translator",
+    "ScoringResult": "seq2onnx.runtime.translator",
     "DecodingOptions": "seq2onnx.runtime.options",
     "Hypothesis": "seq2onnx.runtime.decoding",
     "ModelConfig": "seq2onnx.runtime.config",

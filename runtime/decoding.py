@@ -416,3 +416,31 @@ def decode(engine: Engine, config: ModelConfig, sources: Sequence[Sequence[int]]
             next(steps)
         except StopIteration as stop:
             return stop.value
+
+
+def score(engine: Engine, config: ModelConfig, sources: Sequence[Sequence[int]],
+          targets: Sequence[Sequence[int]]) -> List[List[float]]:
+    """Teacher forcing: per pair, the log-prob of each target id and then of EOS, given the source and the ids
+    before it -> one list of len(target) + 1 floats per pair.
+
+    The decoder runs as in decode_steps (BOS first, one token a step, the same cache), and each log-prob is read
+    where the search would read the token it picks, before any filter: so the sum over a hypothesis's tokens
+    (EOS included) is the score decoding reports for it.
+    """
+    n = len(sources)
+    labels = [list(t) + [config.eos_id] for t in targets]
+    width = max(len(x) for x in labels)
+    forced = np.full((n, width), config.pad_id, dtype=np.int64)      # after its EOS a row reads PAD: ignored
+    for i, x in enumerate(labels):
+        forced[i, :len(x)] = x
+    ids, mask = pad_sources(sources, config.pad_id)
+    encoder_mask, cross = engine.encode(ids, mask)
+    out = np.zeros((n, width), dtype=np.float64)
+    past, last, rows = None, np.full((n, 1), config.bos_id, dtype=np.int64), np.arange(n)
+    for t in range(width):
+        log_probs, past = engine.step(last, encoder_mask, past, cross)      # [n, V]
+        if not (log_probs[:, config.eos_id] < np.inf).all():
+            raise _broken_graph(engine)
+        out[:, t] = log_probs[rows, forced[:, t]]
+        last = forced[:, t:t + 1]
+    return [out[i, :len(x)].tolist() for i, x in enumerate(labels)]

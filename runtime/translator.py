@@ -25,7 +25,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
 
-from .decoding import Hypothesis, common_prefix, decode, decode_steps
+from .decoding import Hypothesis, common_prefix, decode, decode_steps, score
 from .errors import ModelPackageError, Seq2OnnxError
 from .manifest import UNCHECKED, ModelPackage, read_package
 from .options import DEFAULT_MAX_BATCH_SIZE, MAX_CHARS_PER_TOKEN, DecodingOptions
@@ -50,6 +50,13 @@ class TranslationResult:
     truncated: bool = False                     # the source was cut to max_input_length
     finished: List[bool] = field(default_factory=list)   # per hypothesis: ended with EOS; False: stopped at
                                                 # the length limit (or where the options forbade every token)
+
+
+@dataclass
+class ScoringResult:
+    """score_batch's answer for one pair: the target's tokens, EOS last, and the log-prob of each."""
+    tokens: List[str]
+    log_probs: List[float]
 
 
 def split_batches(lengths: Sequence[int], max_batch_size: int, batch_type: str) -> List[List[int]]:
@@ -302,6 +309,52 @@ class Translator:
                 [x.score for x in h] if return_scores else None,
                 [x.normalized_score for x in h] if return_scores else None, cut, [x.finished for x in h])
         return results
+
+    def score_ids(self, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]],
+                  max_batch_size: int = DEFAULT_MAX_BATCH_SIZE, batch_type: str = "examples") -> List[List[float]]:
+        """Id-level scoring: sources end with EOS, targets do not (EOS is scored after them).
+        -> per pair, the log-prob of each target id and of EOS (decoding.score)."""
+        _check_count("max_batch_size", max_batch_size, 0)
+        if batch_type not in BATCH_TYPES:
+            raise ValueError(f"batch_type must be one of {', '.join(BATCH_TYPES)}, got {batch_type!r}")
+        if len(targets) != len(sources):
+            raise ValueError(f"score needs one target per source: {len(sources)} sources, {len(targets)} targets")
+        for name, seqs, extra in (("source", sources, 0), ("target", targets, 1)):   # + 1: the EOS scored after it
+            for i, s in enumerate(seqs):
+                if not 1 - extra <= len(s) <= self.config.max_positions - extra:
+                    raise ValueError(f"{name} {i} holds {len(s)} ids; the model takes 1..{self.config.max_positions} "
+                                     f"({'EOS included' if extra else 'EOS at the end'})")
+        _check_ids("sources", sources, self.config.vocab_size)
+        _check_ids("targets", targets, self.config.vocab_size)
+        results: List[List[float]] = [[] for _ in sources]
+        for batch in split_batches([len(s) for s in sources], max_batch_size, batch_type):
+            for i, log_probs in zip(batch, score(self.engine, self.config, [sources[i] for i in batch],
+                                                 [targets[i] for i in batch])):
+                results[i] = log_probs
+        return results
+
+    def score_batch(self, sources: Sequence[str], targets: Sequence[str],
+                    max_batch_size: int = DEFAULT_MAX_BATCH_SIZE, batch_type: str = "examples",
+                    max_input_length: Optional[int] = None) -> List[ScoringResult]:
+        """The model's log-probability of each target given its source, token by token (CTranslate2's
+        score_batch): one ScoringResult(tokens, log_probs) per pair, EOS last; sum(log_probs) is the score
+        translate_batch(return_scores=True) reports for that translation. Uses: reranking, filtering a parallel
+        corpus, quality estimation. A target too long for the model is cut to fit (EOS kept), with a warning."""
+        sources, targets = self._check_texts(sources), self._check_texts(targets)
+        if len(targets) != len(sources):
+            raise ValueError(f"score_batch needs one target per source: {len(sources)} sources, {len(targets)} targets")
+        src_ids, _ = self._sources(sources, max_input_length)
+        limit = self.config.max_positions - 1                    # target ids; EOS takes the last position
+        tgt_ids, cut = token_ids(self._tokenizer, targets, limit)
+        for i, (ids, c) in enumerate(zip(tgt_ids, cut)):
+            if c or len(ids) > limit:
+                warnings.warn(f"target {i} is longer than the model's {limit + 1} positions (EOS included); "
+                              "only its beginning was scored", stacklevel=2)
+        tgt_ids = [ids[:limit] for ids in tgt_ids]
+        scores = self.score_ids(src_ids, tgt_ids, max_batch_size, batch_type)
+        eos = self._tokenizer.id_to_token(self.config.eos_id)
+        return [ScoringResult([self._tokenizer.id_to_token(t) for t in ids] + [eos], lp)
+                for ids, lp in zip(tgt_ids, scores)]
 
     def translate(self, text: str, target_prefix: Optional[str] = None, **options: Any) -> str:
         """The best translation of one text (options as translate_batch)."""

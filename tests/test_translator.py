@@ -244,3 +244,54 @@ def test_thread_safety(translator):
     assert sum(g is not None for g in got) == 400
     assert got == expected
     assert {r[0] for r in requests} == {"batch", "stream"} and len({str(r[2]) for r in requests}) >= 12
+
+
+# --- scoring (CTranslate2's score_batch) -----------------------------------------------------------
+def test_score_of_a_translation_is_the_score_decoding_reported(translator, pairs):
+    texts = [s for s, _ in pairs]
+    for beam_size in (1, 4):
+        results = translator.translate_batch(texts, beam_size=beam_size, num_hypotheses=min(beam_size, 2),
+                                             return_scores=True)
+        sources, targets, reported = [], [], []
+        for text, r in zip(texts, results):
+            for ids, score, finished in zip(r.token_ids, r.scores, r.finished):
+                if finished:                                   # an unfinished hypothesis's score has no EOS
+                    sources.append(translator._tokenizer.encode(text).ids + [translator.config.eos_id])
+                    targets.append(ids)
+                    reported.append(score)
+        assert len(targets) >= len(texts)
+        scored = translator.score_ids(sources, targets, max_batch_size=7)     # other batches than decoding's
+        assert all(len(lp) == len(t) + 1 for lp, t in zip(scored, targets))
+        assert max(abs(sum(lp) - s) for lp, s in zip(scored, reported)) < 1e-4
+
+
+def test_score_batch_is_the_reference_log_probs(translator, tiny_model, pairs):
+    import torch
+    from seq2onnx.training.tokenizer import decoder_io
+    results = translator.score_batch([s for s, _ in pairs], [t for _, t in pairs])
+    eos = translator.config.eos_id
+    worst = 0.0
+    for (src, tgt), r in zip(pairs, results):
+        s_ids = translator._tokenizer.encode(src).ids + [eos]
+        t_ids = translator._tokenizer.encode(tgt).ids
+        assert r.tokens == [translator._tokenizer.id_to_token(i) for i in t_ids] + ["</s>"]
+        dec_in, labels = decoder_io(t_ids, translator.config.bos_id, eos)
+        with torch.no_grad():
+            logits = tiny_model(torch.tensor([s_ids]), torch.ones(1, len(s_ids), dtype=torch.long),
+                                torch.tensor([dec_in]))
+            want = torch.log_softmax(logits.float(), -1)[0, torch.arange(len(labels)), torch.tensor(labels)]
+        worst = max(worst, float(abs(torch.tensor(r.log_probs) - want.double()).max()))
+    assert worst < 1e-4
+
+
+def test_score_batch_input_errors(translator):
+    with pytest.raises(ValueError, match="one target per source"):
+        translator.score_batch(["one two"], ["eins", "zwei"])
+    with pytest.raises(TypeError, match="must be str"):
+        translator.score_batch(["one"], [7])
+    with pytest.raises(ValueError, match="target 0 holds 600 ids"):
+        translator.score_ids([[4, translator.config.eos_id]], [[4] * 600])
+    long_target = " ".join(["eins"] * 2 * translator.config.max_positions)
+    with pytest.warns(UserWarning, match="target 0 is longer than the model's"):
+        r = translator.score_batch(["one"], [long_target])[0]
+    assert len(r.log_probs) == translator.config.max_positions and r.tokens[-1] == "</s>"

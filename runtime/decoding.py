@@ -429,15 +429,12 @@ def score(engine: Engine, config: ModelConfig, sources: Sequence[Sequence[int]],
     """
     n = len(sources)
     labels = [list(t) + [config.eos_id] for t in targets]
-    width = max(len(x) for x in labels)
-    forced = np.full((n, width), config.pad_id, dtype=np.int64)      # after its EOS a row reads PAD: ignored
-    for i, x in enumerate(labels):
-        forced[i, :len(x)] = x
+    forced, _ = pad_sources(labels, config.pad_id)                # [n, T]; after its EOS a row reads PAD: ignored
     ids, mask = pad_sources(sources, config.pad_id)
     encoder_mask, cross = engine.encode(ids, mask)
-    out = np.zeros((n, width), dtype=np.float64)
+    out = np.zeros(forced.shape, dtype=np.float64)
     past, last, rows = None, np.full((n, 1), config.bos_id, dtype=np.int64), np.arange(n)
-    for t in range(width):
+    for t in range(forced.shape[1]):
         log_probs, past = engine.step(last, encoder_mask, past, cross)      # [n, V]
         if not (log_probs[:, config.eos_id] < np.inf).all():
             raise _broken_graph(engine)

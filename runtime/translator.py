@@ -249,6 +249,16 @@ class Translator:
         ids, _ = token_ids(self._tokenizer, [p or "" for p in target_prefix], limit)
         return [p[:limit] for p in ids]
 
+    def _check_id_batch(self, sources: Sequence[Sequence[int]], max_batch_size: int, batch_type: str) -> None:
+        """What translate_ids and score_ids take alike: the batching options and the source id lists."""
+        _check_count("max_batch_size", max_batch_size, 0)
+        if batch_type not in BATCH_TYPES:
+            raise ValueError(f"batch_type must be one of {', '.join(BATCH_TYPES)}, got {batch_type!r}")
+        for s in sources:
+            if not 1 <= len(s) <= self.config.max_positions:
+                raise ValueError(f"a source must hold 1..{self.config.max_positions} ids, got {len(s)}")
+        _check_ids("sources", sources, self.config.vocab_size)
+
     def detokenize(self, ids: Sequence[int]) -> str:
         return self._tokenizer.decode(list(ids))
 
@@ -262,13 +272,7 @@ class Translator:
         max_batch_size: examples (or padded source tokens, batch_type "tokens") decoded at once; the
         default keeps memory flat however many sources; 0 decodes them all in one batch."""
         options = DecodingOptions.from_kwargs(**decoding)
-        _check_count("max_batch_size", max_batch_size, 0)
-        if batch_type not in BATCH_TYPES:
-            raise ValueError(f"batch_type must be one of {', '.join(BATCH_TYPES)}, got {batch_type!r}")
-        for s in sources:
-            if not 1 <= len(s) <= self.config.max_positions:
-                raise ValueError(f"a source must hold 1..{self.config.max_positions} ids, got {len(s)}")
-        _check_ids("sources", sources, self.config.vocab_size)
+        self._check_id_batch(sources, max_batch_size, batch_type)
         if target_prefix_ids is not None:
             if len(target_prefix_ids) != len(sources):
                 raise ValueError(f"target_prefix_ids must hold one id list per source ({len(sources)}), "
@@ -314,17 +318,13 @@ class Translator:
                   max_batch_size: int = DEFAULT_MAX_BATCH_SIZE, batch_type: str = "examples") -> List[List[float]]:
         """Id-level scoring: sources end with EOS, targets do not (EOS is scored after them).
         -> per pair, the log-prob of each target id and of EOS (decoding.score)."""
-        _check_count("max_batch_size", max_batch_size, 0)
-        if batch_type not in BATCH_TYPES:
-            raise ValueError(f"batch_type must be one of {', '.join(BATCH_TYPES)}, got {batch_type!r}")
+        self._check_id_batch(sources, max_batch_size, batch_type)
         if len(targets) != len(sources):
             raise ValueError(f"score needs one target per source: {len(sources)} sources, {len(targets)} targets")
-        for name, seqs, extra in (("source", sources, 0), ("target", targets, 1)):   # + 1: the EOS scored after it
-            for i, s in enumerate(seqs):
-                if not 1 - extra <= len(s) <= self.config.max_positions - extra:
-                    raise ValueError(f"{name} {i} holds {len(s)} ids; the model takes 1..{self.config.max_positions} "
-                                     f"({'EOS included' if extra else 'EOS at the end'})")
-        _check_ids("sources", sources, self.config.vocab_size)
+        for i, t in enumerate(targets):                          # + 1: the EOS scored after it
+            if len(t) + 1 > self.config.max_positions:
+                raise ValueError(f"target {i} holds {len(t)} ids; with its EOS the model takes at most "
+                                 f"{self.config.max_positions}")
         _check_ids("targets", targets, self.config.vocab_size)
         results: List[List[float]] = [[] for _ in sources]
         for batch in split_batches([len(s) for s in sources], max_batch_size, batch_type):

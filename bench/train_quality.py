@@ -206,7 +206,7 @@ def ablation_run(paths: Dict[str, Path], system: str, redraw: Optional[Callable]
 
 
 # --- seq2onnx: its own trainer ------------------------------------------------------------------
-def run_seq2onnx(paths: Dict[str, Path], run_dir: Path, budgets: List[float], steps: Optional[int]) -> Dict[str, Any]:
+def run_seq2onnx(paths: Dict[str, Path], run_dir: Path, budgets: List[float]) -> Dict[str, Any]:
     import torch
 
     from seq2onnx.training.evaluate import greedy_translations
@@ -219,20 +219,14 @@ def run_seq2onnx(paths: Dict[str, Path], run_dir: Path, budgets: List[float], st
                 tokenizer=str(paths["tokenizer"]), threads=1, valid_interval=VALID_INTERVAL, valid_decode_max=0,
                 best_metric="loss", keep_last=0, quiet=True, log_interval=50,
                 **{k: v for k, v in RECIPE.items() if k != "vocab_size"})
-    snapshots = []
-    if steps:
-        result = train(TrainArgs(**args, max_steps=steps))
-        snapshots.append({"budget_minutes": None, "steps": result.step})
-    else:
-        spent = 0.0
-        for i, budget in enumerate(budgets):
-            result = train(TrainArgs(**args, resume=i > 0, max_minutes=budget - spent))
-            spent = budget
-            model = result.model
-            scores = test_scores(lambda src: greedy_translations(model, tok, src, RECIPE["max_len"]), tok,
-                                 paths["test"])
-            snapshots.append({"budget_minutes": budget, "steps": result.step, **scores})
-            torch.save(model.state_dict(), run_dir / f"weights_{budget:g}min.pt")
+    snapshots, spent = [], 0.0
+    for i, budget in enumerate(budgets):
+        result = train(TrainArgs(**args, resume=i > 0, max_minutes=budget - spent))
+        spent = budget
+        model = result.model
+        scores = test_scores(lambda src: greedy_translations(model, tok, src, RECIPE["max_len"]), tok, paths["test"])
+        snapshots.append({"budget_minutes": budget, "steps": result.step, **scores})
+        torch.save(model.state_dict(), run_dir / f"weights_{budget:g}min.pt")
     records = MetricsLog(run_dir / "metrics.jsonl").read()
     return _summary(records, snapshots)
 
@@ -261,7 +255,7 @@ class MarianAdapter:
         self.hf.eval()
 
 
-def run_marian(paths: Dict[str, Path], run_dir: Path, budgets: List[float], steps: Optional[int]) -> Dict[str, Any]:
+def run_marian(paths: Dict[str, Path], run_dir: Path, budgets: List[float]) -> Dict[str, Any]:
     import torch
     from transformers import MarianMTModel
     from transformers.utils import logging as hf_logging
@@ -317,20 +311,20 @@ def run_marian(paths: Dict[str, Path], run_dir: Path, budgets: List[float], step
         hf.train()
         return out
 
+    def validate():
+        log.append({"kind": "valid", "step": step,
+                    **validation_loss(model, valid, RECIPE["max_tokens"], RECIPE["label_smoothing"])})
+
     snapshots, step, window, window_tokens, window_start = [], 0, [], 0, time.monotonic()
-    limits = [60 * b for b in budgets] if not steps else []
-    spent, t0 = 0.0, time.monotonic()
+    spent, t0 = 0.0, time.monotonic()                  # training seconds before t0; the test decodes do not count
     hf.train()
     while True:
-        if steps and step >= steps:
-            break
-        if not steps and spent + time.monotonic() - t0 >= limits[len(snapshots)]:
+        if spent + time.monotonic() - t0 >= 60 * budgets[len(snapshots)]:
             spent += time.monotonic() - t0
-            valid_loss = validation_loss(model, valid, RECIPE["max_tokens"], RECIPE["label_smoothing"])
-            log.append({"kind": "valid", "step": step, **valid_loss})
+            validate()
             snapshots.append({"budget_minutes": budgets[len(snapshots)], "steps": step,
                               **test_scores(translate, tok, paths["test"])})
-            if len(snapshots) == len(limits):
+            if len(snapshots) == len(budgets):
                 break
             t0 = window_start = time.monotonic()
         b = stream.next()
@@ -350,12 +344,7 @@ def run_marian(paths: Dict[str, Path], run_dir: Path, budgets: List[float], step
                         "tokens_per_s": window_tokens / (time.monotonic() - window_start)})
             window, window_tokens, window_start = [], 0, time.monotonic()
         if step % VALID_INTERVAL == 0:
-            log.append({"kind": "valid", "step": step,
-                        **validation_loss(model, valid, RECIPE["max_tokens"], RECIPE["label_smoothing"])})
-    if steps:
-        log.append({"kind": "valid", "step": step,
-                    **validation_loss(model, valid, RECIPE["max_tokens"], RECIPE["label_smoothing"])})
-        snapshots.append({"budget_minutes": None, "steps": step})
+            validate()
     return _summary(log.read(), snapshots)
 
 
@@ -385,7 +374,7 @@ def worker(ns) -> None:
         system, _, _, redraw = ABLATIONS[ns.ablation]
         out = ablation_run(paths, system, redraw, ns.steps)
     else:
-        out = RUNNERS[ns.system](paths, Path(ns.run_dir), ns.minutes, ns.steps)
+        out = RUNNERS[ns.system](paths, Path(ns.run_dir), ns.minutes)
     out["wall_s"] = time.monotonic() - t0
     Path(ns.result).write_text(json.dumps(out), encoding="utf-8")
 

@@ -45,7 +45,8 @@ sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "bench" / "results"
 WORK = ROOT / "bench" / ".cache" / "train_quality"
 RECIPE = dict(preset="small", vocab_size=8000, warmup_steps=1000, max_tokens=4096, label_smoothing=0.1,
-              clip_norm=1.0, adam_betas=(0.9, 0.98), adam_eps=1e-9, seed=1, max_len=256)
+              clip_norm=1.0, adam_betas=(0.9, 0.98), adam_eps=1e-9, seed=1, max_len=256,
+              maxi_batch=0)   # the recorded duel sorted each epoch whole (the default before --maxi-batch)
 VALID_INTERVAL = 200          # steps, both systems
 SYSTEMS = ("seq2onnx", "hf-marian")
 
@@ -184,7 +185,7 @@ def ablation_run(paths: Dict[str, Path], system: str, redraw: Optional[Callable]
                                            RECIPE["adam_eps"])
     pairs, counts = read_tsv(str(paths["train"]))
     stream = BatchStream(encode_pairs(tok, pairs, ids["eos_id"], RECIPE["max_len"], counts)[0],
-                         RECIPE["max_tokens"], RECIPE["seed"], ids)
+                         RECIPE["max_tokens"], RECIPE["seed"], ids, maxi_batch=RECIPE["maxi_batch"])
     model.train()
     curve, losses, norms = [], [], []
     for step in range(1, steps + 1):
@@ -284,7 +285,8 @@ def run_marian(paths: Dict[str, Path], run_dir: Path, budgets: List[float]) -> D
     def examples(name):
         pairs, counts = read_tsv(str(paths[name]))
         return encode_pairs(tok, pairs, ids["eos_id"], RECIPE["max_len"], counts)[0]
-    stream = BatchStream(examples("train"), RECIPE["max_tokens"], RECIPE["seed"], ids)
+    stream = BatchStream(examples("train"), RECIPE["max_tokens"], RECIPE["seed"], ids,
+                         maxi_batch=RECIPE["maxi_batch"])
     valid = examples("valid")
     run_dir.mkdir(parents=True, exist_ok=True)
     log = MetricsLog(run_dir / "metrics.jsonl")

@@ -337,17 +337,36 @@ def test_two_process_ddp_keeps_ranks_identical(tiny_data_dir, tmp_path):
     assert all(torch.equal(saved["model"][n], r0["state"][n]) for n in saved["model"])
 
 
-def test_batch_stream_shards_ranks_and_resumes_exactly():
+@pytest.mark.parametrize("maxi_batch", [0, 3, 100])
+def test_batches_hold_every_example_once_within_the_token_bound(maxi_batch):
     examples = [Example(list(range(4, 4 + n % 9 + 1)) + [2], list(range(4, 4 + n % 7 + 1))) for n in range(200)]
-    ids = {"pad_id": 0, "bos_id": 1, "eos_id": 2, "unk_id": 3}
-    batches = make_batches(examples, max_tokens=64, seed=5, epoch=1)
+    batches = make_batches(examples, max_tokens=64, seed=5, epoch=1, maxi_batch=maxi_batch)
     assert sorted(i for b in batches for i in b) == list(range(200))        # every example once per epoch
     for b in batches:
         width = max(max(len(examples[i].src), len(examples[i].tgt) + 1) for i in b)
         assert width * len(b) <= 64
-    assert batches == make_batches(examples, 64, seed=5, epoch=1)
-    assert batches != make_batches(examples, 64, seed=5, epoch=2) != make_batches(examples, 64, seed=6, epoch=1)
+    assert batches == make_batches(examples, 64, seed=5, epoch=1, maxi_batch=maxi_batch)
+    assert batches != make_batches(examples, 64, 5, 2, maxi_batch) != make_batches(examples, 64, 6, 1, maxi_batch)
 
+
+def test_maxi_batch_spreads_the_copies_of_a_short_pair_over_the_epoch():
+    # 40 copies of "two" -> "zwei" among 4,000 longer pairs: sorting the whole epoch by length puts the copies
+    # side by side, into one or two batches; sorting pools of a few batches' worth puts them into many
+    examples = [Example([5] * (3 + n % 20) + [2], [6] * (2 + n % 15)) for n in range(4000)]
+    examples += [Example([4, 2], [4])] * 40
+    copies = set(range(4000, 4040))
+
+    def holding(maxi_batch):
+        return sum(1 for b in make_batches(examples, 64, seed=1, epoch=1, maxi_batch=maxi_batch) if copies & set(b))
+
+    assert holding(0) <= 2
+    assert holding(2) >= 30
+
+
+def test_batch_stream_shards_ranks_and_resumes_exactly():
+    examples = [Example(list(range(4, 4 + n % 9 + 1)) + [2], list(range(4, 4 + n % 7 + 1))) for n in range(200)]
+    ids = {"pad_id": 0, "bos_id": 1, "eos_id": 2, "unk_id": 3}
+    batches = make_batches(examples, max_tokens=64, seed=5, epoch=1)
     ranks = [BatchStream(examples, 64, 5, ids, rank=r, world_size=2) for r in range(2)]
     per_rank = len(ranks[0]._batches())
     assert per_rank == len(ranks[1]._batches()) == -(-len(batches) // 2)

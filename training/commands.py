@@ -60,6 +60,9 @@ def train_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("optimisation")
     g.add_argument("--max-tokens", type=_positive_int, default=d.max_tokens,
                    help="padded tokens per batch and process (default %(default)s)")
+    g.add_argument("--maxi-batch", type=int, default=d.maxi_batch,
+                   help="shuffle, then sort by length in pools of this many batches' worth of examples, as Marian "
+                        "does; 0 sorts the whole epoch at once, as fairseq does (default %(default)s)")
     g.add_argument("--accum-steps", type=_positive_int, default=d.accum_steps,
                    help="batches per optimizer step (gradient accumulation, default %(default)s)")
     g.add_argument("--lr-factor", type=float, default=d.lr_factor,

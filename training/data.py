@@ -139,23 +139,39 @@ def encode_pairs(tok: Tokenizer, pairs: Sequence[Pair], eos_id: int, max_len: in
 
 
 # --- batching -------------------------------------------------------------------------------
-def make_batches(examples: Sequence[Example], max_tokens: int, seed: int, epoch: int) -> List[List[int]]:
+MAXI_BATCH = 100   # batches' worth of shuffled examples sorted together (Marian's --maxi-batch default)
+
+
+def make_batches(examples: Sequence[Example], max_tokens: int, seed: int, epoch: int,
+                 maxi_batch: int = MAXI_BATCH) -> List[List[int]]:
     """Indices of `examples` grouped into batches of <= max_tokens padded tokens, in the order of `epoch`.
 
-    A batch's size in tokens is n_examples * max(longest source, longest target + 1).
+    A batch's size in tokens is n_examples * max(longest source, longest target + 1). As Marian does,
+    the epoch's examples are shuffled and cut into pools of about `maxi_batch` batches' worth of tokens;
+    each pool is sorted by length (source, then target) and cut into batches, and all batches are
+    shuffled. Sorting the whole epoch at once (`maxi_batch` 0, fairseq's way) packs tightest, but puts
+    every copy of a short, frequent pair ("two" -> "zwei") into the same one or two batches of the epoch:
+    the model then sees it on one step in a thousand and forgets it in between.
     """
-    tie = np.random.default_rng([seed, 0, epoch]).permutation(len(examples))   # equal lengths: new mates each epoch
-    src_len = np.array([len(e.src) for e in examples])
-    tgt_len = np.array([len(e.tgt) + 1 for e in examples])
-    order = np.lexsort((tie, tgt_len, src_len))            # by source length, then target length
-    batches, cur, cur_width = [], [], 0
-    for i in order.tolist():
-        own = max(int(src_len[i]), int(tgt_len[i]))
-        if cur and max(cur_width, own) * (len(cur) + 1) > max_tokens:
+    shuffled = np.random.default_rng([seed, 0, epoch]).permutation(len(examples))
+    src_len = np.array([len(e.src) for e in examples], dtype=np.int64)
+    tgt_len = np.array([len(e.tgt) + 1 for e in examples], dtype=np.int64)
+    width = np.maximum(src_len, tgt_len)
+    if maxi_batch > 0:
+        pool_of = np.cumsum(width[shuffled]) // (maxi_batch * max_tokens)
+    else:
+        pool_of = np.zeros(len(examples), dtype=np.int64)
+    # lexsort's last key sorts first; it is stable, so equal lengths keep the shuffled order
+    by_length = np.lexsort((tgt_len[shuffled], src_len[shuffled], pool_of))
+    order, pools = shuffled[by_length], pool_of[by_length]
+    batches, cur, cur_width, cur_pool = [], [], 0, -1
+    for i, pool in zip(order.tolist(), pools.tolist()):
+        own = int(width[i])
+        if cur and (pool != cur_pool or max(cur_width, own) * (len(cur) + 1) > max_tokens):
             batches.append(cur)
             cur, cur_width = [], 0
         cur.append(i)
-        cur_width = max(cur_width, own)
+        cur_width, cur_pool = max(cur_width, own), pool
     if cur:
         batches.append(cur)
     perm = np.random.default_rng([seed, 1, epoch]).permutation(len(batches))
@@ -200,15 +216,16 @@ class BatchStream:
     """
 
     def __init__(self, examples: Sequence[Example], max_tokens: int, seed: int, ids: Dict[str, int],
-                 rank: int = 0, world_size: int = 1):
+                 rank: int = 0, world_size: int = 1, maxi_batch: int = MAXI_BATCH):
         self.examples, self.max_tokens, self.seed, self.ids = examples, max_tokens, seed, ids
+        self.maxi_batch = maxi_batch
         self.rank, self.world_size = rank, world_size
         self.epoch, self.index = 1, 0          # next batch to yield: index-th of this rank in `epoch`
         self._epoch_batches: Optional[List[List[int]]] = None
 
     def _batches(self) -> List[List[int]]:
         if self._epoch_batches is None:
-            batches = make_batches(self.examples, self.max_tokens, self.seed, self.epoch)
+            batches = make_batches(self.examples, self.max_tokens, self.seed, self.epoch, self.maxi_batch)
             total = -(-len(batches) // self.world_size) * self.world_size
             batches = [batches[i % len(batches)] for i in range(total)]
             self._epoch_batches = batches[self.rank::self.world_size]

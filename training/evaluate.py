@@ -23,7 +23,7 @@ def validation_loss(model: Transformer, examples: Sequence[Example], max_tokens:
     was_training = model.training
     model.eval()
     total, total_nll, tokens = 0.0, 0.0, 0
-    for idx in make_batches(examples, max_tokens, seed=0, epoch=0):
+    for idx in make_batches(examples, max_tokens, seed=0, epoch=0, maxi_batch=0):
         b = collate([examples[i] for i in idx], cfg.pad_id, cfg.bos_id, cfg.eos_id).to(device)
         logits = model(b.src_ids, b.src_mask, b.tgt_in)                 # [B, T, V]
         loss, nll = label_smoothed_loss(logits, b.labels, cfg.pad_id, smoothing)

@@ -214,5 +214,6 @@ def load_run_data(args: "TrainArgs", d: DistInfo, resume_ckpt: Optional[Dict[str
             write_text_atomic(run_dir / "tokenizer.json", tok_json)
             write_text_atomic(run_dir / "config.json", json.dumps(cfg.to_dict(), indent=2) + "\n")
     d.barrier()
-    stream = BatchStream(train_examples, args.max_tokens, args.seed, ids, d.rank, d.world_size)
+    stream = BatchStream(train_examples, args.max_tokens, args.seed, ids, d.rank, d.world_size,
+                         maxi_batch=args.maxi_batch)
     return RunData(cfg, tok, tok_json, max_len, stream, valid_examples, [t for _, t in valid_kept])

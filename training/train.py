@@ -32,6 +32,7 @@ from seq2onnx.runtime.errors import Seq2OnnxError
 
 from .atomic import copy_atomic
 from .checkpoint import make_checkpoint, rotate_step_checkpoints, save_checkpoint, save_step_checkpoint
+from .data import MAXI_BATCH
 from .evaluate import greedy_translations, translation_metrics, validation_loss
 from .logs import MetricsLog, Progress, plot_curves
 from .model import INITS, Transformer
@@ -68,6 +69,7 @@ class TrainArgs:
     init: str = "normal-unit"          # how the weights start (training/model.py INITS; the paper is silent)
     # optimisation (paper section 5.3-5.4)
     max_tokens: int = 4096             # padded tokens per batch and rank
+    maxi_batch: int = MAXI_BATCH       # batches' worth of examples sorted by length together (0: the whole epoch)
     accum_steps: int = 1               # batches per optimizer step
     lr_factor: float = 1.0
     warmup_steps: int = 4000
@@ -131,6 +133,8 @@ class TrainArgs:
         for name in ("max_minutes", "valid_minutes"):
             if getattr(self, name) is not None and getattr(self, name) <= 0:
                 raise Seq2OnnxError(f"--{name.replace('_', '-')} must be > 0, got {getattr(self, name)}")
+        if self.maxi_batch < 0:
+            raise Seq2OnnxError(f"--maxi-batch must be >= 0, got {self.maxi_batch}")
         if self.patience < 0:
             raise Seq2OnnxError(f"--patience must be >= 0, got {self.patience}")
 

@@ -38,9 +38,10 @@ import numpy as np
 import onnxruntime as ort
 import torch
 
+from seq2onnx.runtime.decoding import beam_done, normalize
 from seq2onnx.runtime.errors import Seq2OnnxError
 from seq2onnx.training.model import Transformer
-from seq2onnx.training.reference import Hypothesis, beam_search, greedy_search, normalize, pad_batch
+from seq2onnx.training.reference import Hypothesis, beam_search, greedy_search, pad_batch
 
 from .onnx_export import GraphNames
 
@@ -243,7 +244,9 @@ def onnx_beam(pair: OnnxPair, sources: Sequence[Sequence[int]], beam_size: int =
                 kept.append((beam, tok, score))
                 if len(kept) == k:
                     break
-            if len(finished[i]) >= k:
+            if not done[i] and beam_done([h.normalized_score for h in finished[i]], k,
+                                         normalize(max((s for _, _, s in kept), default=-math.inf),
+                                                   step + 1, length_penalty)):
                 done[i] = True
             for beam, tok, score in kept:
                 rows.append(i * k + beam)

@@ -14,8 +14,9 @@ The semantics are those of training/reference.py (docstring there), token for to
     tokens were generated; score = sum of the log-probs of the generated tokens (EOS included);
   * beam search ranks the K*V candidates, takes the best 2K (ties to the lower flat index
     beam * V + token), finishes EOS candidates among the best K, continues the first K non-EOS.
-    **When it stops**: a sentence stops once K hypotheses have finished, or after its `limit`
-    steps, when its live beams are finished as they are (without EOS).
+    **When it stops** (`beam_done`): a sentence stops once K hypotheses have finished and none of
+    its live beams scores better now (normalized) than the K-th best finished one, or after its
+    `limit` steps, when its live beams are finished as they are (without EOS).
 
 Rows: the engine works on `rows` = sum over active sentences of their width (K for beam search,
 num_hypotheses for sampling). A sentence that stops leaves the active rows at once, so a batch
@@ -82,6 +83,18 @@ def _broken_graph(engine: Engine) -> ModelPackageError:
 def normalize(score: float, length: int, length_penalty: float) -> float:
     """score / length ** length_penalty (score itself for length 0); Python floats, as the reference."""
     return score / (length ** length_penalty) if length > 0 else score
+
+
+def beam_done(finished: Sequence[float], beam_size: int, best_live: float) -> bool:
+    """When beam search stops a sentence: once `beam_size` hypotheses have finished AND the worst of the
+    best `beam_size` finished normalized scores is at least the best live beam's normalized score now
+    (`best_live`, -inf when no beam is alive). This is transformers' `early_stopping=False`. fairseq stops
+    at the first condition alone, which loses to greedy search: a beam that will end well is dropped
+    because K short, worse hypotheses finished first (numbers-en-de, 1,000 held-out numbers, beam 4:
+    96.8% exact against greedy's 99.9%)."""
+    if len(finished) < beam_size:
+        return False
+    return sorted(finished, reverse=True)[beam_size - 1] >= best_live
 
 
 def rank(hypotheses: List[Hypothesis], n: int) -> List[Hypothesis]:
@@ -301,7 +314,10 @@ class BeamSearch:
             for b in np.flatnonzero(self.cum[a] > -np.inf):
                 self._add(a, self.tokens[a * k + b], float(self.cum[a, b]), step, ended=False)
         self.tokens = np.concatenate([self.tokens[parents], new_tokens], axis=1)
-        done = (self.n_finished[self.examples] >= k) | stuck
+        done = stuck.copy()
+        for a in np.flatnonzero(~stuck & (self.n_finished[self.examples] >= k)):
+            done[a] = beam_done([h.normalized_score for h in self.finished[self.examples[a]]], k,
+                                normalize(float(new_cum[a].max()), step + 1, self.length_penalty))
         at_limit = ~done & (step + 1 >= self.limits[self.examples])
         for a in np.flatnonzero(at_limit):                                 # live beams end without EOS
             for b in np.flatnonzero(new_cum[a] > -np.inf):

@@ -301,3 +301,35 @@ def test_sampler_top_k_and_top_p_restrict_the_choice():
     assert set(topp(lp.copy(), rows).tolist()) == {0, 1}               # 0.5 + 0.3 reaches 0.75
     full = Sampler(DecodingOptions(beam_size=1, sampling_topk=0, seed=0), sources, 1)(lp.copy(), rows)
     assert set(full.tolist()) == {0, 1, 2, 3}
+
+
+def test_beam_search_keeps_a_live_beam_that_beats_the_finished_ones():
+    # vocabulary: 0 pad, 1 bos, 2 eos, 3 "a", 4 "b"; K = 2, length penalty 1
+    # step 0: EOS (-1.0) and "a" (-0.5) are the best two -> "" finishes, normalized -1.0
+    # step 1: "a a" (-0.6) and "a" EOS (-2.5, normalized -1.25) are the best two -> K hypotheses have finished,
+    #         where fairseq stops with "" (-1.0); but the live "a a" scores -0.3 normalized, so search goes on
+    # step 2: "a a" EOS: -0.7 over 3 tokens = -0.233, the best of all
+    from seq2onnx.runtime.decoding import BeamSearch, beam_done, rank
+
+    def logp(rows):
+        out = np.full((len(rows), 5), -20.0, dtype=np.float32)
+        for r, row in enumerate(rows):
+            for tok, lp in row.items():
+                out[r, tok] = lp
+        return out
+
+    search = BeamSearch(1, beam_size=2, limits=np.array([10]), eos=2, length_penalty=1.0)
+    steps = [logp([{2: -1.0, 3: -0.5, 4: -3.0}, {}]),
+             logp([{2: -2.0, 3: -0.1}, {2: -0.1}]),
+             logp([{2: -0.1}, {2: -0.1}])]
+    for step, lp in enumerate(steps):
+        search.advance(lp[:len(search.examples) * 2], step)
+        if not len(search.examples):
+            break
+    assert step == 2
+    best = rank(search.finished[0], 1)[0]
+    assert best.tokens == [3, 3] and best.normalized_score == pytest.approx(-0.7 / 3)
+    # the rule alone: K finished, then the K-th best finished against the best live beam
+    assert not beam_done([-1.0], 2, -5.0)
+    assert not beam_done([-1.0, -1.25], 2, -0.3) and beam_done([-1.0, -1.25], 2, -1.25)
+    assert beam_done([-0.2, -9.0, -0.5], 2, -0.5) and not beam_done([-0.2, -9.0, -0.5], 2, -0.4)

@@ -21,8 +21,10 @@ Beam search (per sentence, K = beam_size), as in fairseq:
   * each step ranks the K*V candidates cum_score[beam] + log_prob[beam, token] and takes the best 2K.
     An EOS candidate among the best K is finished (it leaves the beam); the first K non-EOS
     candidates of the 2K continue.
-  * the sentence is done once K hypotheses have finished. If `max_length` steps pass first, the
-    live beams are finished as they are (without EOS).
+  * the sentence is done once K hypotheses have finished and the K-th best of them (normalized)
+    scores at least as well as the best live beam does now (runtime/decoding.py `beam_done`:
+    transformers' early_stopping=False; fairseq's "once K have finished" alone loses to greedy).
+    If `max_length` steps pass first, the live beams are finished as they are (without EOS).
   * the result is the best `num_hypotheses` finished hypotheses by normalized score.
 Greedy search is beam search with K = 1: the argmax token each step (lowest id on ties), until EOS.
 """
@@ -34,6 +36,8 @@ from typing import List, Sequence, Tuple, Union
 
 import torch
 
+from seq2onnx.runtime.decoding import beam_done, normalize
+
 from .model import Transformer
 
 
@@ -43,10 +47,6 @@ class Hypothesis:
     score: float                     # sum of log-probs (EOS included when generated)
     normalized_score: float          # score / length ** length_penalty
     finished: bool = True            # ended with EOS (False: stopped by max_length)
-
-
-def normalize(score: float, length: int, length_penalty: float) -> float:
-    return score / (length ** length_penalty) if length > 0 else score
 
 
 def pad_batch(seqs: Sequence[Sequence[int]], pad_id: int, device=None) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -128,7 +128,9 @@ def beam_search(model: Transformer, sources: Sequence[Sequence[int]], beam_size:
                 kept.append((beam, tok, score))
                 if len(kept) == k:
                     break
-            if len(finished[i]) >= k:
+            if not done[i] and beam_done([h.normalized_score for h in finished[i]], k,
+                                         normalize(max((s for _, _, s in kept), default=-math.inf),
+                                                   step + 1, length_penalty)):
                 done[i] = True
             for beam, tok, score in kept:
                 next_rows.append(i * k + beam)

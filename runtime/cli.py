@@ -22,6 +22,8 @@ COMMANDS = {
     "average": ("seq2onnx.training.commands", "average_main", "average the last K checkpoints of a run", "train"),
     "export": ("seq2onnx.export.commands", "export_main", "export a checkpoint to an ONNX model package", "train"),
     "translate": ("seq2onnx.runtime.commands", "translate_main", "translate lines with a model package", None),
+    "score": ("seq2onnx.runtime.commands", "score_main", "score given translations (log-probs) with a model package",
+              None),
     "info": ("seq2onnx.runtime.commands", "info_main", "describe a model package", None),
 }
 

@@ -65,18 +65,25 @@ characters as \\xNN.
 """
 
 
-def _translate_parser() -> argparse.ArgumentParser:
-    p = OneLineParser(prog="seq2onnx translate", description="Translate lines with a model package.",
-                      epilog=TRANSLATE_FORMAT, formatter_class=argparse.RawDescriptionHelpFormatter)
+def _model_parser(prog: str, description: str, epilog: str, reads: str, writes: str) -> argparse.ArgumentParser:
+    """The arguments `translate` and `score` share: the model, where lines come from and go to."""
+    p = OneLineParser(prog=prog, description=description, epilog=epilog,
+                      formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model_dir", metavar="MODEL_DIR", help="package folder written by `seq2onnx export`")
-    p.add_argument("--input", "-i", metavar="FILE", help="read sources from FILE (default: stdin)")
-    p.add_argument("--output", "-o", metavar="FILE", help="write translations to FILE (default: stdout)")
+    p.add_argument("--input", "-i", metavar="FILE", help=f"read {reads} from FILE (default: stdin)")
+    p.add_argument("--output", "-o", metavar="FILE", help=f"write {writes} to FILE (default: stdout)")
     g = p.add_argument_group("model")
     g.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     g.add_argument("--compute-type", default="default", choices=["default", "float32", "int8", "float16"])
     g.add_argument("--intra-threads", type=int, default=0, help="onnxruntime intra-op threads (0: its default)")
     g.add_argument("--inter-threads", type=int, default=1)
     g.add_argument("--no-verify", action="store_true", help="skip the SHA-256 check of the package files")
+    return p
+
+
+def _translate_parser() -> argparse.ArgumentParser:
+    p = _model_parser("seq2onnx translate", "Translate lines with a model package.", TRANSLATE_FORMAT,
+                      "sources", "translations")
     d = p.add_argument_group("decoding (as the Python API, with dashes)")
     d.add_argument("--beam-size", type=int, default=DEFAULTS.beam_size)
     d.add_argument("--n-best", type=int, default=DEFAULTS.num_hypotheses, help="hypotheses per input (num_hypotheses)")
@@ -111,8 +118,11 @@ def _cli_message(error: Exception) -> str:
                   lambda m: CLI_NAMES.get(m.group(0), "--" + m.group(0).replace("_", "-")), str(error), count=1)
 
 
+_PROG = {"name": "seq2onnx translate"}                 # the running subcommand, for warnings
+
+
 def _warn(message: str) -> None:
-    print(f"seq2onnx translate: warning: {printable(message)}", file=sys.stderr, flush=True)
+    print(f"{_PROG['name']}: warning: {printable(message)}", file=sys.stderr, flush=True)
 
 
 def read_lines(stream: BinaryIO, max_bytes: Optional[int] = None) -> Iterator[Tuple[int, str]]:
@@ -286,8 +296,9 @@ def translate_main(argv: List[str]) -> int:
     return 0
 
 
-def _translate(args: Any, decoding: Dict[str, Any], source: BinaryIO, out: BinaryIO) -> None:
-    from .translator import Translator, max_source_chars
+def _load_translator(args: Any) -> Tuple[Any, int]:
+    """The Translator of MODEL_DIR with the model options, and the source length limit in tokens."""
+    from .translator import Translator
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -302,6 +313,12 @@ def _translate(args: Any, decoding: Dict[str, Any], source: BinaryIO, out: Binar
     if not 1 <= limit <= tr.config.max_positions:
         raise Seq2OnnxError(f"--max-input-length must be in [1, {tr.config.max_positions}] (the model's "
                             f"max_positions), got {limit}")
+    return tr, limit
+
+
+def _translate(args: Any, decoding: Dict[str, Any], source: BinaryIO, out: BinaryIO) -> None:
+    from .translator import max_source_chars
+    tr, limit = _load_translator(args)
     chunk = args.max_batch_size if args.batch_type == "examples" else 64
     lines = read_lines(source, UTF8_MAX_BYTES * max_source_chars(limit))
     terminal = out.isatty()
@@ -334,6 +351,102 @@ def _translate_block(tr: Any, block: List[Tuple[int, str]], decoding: Dict[str, 
                   "--max-decoding-length set the limit")
         data += _format(n, r.hypotheses, r.normalized_scores, args.n_best, args.scores, terminal)
     return data
+
+
+# --- score -----------------------------------------------------------------------------------------
+SCORE_FORMAT = """\
+input: one SOURCE<TAB>TARGET pair per line, UTF-8, from stdin or --input, read as `seq2onnx translate`
+reads its lines (invalid UTF-8 replaced, a BOM dropped, a source over --max-input-length tokens cut,
+each with a warning naming the line). A line without exactly one TAB stops the command (exit 2,
+naming the line); the lines before it are already written. A target longer than the model's
+max_positions is scored on its beginning (a warning names the line).
+output: one line per input line, in order, to stdout or --output FILE (written as translate writes):
+  default    SCORE                         sum of the target's token log-probs, EOS included,
+                                           / tokens ** --length-penalty
+  --tokens   SCORE<TAB>TOKENS<TAB>LOGPROBS the target's pieces, EOS last, and the log-prob of each,
+                                           space-separated
+With the default --length-penalty 1, SCORE is the mean log-prob per token: what `translate --scores`
+prints for the same translation. --length-penalty 0 gives the sum (marian-scorer's default).
+Uses: reranking n-best lists, filtering a parallel corpus, checking a translation (CTranslate2's
+score_batch, fairseq's --score-reference). Exit status as `seq2onnx translate`.
+"""
+
+
+def score_main(argv: List[str]) -> int:
+    p = _model_parser("seq2onnx score", "Score given translations with a model package: the log-probability "
+                      "of each target given its source.", SCORE_FORMAT, "SOURCE<TAB>TARGET lines", "scores")
+    g = p.add_argument_group("scoring")
+    g.add_argument("--length-penalty", type=float, default=DEFAULTS.length_penalty,
+                   help="SCORE = sum / tokens ** this (default %(default)s: the mean; 0: the sum)")
+    g.add_argument("--tokens", action="store_true", help="also print each target piece and its log-prob")
+    g.add_argument("--max-input-length", type=int, default=None, help="default: the model's max_positions")
+    g.add_argument("--max-batch-size", type=int, default=DEFAULT_MAX_BATCH_SIZE,
+                   help="examples (or tokens) per batch; lines are read in chunks of this many")
+    g.add_argument("--batch-type", default="examples", choices=["examples", "tokens"])
+    args = p.parse_args(argv)
+    _PROG["name"] = "seq2onnx score"
+    if args.max_batch_size < 1:
+        raise Seq2OnnxError(f"--max-batch-size must be >= 1, got {args.max_batch_size}")
+    try:
+        DecodingOptions.from_kwargs(length_penalty=args.length_penalty)
+    except ValueError as e:
+        raise Seq2OnnxError(_cli_message(e)) from e
+    with terminate_raises():
+        source = _stdin() if args.input is None else _open_path("--input", args.input, "rb")
+        try:
+            with _open_output(args.output) as out:
+                _score(args, source, out)
+        finally:
+            if args.input is not None:
+                source.close()
+    return 0
+
+
+def _score(args: Any, source: BinaryIO, out: BinaryIO) -> None:
+    from .translator import max_source_chars
+    tr, limit = _load_translator(args)
+    chunk = args.max_batch_size if args.batch_type == "examples" else 64
+    max_target = tr.config.max_positions
+    lines = read_lines(source, UTF8_MAX_BYTES * (max_source_chars(limit) + max_source_chars(max_target)) + 1)
+    terminal = out.isatty()
+    while True:
+        block = list(itertools.islice(lines, chunk))
+        if not block:
+            break
+        bad = next((i for i, (_, text) in enumerate(block) if text.count("\t") != 1), None)
+        if bad is not None:                            # the lines before it are scored and written first
+            if bad:
+                out.write(_score_block(tr, block[:bad], args, terminal))
+            n, tabs = block[bad][0], block[bad][1].count("\t")
+            raise Seq2OnnxError(f"line {n}: {'no TAB' if tabs == 0 else f'{tabs} TABs'}; each line is "
+                                "SOURCE<TAB>TARGET (a TAB inside a sentence cannot be scored: replace it with a space)")
+        out.write(_score_block(tr, block, args, terminal))
+        out.flush()
+
+
+def _score_block(tr: Any, block: List[Tuple[int, str]], args: Any, terminal: bool) -> bytes:
+    """Output lines for (line number, SOURCE<TAB>TARGET) lines, each with one TAB."""
+    from .decoding import normalize
+    pairs = [text.split("\t") for _, text in block]
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            results = tr.score_batch([src for src, _ in pairs], [tgt for _, tgt in pairs],
+                                     max_batch_size=args.max_batch_size, batch_type=args.batch_type,
+                                     max_input_length=args.max_input_length)
+    except ValueError as e:
+        raise Seq2OnnxError(_cli_message(e)) from e
+    for w in caught:                                   # "input i ..." / "target i ...": name the line
+        _warn(re.sub(r"^(input|target) (\d+)", lambda m: f"line {block[int(m.group(2))][0]}: "
+                     f"{'source' if m.group(1) == 'input' else 'target'}", str(w.message)))
+    data = []
+    for r in results:
+        fields = [f"{normalize(sum(r.log_probs), len(r.log_probs), args.length_penalty):.6f}"]
+        if args.tokens:
+            tokens = " ".join(printable(t) if terminal else t for t in r.tokens)
+            fields += [tokens, " ".join(f"{lp:.6f}" for lp in r.log_probs)]
+        data.append("\t".join(fields) + "\n")
+    return "".join(data).encode("utf-8")
 
 
 # --- info ------------------------------------------------------------------------------------------

@@ -137,3 +137,35 @@ def test_a_translation_that_hits_the_length_limit_is_named_on_stderr(tiny_packag
     rc, _, err = run_cli(["translate", str(tiny_package), "-i", str(src), "--beam-size", "1",
                           "--min-decoding-length", "120", "--max-decoding-length", "120", "--no-relative-length"], capsys)
     assert rc == 0 and "(120 tokens)" in err.splitlines()[0]
+
+
+def test_score_prints_what_translate_scored(tiny_package, tmp_path, capsys, translator, sources):
+    # a translation scored back gets the normalized score translate --scores printed for it
+    best = translator.translate_batch(sources[:5], beam_size=1, return_scores=True)
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("".join(f"{s}\t{r.hypotheses[0]}\n" for s, r in zip(sources, best)), encoding="utf-8")
+    rc, out, err = run_cli(["score", str(tiny_package), "-i", str(pairs), "--device", "cpu",
+                            "--max-batch-size", "2"], capsys)
+    assert rc == 0 and err == ""
+    assert [float(x) for x in out.splitlines()] == pytest.approx([r.normalized_scores[0] for r in best], abs=1e-5)
+    # --tokens: the pieces and their log-probs, as score_batch gives them; --length-penalty 0: their sum
+    rc, out, _ = run_cli(["score", str(tiny_package), "-i", str(pairs), "--device", "cpu", "--tokens",
+                          "--length-penalty", "0"], capsys)
+    expected = translator.score_batch(sources[:5], [r.hypotheses[0] for r in best])
+    rows = [line.split("\t") for line in out.splitlines()]
+    assert [r[1].split(" ") for r in rows] == [e.tokens for e in expected]
+    for row, e in zip(rows, expected):
+        assert [float(x) for x in row[2].split(" ")] == pytest.approx(e.log_probs, abs=1e-5)
+        assert float(row[0]) == pytest.approx(sum(e.log_probs), abs=1e-4)
+    assert [float(r[0]) for r in rows] == pytest.approx([r.scores[0] for r in best], abs=1e-4)
+
+
+def test_score_refuses_a_line_without_one_tab_after_writing_the_lines_before(tiny_package, tmp_path, capsys,
+                                                                              sources):
+    for bad, what in [(sources[2], "no TAB"), (f"{sources[2]}\ta\tb", "2 TABs")]:
+        pairs = tmp_path / "pairs.tsv"
+        pairs.write_text(f"{sources[0]}\tx\n{sources[1]}\ty\n{bad}\n{sources[3]}\tz\n", encoding="utf-8")
+        rc, out, err = run_cli(["score", str(tiny_package), "-i", str(pairs), "--device", "cpu"], capsys)
+        assert rc == 2 and len(out.splitlines()) == 2
+        assert err == f"seq2onnx score: error: line 3: {what}; each line is SOURCE<TAB>TARGET (a TAB inside a " \
+                      "sentence cannot be scored: replace it with a space)\n"

@@ -10,6 +10,7 @@ import re
 import secrets
 import stat
 import sys
+import time
 import warnings
 from contextlib import contextmanager, suppress
 from typing import Any, BinaryIO, Dict, Iterator, List, Optional, TextIO, Tuple
@@ -106,6 +107,8 @@ def _translate_parser() -> argparse.ArgumentParser:
                    help="examples (or tokens) per batch; lines are read in chunks of this many")
     d.add_argument("--batch-type", default="examples", choices=["examples", "tokens"])
     d.add_argument("--scores", action="store_true", help="prefix each hypothesis with its normalized score")
+    d.add_argument("--target-prefix", metavar="TEXT",
+                   help="every translation starts with TEXT (the API's target_prefix), e.g. a term to force")
     return p
 
 
@@ -121,7 +124,35 @@ def _cli_message(error: Exception) -> str:
 _PROG = {"name": "seq2onnx translate"}                 # the running subcommand, for warnings
 
 
+class _Progress:
+    """Lines done so far and their rate, one stderr line rewritten in place, when stderr is a terminal and
+    the input has taken more than a second; nothing otherwise (a pipe or a file gets no progress)."""
+    shown = False                                       # a progress line is on the terminal now
+    after = 1.0                                         # seconds before the first progress line
+
+    def __init__(self) -> None:
+        self.on = sys.stderr is not None and sys.stderr.isatty()
+        self.start, self.lines = time.monotonic(), 0
+
+    def add(self, lines: int) -> None:
+        self.lines += lines
+        elapsed = time.monotonic() - self.start
+        if self.on and elapsed >= self.after:
+            sys.stderr.write(f"\r\x1b[K{_PROG['name']}: {self.lines} lines, {self.lines / elapsed:.1f} lines/s")
+            sys.stderr.flush()
+            _Progress.shown = True
+
+    def close(self) -> None:
+        if _Progress.shown:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+            _Progress.shown = False
+
+
 def _warn(message: str) -> None:
+    if _Progress.shown:                                 # the warning takes the progress line's place
+        sys.stderr.write("\r\x1b[K")
+        _Progress.shown = False
     print(f"{_PROG['name']}: warning: {printable(message)}", file=sys.stderr, flush=True)
 
 
@@ -272,6 +303,7 @@ def _format(number: int, texts: List[str], scores: List[float], n_best: int, wit
 
 def translate_main(argv: List[str]) -> int:
     args = _translate_parser().parse_args(argv)
+    _PROG["name"] = "seq2onnx translate"
     relative = (0.0, None) if args.max_length_a is None else (args.max_length_a, args.max_length_b)
     decoding = dict(beam_size=args.beam_size, num_hypotheses=args.n_best, length_penalty=args.length_penalty,
                     max_decoding_length=args.max_decoding_length, min_decoding_length=args.min_decoding_length,
@@ -321,13 +353,17 @@ def _translate(args: Any, decoding: Dict[str, Any], source: BinaryIO, out: Binar
     tr, limit = _load_translator(args)
     chunk = args.max_batch_size if args.batch_type == "examples" else 64
     lines = read_lines(source, UTF8_MAX_BYTES * max_source_chars(limit))
-    terminal = out.isatty()
-    while True:
-        block = list(itertools.islice(lines, chunk))
-        if not block:
-            break
-        out.write(_translate_block(tr, block, decoding, args, limit, terminal))
-        out.flush()
+    terminal, progress = out.isatty(), _Progress()
+    try:
+        while True:
+            block = list(itertools.islice(lines, chunk))
+            if not block:
+                break
+            out.write(_translate_block(tr, block, decoding, args, limit, terminal))
+            out.flush()
+            progress.add(len(block))
+    finally:
+        progress.close()
 
 
 def _translate_block(tr: Any, block: List[Tuple[int, str]], decoding: Dict[str, Any], args: Any, limit: int,
@@ -336,9 +372,10 @@ def _translate_block(tr: Any, block: List[Tuple[int, str]], decoding: Dict[str, 
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")            # truncation: reported below with line numbers
+            prefix = None if args.target_prefix is None else [args.target_prefix] * len(block)
             out = tr.translate_batch([t for _, t in block], max_batch_size=args.max_batch_size,
                                      batch_type=args.batch_type, max_input_length=args.max_input_length,
-                                     return_scores=True, **decoding)
+                                     return_scores=True, target_prefix=prefix, **decoding)
     except ValueError as e:
         raise Seq2OnnxError(_cli_message(e)) from e
     data = b""
@@ -408,20 +445,25 @@ def _score(args: Any, source: BinaryIO, out: BinaryIO) -> None:
     chunk = args.max_batch_size if args.batch_type == "examples" else 64
     max_target = tr.config.max_positions
     lines = read_lines(source, UTF8_MAX_BYTES * (max_source_chars(limit) + max_source_chars(max_target)) + 1)
-    terminal = out.isatty()
-    while True:
-        block = list(itertools.islice(lines, chunk))
-        if not block:
-            break
-        bad = next((i for i, (_, text) in enumerate(block) if text.count("\t") != 1), None)
-        if bad is not None:                            # the lines before it are scored and written first
-            if bad:
-                out.write(_score_block(tr, block[:bad], args, terminal))
-            n, tabs = block[bad][0], block[bad][1].count("\t")
-            raise Seq2OnnxError(f"line {n}: {'no TAB' if tabs == 0 else f'{tabs} TABs'}; each line is "
-                                "SOURCE<TAB>TARGET (a TAB inside a sentence cannot be scored: replace it with a space)")
-        out.write(_score_block(tr, block, args, terminal))
-        out.flush()
+    terminal, progress = out.isatty(), _Progress()
+    try:
+        while True:
+            block = list(itertools.islice(lines, chunk))
+            if not block:
+                break
+            bad = next((i for i, (_, text) in enumerate(block) if text.count("\t") != 1), None)
+            if bad is not None:                        # the lines before it are scored and written first
+                if bad:
+                    out.write(_score_block(tr, block[:bad], args, terminal))
+                n, tabs = block[bad][0], block[bad][1].count("\t")
+                raise Seq2OnnxError(f"line {n}: {'no TAB' if tabs == 0 else f'{tabs} TABs'}; each line is "
+                                    "SOURCE<TAB>TARGET (a TAB inside a sentence cannot be scored: replace it with "
+                                    "a space)")
+            out.write(_score_block(tr, block, args, terminal))
+            out.flush()
+            progress.add(len(block))
+    finally:
+        progress.close()
 
 
 def _score_block(tr: Any, block: List[Tuple[int, str]], args: Any, terminal: bool) -> bytes:

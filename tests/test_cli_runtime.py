@@ -2,6 +2,7 @@
 formats, awkward input lines, one-line errors, never a traceback."""
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -169,3 +170,29 @@ def test_score_refuses_a_line_without_one_tab_after_writing_the_lines_before(tin
         assert rc == 2 and len(out.splitlines()) == 2
         assert err == f"seq2onnx score: error: line 3: {what}; each line is SOURCE<TAB>TARGET (a TAB inside a " \
                       "sentence cannot be scored: replace it with a space)\n"
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_progress_and_target_prefix_on_a_terminal_only(tiny_package, tmp_path, monkeypatch, translator, sources):
+    from seq2onnx.runtime import commands
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(sources[:5]) + "\n", encoding="utf-8")
+    prefix = translator.translate(sources[0]).split(" ")[0]
+    args = ["translate", str(tiny_package), "-i", str(src), "-o", str(tmp_path / "out.txt"), "--device", "cpu",
+            "--max-batch-size", "2", "--target-prefix", prefix]
+    monkeypatch.setattr(commands._Progress, "after", 0.0)
+    monkeypatch.setattr(sys, "stderr", _Terminal())
+    assert main(args) == 0
+    shown = sys.stderr.getvalue()
+    assert shown.startswith("\r\x1b[Kseq2onnx translate: 2 lines, ") and shown.endswith(" lines/s\n")
+    assert [part.split(",")[0] for part in shown.split("\r\x1b[K")[1:]] == \
+        ["seq2onnx translate: 2 lines", "seq2onnx translate: 4 lines", "seq2onnx translate: 5 lines"]
+    got = (tmp_path / "out.txt").read_text(encoding="utf-8").splitlines()
+    assert got == [translator.translate(s, target_prefix=prefix) for s in sources[:5]]
+    assert all(g.startswith(prefix) for g in got)
+    monkeypatch.setattr(sys, "stderr", io.StringIO())              # not a terminal: no progress
+    assert main(args) == 0 and sys.stderr.getvalue() == ""

@@ -10,9 +10,9 @@ random pieces (fixed seed) in batches of 1, 3 and 4, right-padded, 1 to 64 token
     steps whose argmax agrees); then BEAM_STEPS chained steps shaped as beam search, BEAM_SIZE rows per
     sentence fed different tokens, the ONNX graph given one cross K/V and mask per sentence and PyTorch
     a copy per row (an independent computation of the same numbers)   -> the same two figures
-  * decoding: greedy and beam-4 (4 hypotheses) from the minimal numpy loops below versus
-    training/reference.py's greedy_search / beam_search                -> greedy_token_match, beam4_token_match
-    (the ONNX beam loop, like the runtime, gives the graph one cross K/V and mask per sentence)
+  * decoding: greedy and beam-4 (4 hypotheses) by the runtime's own decoding loop (runtime/decoding.py,
+    over an engine on the graphs just written) versus training/reference.py's greedy_search / beam_search,
+    the independent PyTorch oracle                                      -> greedy_token_match, beam4_token_match
 
 Thresholds. fp32: max abs diff <= FP32_TOLERANCE and identical tokens (match 1.0). Reduced precision
 (int8, fp16): top1_agreement >= MIN_TOP1_AGREEMENT and greedy_token_match >= MIN_GREEDY_TOKEN_MATCH.
@@ -23,8 +23,8 @@ the trained tiny test model: int8 per-channel gives top-1 0.996 and greedy 0.949
 sources alone, 0.997 and 1.0 on 16 real sentences. 0.90 allows about one diverging synthetic sentence.
 A failed check raises ParityError naming the check and the figure.
 
-The loops here are deliberately minimal (one batch, fixed options): the runtime's decoder is
-runtime/decoding.py. They follow the reference's semantics token for token.
+A decoding rule lives in runtime/decoding.py alone; this check runs it, so a package that passes was
+decoded by the code users will run.
 """
 from __future__ import annotations
 
@@ -38,10 +38,11 @@ import numpy as np
 import onnxruntime as ort
 import torch
 
-from seq2onnx.runtime.decoding import beam_done, normalize
+from seq2onnx.runtime.decoding import Hypothesis, decode
 from seq2onnx.runtime.errors import Seq2OnnxError
+from seq2onnx.runtime.options import DecodingOptions
 from seq2onnx.training.model import Transformer
-from seq2onnx.training.reference import Hypothesis, beam_search, greedy_search, pad_batch
+from seq2onnx.training.reference import beam_search, greedy_search, pad_batch
 
 from .onnx_export import GraphNames
 
@@ -145,6 +146,7 @@ class OnnxPair:
         self.cross_per_sentence = cross_per_sentence
         self.names = GraphNames.for_config(cfg)
         opts = session_options()
+        self.decoder_path = decoder
         self.encoder = ort.InferenceSession(str(encoder), opts, providers=[provider])
         self.decoder = ort.InferenceSession(str(decoder), opts, providers=[provider])
         self.provider = self.decoder.get_providers()[0]
@@ -169,108 +171,44 @@ class OnnxPair:
         return [np.zeros(shape, dtype) for _ in range(2 * self.cfg.decoder_layers)]
 
 
-# --- minimal decoding loops over the ONNX pair (semantics of training/reference.py) ---------------------
-def _forbid(logp: np.ndarray, cfg, step: int, min_length: int) -> None:
-    logp[:, [cfg.pad_id, cfg.bos_id]] = -np.inf
-    if step < min_length:
-        logp[:, cfg.eos_id] = -np.inf
+# --- decoding over the ONNX pair: the runtime's own loop (runtime/decoding.py) ---------------------------
+def _engine(pair: OnnxPair):
+    """The runtime's engine over the pair's sessions: what `Translator` decodes with, minus the package.
+    ArrayEngine (CPU, float32 caches) where it can; else the IO-binding engine, which takes any cache dtype
+    (an fp16 variant checked on the CPU provider) and any device."""
+    from seq2onnx.runtime.session import ArrayEngine, IoBindingEngine
+    names = (str(pair.decoder_path),)
+    if pair.provider == "CUDAExecutionProvider":
+        return IoBindingEngine(pair.encoder, pair.decoder, pair.cfg, "cuda", 0, pair.decoder.get_providers(),
+                               pair.cross_per_sentence, *names)
+    engine = ArrayEngine(pair.encoder, pair.decoder, pair.cfg, pair.cross_per_sentence, *names)
+    if engine.cache_dtype != np.float32:
+        return IoBindingEngine(pair.encoder, pair.decoder, pair.cfg, "cpu", 0, pair.decoder.get_providers(),
+                               pair.cross_per_sentence, *names)
+    return engine
+
+
+def onnx_decode(pair: OnnxPair, sources: Sequence[Sequence[int]], beam_size: int = BEAM_SIZE,
+                num_hypotheses: int = BEAM_SIZE, length_penalty: float = 1.0, max_length: int = MAX_LENGTH,
+                min_length: int = 0, strategy: Optional[str] = None) -> List[List[Hypothesis]]:
+    """runtime.decoding.decode over the pair with the reference's options: `max_length` steps and nothing
+    relative to the source (max_length_a 0, max_length_b None); per source, the best `num_hypotheses`."""
+    options = DecodingOptions(beam_size=beam_size, num_hypotheses=num_hypotheses, length_penalty=length_penalty,
+                              max_decoding_length=max_length, min_decoding_length=min_length,
+                              max_length_a=0.0, max_length_b=None)
+    return decode(_engine(pair), pair.cfg, [list(s) for s in sources], options, strategy=strategy)
 
 
 def onnx_greedy(pair: OnnxPair, sources: Sequence[Sequence[int]], max_length: int = MAX_LENGTH,
                 min_length: int = 0, length_penalty: float = 1.0) -> List[Hypothesis]:
-    cfg = pair.cfg
-    max_length = min(max_length, cfg.max_positions)
-    ids, mask = (t.numpy() for t in pad_batch(sources, cfg.pad_id))
-    b = ids.shape[0]
-    cross, past = pair.encode(ids, mask), pair.empty_cache(b)
-    last = np.full((b, 1), cfg.bos_id, np.int64)
-    tokens: List[List[int]] = [[] for _ in range(b)]
-    scores, ended = [0.0] * b, [False] * b
-    for step in range(max_length):
-        logp, past = pair.step(last, mask, past, cross)
-        _forbid(logp, cfg, step, min_length)
-        best = logp.argmax(axis=-1)                                     # first max on ties
-        for i in range(b):
-            if ended[i]:
-                continue
-            tok = int(best[i])
-            scores[i] += float(logp[i, tok])
-            if tok == cfg.eos_id:
-                ended[i] = True
-            else:
-                tokens[i].append(tok)
-        if all(ended):
-            break
-        last = best[:, None].astype(np.int64)
-    return [Hypothesis(tokens[i], scores[i], normalize(scores[i], len(tokens[i]) + ended[i], length_penalty),
-                       ended[i]) for i in range(b)]
+    return [hyps[0] for hyps in onnx_decode(pair, sources, 1, 1, length_penalty, max_length, min_length)]
 
 
 def onnx_beam(pair: OnnxPair, sources: Sequence[Sequence[int]], beam_size: int = BEAM_SIZE,
               num_hypotheses: int = BEAM_SIZE, length_penalty: float = 1.0, max_length: int = MAX_LENGTH,
               min_length: int = 0) -> List[List[Hypothesis]]:
-    cfg = pair.cfg
-    k, v, eos = beam_size, cfg.vocab_size, cfg.eos_id
-    max_length = min(max_length, cfg.max_positions)
-    ids, mask = (t.numpy() for t in pad_batch(sources, cfg.pad_id))
-    b = ids.shape[0]
-    cross = pair.encode(ids, mask)                                       # [B, H, S, Dh]: one per sentence
-    mask_k = mask                                                        # [B, S]
-    if not pair.cross_per_sentence:                                      # a copy per row = sentence * K + beam
-        cross, mask_k = [np.repeat(c, k, axis=0) for c in cross], np.repeat(mask, k, axis=0)
-    past = pair.empty_cache(b * k)
-    cum = np.full((b, k), -np.inf, np.float32)
-    cum[:, 0] = 0.0                                                      # step 0 expands beam 0 only
-    seqs: List[List[int]] = [[] for _ in range(b * k)]
-    last = np.full((b * k, 1), cfg.bos_id, np.int64)
-    finished: List[List[Hypothesis]] = [[] for _ in range(b)]
-    done = [False] * b
-    for step in range(max_length):
-        logp, past = pair.step(last, mask_k, past, cross)                # [B*K, V]
-        _forbid(logp, cfg, step, min_length)
-        cand = (cum[:, :, None] + logp.reshape(b, k, v)).reshape(b, k * v)
-        order = np.argsort(-cand, axis=1, kind="stable")[:, :2 * k]      # stable descending
-        rows, toks, scores = [], [], []
-        for i in range(b):
-            kept = []
-            for rank, flat in enumerate(order[i].tolist()):
-                beam, tok = divmod(flat, v)
-                score = float(cand[i, flat])
-                if tok == eos:
-                    if rank < k and not done[i] and score > -math.inf:
-                        finished[i].append(Hypothesis(list(seqs[i * k + beam]), score,
-                                                      normalize(score, step + 1, length_penalty)))
-                    continue
-                kept.append((beam, tok, score))
-                if len(kept) == k:
-                    break
-            if not done[i] and beam_done([h.normalized_score for h in finished[i]], k,
-                                         normalize(max((s for _, _, s in kept), default=-math.inf),
-                                                   step + 1, length_penalty)):
-                done[i] = True
-            for beam, tok, score in kept:
-                rows.append(i * k + beam)
-                toks.append(tok)
-                scores.append(score)
-        if all(done):
-            break
-        cum = np.array(scores, np.float32).reshape(b, k)
-        seqs = [seqs[r] + [t] for r, t in zip(rows, toks)]
-        past = [p[rows] for p in past]
-        last = np.array(toks, np.int64)[:, None]
-    else:
-        for i in range(b):                                              # max_length reached
-            if not done[i]:
-                for beam in range(k):
-                    score = float(cum[i, beam])
-                    if score > -math.inf:
-                        finished[i].append(Hypothesis(list(seqs[i * k + beam]), score,
-                                                      normalize(score, max_length, length_penalty), finished=False))
-    results = []
-    for i in range(b):
-        hyps = sorted(finished[i], key=lambda h: -h.normalized_score) or [Hypothesis([], 0.0, 0.0, finished=False)]
-        results.append(hyps[:num_hypotheses])
-    return results
+    """Beam search, also for beam_size 1 (the reference's beam_search(beam_size=1))."""
+    return onnx_decode(pair, sources, beam_size, num_hypotheses, length_penalty, max_length, min_length, "beam")
 
 
 # --- comparisons -----------------------------------------------------------------------------------
@@ -306,7 +244,7 @@ def compare_graphs(model: Transformer, pair: OnnxPair, batch: ParityBatch,
         forbidden[:, [cfg.pad_id, cfg.bos_id]] = -math.inf
         best = forbidden.argmax(dim=-1)
         onnx_masked = onnx_logp.copy()
-        _forbid(onnx_masked, cfg, 1, 0)
+        onnx_masked[:, [cfg.pad_id, cfg.bos_id]] = -np.inf
         agree += int((onnx_masked.argmax(axis=-1) == best.numpy()).sum())
         tokens = best[:, None]
     beam_logp_diff, beam_cache_diff = compare_beam_steps(model, pair, mask, cross, onnx_cross)

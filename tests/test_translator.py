@@ -141,9 +141,9 @@ def test_generate_tokens_rejects_nbest(translator):
 
 
 def test_int8_variant_decodes_its_own_graphs(tiny_package, pairs, translator):
-    """compute_type="int8" runs the int8 graphs: token-identical to the export's independent numpy greedy
-    loop over those files. One sentence at a time: int8 quantizes activations per call, so the rows that
-    share a call change each other's results by a rounding."""
+    """compute_type="int8" runs the int8 graphs: token-identical to decoding those two files opened
+    directly (export/parity.py's OnnxPair, the parity gate's own sessions). One sentence at a time: int8
+    quantizes activations per call, so the rows that share a call change each other's results by a rounding."""
     from seq2onnx.export import parity               # torch: see above
     tr8 = Translator(tiny_package, device="cpu", compute_type="int8")
     assert tr8.variant == "int8"

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
@@ -32,6 +31,7 @@ import torch.nn as nn
 
 from seq2onnx.runtime.config import ModelConfig
 from seq2onnx.runtime.errors import Seq2OnnxError
+from seq2onnx.runtime.graph_io import GraphNames, cache_names  # noqa: F401 - the runtime owns the names
 from seq2onnx.training.model import Transformer
 
 DEFAULT_OPSET = 18
@@ -45,29 +45,6 @@ FORBIDDEN_OPS = {"Attention", "MultiHeadAttention", "ScaledDotProductAttention",
 
 
 # --- graph I/O names -------------------------------------------------------------------------------
-def cache_names(prefix: str, layers: int) -> List[str]:
-    """cache_names("past", 2) -> [past_key_0, past_value_0, past_key_1, past_value_1]"""
-    return [f"{prefix}_{kv}_{i}" for i in range(layers) for kv in ("key", "value")]
-
-
-@dataclass(frozen=True)
-class GraphNames:
-    encoder_inputs: List[str]
-    encoder_outputs: List[str]
-    decoder_inputs: List[str]
-    decoder_outputs: List[str]
-
-    @classmethod
-    def for_config(cls, cfg: ModelConfig) -> "GraphNames":
-        n = cfg.decoder_layers
-        return cls(
-            encoder_inputs=["input_ids", "attention_mask"],
-            encoder_outputs=cache_names("cross", n),
-            decoder_inputs=["input_ids", "encoder_attention_mask"] + cache_names("past", n) + cache_names("cross", n),
-            decoder_outputs=["log_probs"] + cache_names("present", n),
-        )
-
-
 # --- the two graphs as modules -----------------------------------------------------------------------
 class EncoderGraph(nn.Module):
     """(input_ids [B, S], attention_mask [B, S]) -> (cross_key_0, cross_value_0, ...) each [B, H, S, Dh]"""

@@ -26,6 +26,7 @@ import onnxruntime as ort
 from .config import ModelConfig
 from .errors import ModelPackageError, Seq2OnnxError
 from .gather_graph import gather_model_bytes
+from .graph_io import ID_INPUTS, GraphNames
 
 log = logging.getLogger("seq2onnx.runtime")
 
@@ -124,18 +125,12 @@ def resolve_device(device: str, device_id: int = 0) -> str:
 
 # --- sessions --------------------------------------------------------------------------------
 def expected_io(config: ModelConfig) -> Dict[str, Tuple[List[str], List[str]]]:
-    """Graph input/output names of docs/CONTRACTS.md."""
-    layers = range(config.decoder_layers)
-    cross = [n for i in layers for n in (f"cross_key_{i}", f"cross_value_{i}")]
-    past = [n for i in layers for n in (f"past_key_{i}", f"past_value_{i}")]
-    present = [n for i in layers for n in (f"present_key_{i}", f"present_value_{i}")]
-    return {
-        "encoder": (["input_ids", "attention_mask"], cross),
-        "decoder_step": (["input_ids", "encoder_attention_mask"] + past + cross, ["log_probs"] + present),
-    }
+    """Graph input/output names of docs/CONTRACTS.md (graph_io.py), by graph."""
+    names = GraphNames.for_config(config)
+    return {"encoder": (names.encoder_inputs, names.encoder_outputs),
+            "decoder_step": (names.decoder_inputs, names.decoder_outputs)}
 
 
-_ID_INPUTS = ("input_ids", "attention_mask", "encoder_attention_mask")      # int64 [batch, len]
 _CACHE_TYPES = ("tensor(float)", "tensor(float16)")       # cross K/V and caches: [batch, heads, len, head_dim]
 
 
@@ -166,7 +161,7 @@ def check_graph_io(sess: ort.InferenceSession, path: Any, graph: str, config: Mo
         raise ModelPackageError(f"{path}: graph inputs/outputs {got_in} -> {got_out} do not match the "
                                 f"{graph} contract for {config.decoder_layers} decoder layers; re-export the model")
     for arg in sess.get_inputs() + sess.get_outputs():
-        if arg.name in _ID_INPUTS:
+        if arg.name in ID_INPUTS:
             types, want = ("tensor(int64)",), [None, None]
         elif arg.name == "log_probs":                  # its width: Translator._check_graph_vocab
             types, want = ("tensor(float)",), [None, None]

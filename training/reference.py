@@ -31,7 +31,7 @@ Greedy search is beam search with K = 1: the argmax token each step (lowest id o
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import List, Sequence, Tuple, Union
 
 import torch

@@ -329,7 +329,9 @@ def test_beam_search_keeps_a_live_beam_that_beats_the_finished_ones():
     assert step == 2
     best = rank(search.finished[0], 1)[0]
     assert best.tokens == [3, 3] and best.normalized_score == pytest.approx(-0.7 / 3)
-    # the rule alone: K finished, then the K-th best finished against the best live beam
-    assert not beam_done([-1.0], 2, -5.0)
-    assert not beam_done([-1.0, -1.25], 2, -0.3) and beam_done([-1.0, -1.25], 2, -1.25)
-    assert beam_done([-0.2, -9.0, -0.5], 2, -0.5) and not beam_done([-0.2, -9.0, -0.5], 2, -0.4)
+    # the rule alone: K finished, then the num_hypotheses-th best finished against the best live beam
+    assert not beam_done([-1.0], 2, 1, -5.0)                               # fewer than K finished
+    assert not beam_done([-1.0, -1.25], 2, 1, -0.3) and beam_done([-1.0, -1.25], 2, 1, -1.0)
+    # the num_hypotheses-th best finished against the best live beam
+    assert beam_done([-0.2, -9.0, -0.5], 2, 2, -0.5) and not beam_done([-0.2, -9.0, -0.5], 2, 2, -0.4)
+    assert beam_done([-0.2, -9.0, -0.5], 2, 1, -0.4) and not beam_done([-0.2, -9.0, -0.5], 4, 1, -0.4)

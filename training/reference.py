@@ -21,9 +21,9 @@ Beam search (per sentence, K = beam_size), as in fairseq:
   * each step ranks the K*V candidates cum_score[beam] + log_prob[beam, token] and takes the best 2K.
     An EOS candidate among the best K is finished (it leaves the beam); the first K non-EOS
     candidates of the 2K continue.
-  * the sentence is done once K hypotheses have finished and the K-th best of them (normalized)
-    scores at least as well as the best live beam does now (runtime/decoding.py `beam_done`:
-    transformers' early_stopping=False; fairseq's "once K have finished" alone loses to greedy).
+  * the sentence is done once K hypotheses have finished and the num_hypotheses-th best of them
+    (normalized) scores at least as well as the best live beam does now (runtime/decoding.py
+    `beam_done`; fairseq's "once K have finished" alone loses to greedy).
     If `max_length` steps pass first, the live beams are finished as they are (without EOS).
   * the result is the best `num_hypotheses` finished hypotheses by normalized score.
 Greedy search is beam search with K = 1: the argmax token each step (lowest id on ties), until EOS.
@@ -128,7 +128,7 @@ def beam_search(model: Transformer, sources: Sequence[Sequence[int]], beam_size:
                 kept.append((beam, tok, score))
                 if len(kept) == k:
                     break
-            if not done[i] and beam_done([h.normalized_score for h in finished[i]], k,
+            if not done[i] and beam_done([h.normalized_score for h in finished[i]], k, num_hypotheses,
                                          normalize(max((s for _, _, s in kept), default=-math.inf),
                                                    step + 1, length_penalty)):
                 done[i] = True

@@ -126,7 +126,7 @@ def run_export(opts: ExportOptions, log: Callable[[str], None] = lambda msg: Non
         t = time.perf_counter()
         fp32 = parity.check_fp32(parity.measure(model, parity.OnnxPair(enc, dec, model.cfg), batches))
         stage_seconds["parity"] = time.perf_counter() - t
-        log(f"[3/5] parity: max abs diff encoder {fp32.encoder_max_abs_diff:.2g}, log-probs "
+        log(f"[3/5] parity: max diff encoder {fp32.encoder_max_abs_diff:.2g}, log-probs "
             f"{fp32.decoder_max_abs_diff:.2g}; greedy and beam-4 tokens identical on {fp32.sentences} sentences "
             f"({fp32.real_sentences} real) ({stage_seconds['parity']:.1f}s)")
         variants = {"fp32": {"encoder": ENCODER_FILE, "decoder_step": DECODER_FILE, "precision": "float32",
@@ -299,7 +299,7 @@ def summary(result: ExportResult) -> str:
     for name, v in m["variants"].items():
         p = v.get("parity")
         if name == "fp32":
-            lines.append(f"  fp32: encoder max abs diff {p['encoder_max_abs_diff']:.2g}, log-probs "
+            lines.append(f"  fp32: encoder max diff {p['encoder_max_abs_diff']:.2g}, log-probs "
                          f"{p['decoder_max_abs_diff']:.2g}, greedy {p['greedy_token_match']:.4f}, "
                          f"beam-4 {p['beam4_token_match']:.4f}")
         else:

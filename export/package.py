@@ -224,7 +224,7 @@ def render_readme(manifest: Dict[str, Any]) -> str:
         if p is None:
             figures = v.get("status", "unchecked")
         elif name == "fp32":
-            figures = (f"max abs diff encoder {_fmt(p['encoder_max_abs_diff'])}, log-probs "
+            figures = (f"max diff encoder {_fmt(p['encoder_max_abs_diff'])}, log-probs "
                        f"{_fmt(p['decoder_max_abs_diff'])}; greedy/beam-4 tokens match "
                        f"{_fmt(p['greedy_token_match'])}/{_fmt(p['beam4_token_match'])}")
         else:

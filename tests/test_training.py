@@ -645,3 +645,15 @@ def test_initialisations_draw_the_spreads_docs_training_names():
         Transformer(cfg, init="kaiming")
     with pytest.raises(Seq2OnnxError, match="unknown --init 'kaiming'"):
         TrainArgs(out="r", train="t", valid="v", init="kaiming").check()
+
+
+def test_numbers_data_repeat_below_20_weights_the_words_of_their_own(tmp_path):
+    out = tmp_path / "numbers"
+    assert cli_main(["data", "numbers", "--out", str(out), "--size", "5000", "--repeat-small", "3",
+                     "--repeat-below-20", "10", "--valid-size", "30", "--test-size", "30", "--seed", "2"]) == 0
+    counts = Counter(row.split("\t")[0] for row in (out / "train.tsv").read_text(encoding="utf-8").splitlines())
+    assert sum(counts.values()) == 5000
+    assert {counts[number_pair(n).split("\t")[0]] for n in range(20)} == {10}
+    assert {counts[number_pair(n).split("\t")[0]] for n in range(20, 1000)} == {3}
+    assert cli_main(["data", "numbers", "--out", str(tmp_path / "x"), "--repeat-small", "3",
+                     "--repeat-below-20", "2"]) == 2

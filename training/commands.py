@@ -153,6 +153,9 @@ def data_main(argv: List[str]) -> int:
     n.add_argument("--repeat-small", type=_positive_int, default=d.repeat_small, metavar="N",
                    help="each number below 1000 appears N times in train: more weight on the short inputs "
                         "(default %(default)s)")
+    n.add_argument("--repeat-below-20", type=_positive_int, default=None, metavar="N",
+                   help="each number below 20 appears N times in train (at least --repeat-small; default: "
+                        "--repeat-small): the words no larger number teaches, 'zero' above all")
     n.add_argument("--forms", choices=FORM_CHOICES, default=d.forms,
                    help="words: num2words' English; mixed: train and valid numbers each in a random form people "
                         "type (case, hyphens, 'and', commas, 'a hundred', digits); test stays words (default %(default)s)")
@@ -176,7 +179,8 @@ def data_main(argv: List[str]) -> int:
         print(f"wrote {', '.join(f'{k} {v}' for k, v in counts.items())} pairs to {ns.out}", file=sys.stderr)
         return 0
     counts = write_numbers_data(Path(ns.out), NumbersSpec(ns.size, ns.valid_size, ns.test_size, ns.seed,
-                                                                  ns.repeat_small, ns.forms),
+                                                                  ns.repeat_small, ns.forms,
+                                                                  ns.repeat_below_20 or 0),
                                 overwrite=ns.force)
     print(f"wrote {', '.join(f'{k} {v}' for k, v in counts.items())} pairs to {ns.out}", file=sys.stderr)
     return 0

@@ -6,7 +6,9 @@
 Splits are by number (no number is in two splits):
   * train holds every number below 1,000 (the atoms larger numbers are built from), each
     `repeat_small` times (they are short and few: without repeats a model sees "five" once per
-    epoch among hundreds of thousand-sized numbers, and fails on the inputs users try first), then
+    epoch among hundreds of thousand-sized numbers, and fails on the inputs users try first), those
+    below 20 `repeat_below_20` times (each is a word of its own that no larger number teaches: "null"
+    is spelled from four pieces that occur nowhere else in the targets), then
     numbers from 1,000..999,999 sampled evenly over the 4-, 5- and 6-digit bands (small, medium, large);
   * valid and test hold numbers from 1,000..999,999, evenly over the same three bands.
 Everything is deterministic by seed.
@@ -32,6 +34,7 @@ from seq2onnx.runtime.errors import Seq2OnnxError
 from .atomic import write_text_atomic
 
 ATOMS = 1000                                             # 0..999: always in train
+WORDS = 20                                               # 0..19: each a word of its own ("null", "zwölf")
 BANDS = [(1_000, 9_999), (10_000, 99_999), (100_000, 999_999)]   # 4, 5, 6 digits (inclusive)
 SPLIT_FILES = {"train": "train.tsv", "valid": "valid.tsv", "test": "test.tsv"}
 TEST_NUMBERS_FILE = "test_numbers.txt"    # the test split's integers, one a line: the model card renders every form
@@ -48,6 +51,7 @@ class NumbersSpec:
     seed: int = 1
     repeat_small: int = 1       # times each number below 1,000 appears in train
     forms: str = "words"        # words: num2words' English only; mixed: a random form each (see above)
+    repeat_below_20: int = 0    # times each number below 20 appears (at least repeat_small; 0: repeat_small)
 
 
 def words(n: int, case: str = "lower", hyphen: str = "-", with_and: bool = True, comma: bool = True,
@@ -99,10 +103,16 @@ def split_numbers(spec: NumbersSpec) -> Dict[str, List[int]]:
     """{"train", "valid", "test"} -> the numbers of each split (train shuffled, valid/test sorted)."""
     if spec.repeat_small < 1:
         raise Seq2OnnxError(f"--repeat-small must be >= 1, got {spec.repeat_small}")
-    small = ATOMS * spec.repeat_small
+    words = max(spec.repeat_below_20, spec.repeat_small)
+    if spec.repeat_below_20 and spec.repeat_below_20 < spec.repeat_small:
+        raise Seq2OnnxError(f"--repeat-below-20 {spec.repeat_below_20} is below --repeat-small "
+                            f"{spec.repeat_small}: numbers below 20 are numbers below 1000 too; pass at least "
+                            f"{spec.repeat_small}")
+    small = ATOMS * spec.repeat_small + WORDS * (words - spec.repeat_small)
     if spec.size < small:
         raise Seq2OnnxError(f"--size {spec.size} is below {small}: the training split holds every number "
-                            f"below {ATOMS} ({spec.repeat_small} times); pass --size {small} or more")
+                            f"below {ATOMS} ({spec.repeat_small} times, those below {WORDS} {words} times); "
+                            f"pass --size {small} or more")
     if spec.valid_size < 0 or spec.test_size < 0:
         raise Seq2OnnxError("--valid-size and --test-size must be >= 0")
     capacity = sum(hi - lo + 1 for lo, hi in BANDS)
@@ -110,7 +120,8 @@ def split_numbers(spec: NumbersSpec) -> Dict[str, List[int]]:
         raise Seq2OnnxError(f"--size {spec.size} with {spec.valid_size} valid and {spec.test_size} test numbers "
                             f"needs more than the {capacity} numbers in 1,000..999,999: lower --size")
     rng = np.random.default_rng(spec.seed)
-    splits: Dict[str, List[int]] = {"train": list(range(ATOMS)) * spec.repeat_small, "valid": [], "test": []}
+    atoms = list(range(ATOMS)) * spec.repeat_small + list(range(WORDS)) * (words - spec.repeat_small)
+    splits: Dict[str, List[int]] = {"train": atoms, "valid": [], "test": []}
     valid_shares = _even_shares(spec.valid_size, len(BANDS))
     test_shares = _even_shares(spec.test_size, len(BANDS))
     # train: even over the bands, a small band's shortfall passed on to the larger ones

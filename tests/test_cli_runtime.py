@@ -196,3 +196,13 @@ def test_progress_and_target_prefix_on_a_terminal_only(tiny_package, tmp_path, m
     assert all(g.startswith(prefix) for g in got)
     monkeypatch.setattr(sys, "stderr", io.StringIO())              # not a terminal: no progress
     assert main(args) == 0 and sys.stderr.getvalue() == ""
+
+
+def test_score_names_the_line_whose_target_was_cut(tiny_package, tmp_path, capsys, translator, sources):
+    pairs = tmp_path / "pairs.tsv"
+    long_target = " ".join([sources[1]] * (translator.config.max_positions // 2 + 1))
+    pairs.write_text(f"{sources[0]}\t{sources[0]}\n{sources[1]}\t{long_target}\n", encoding="utf-8")
+    rc, out, err = run_cli(["score", str(tiny_package), "-i", str(pairs), "--device", "cpu"], capsys)
+    assert rc == 0 and len(out.splitlines()) == 2
+    assert err.startswith("seq2onnx score: warning: line 2: target is longer than the model's ") and \
+        err.count("\n") == 1, err

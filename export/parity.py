@@ -171,10 +171,9 @@ class OnnxPair:
 
     def empty_cache(self, batch: int) -> List[np.ndarray]:
         """In the dtype of the graph's past inputs (float16 in the fp16 variant)."""
+        from seq2onnx.runtime.session import cache_dtype
         shape = (batch, self.cfg.n_heads, 0, self.cfg.head_dim)
-        types = {i.name: i.type for i in self.decoder.get_inputs()}
-        dtype = np.float16 if types["past_key_0"] == "tensor(float16)" else np.float32
-        return [np.zeros(shape, dtype) for _ in range(2 * self.cfg.decoder_layers)]
+        return [np.zeros(shape, cache_dtype(self.decoder, self.cfg)) for _ in range(2 * self.cfg.decoder_layers)]
 
 
 # --- decoding over the ONNX pair: the runtime's own loop (runtime/decoding.py) ---------------------------

@@ -26,7 +26,7 @@ import onnxruntime as ort
 from .config import ModelConfig
 from .errors import ModelPackageError, Seq2OnnxError
 from .gather_graph import gather_model_bytes
-from .graph_io import ID_INPUTS, GraphNames
+from .graph_io import ID_INPUTS, GraphNames, cache_names
 
 log = logging.getLogger("seq2onnx.runtime")
 
@@ -176,6 +176,13 @@ def check_graph_io(sess: ort.InferenceSession, path: Any, graph: str, config: Mo
                 f"graph and the config do not belong together; re-export the model")
 
 
+def cache_dtype(decoder: ort.InferenceSession, config: ModelConfig) -> type:
+    """The dtype of a decoder step graph's self-attention caches: float16 in the fp16 variant, else float32."""
+    past = cache_names("past", config.decoder_layers)[0]                  # past_key_0
+    types = {i.name: i.type for i in decoder.get_inputs()}
+    return np.float16 if types[past] == "tensor(float16)" else np.float32
+
+
 class _Graphs:
     """The two sessions and the names the engines bind.
 
@@ -193,8 +200,7 @@ class _Graphs:
         self.past_names = [n for n in io["decoder_step"][0] if n.startswith("past_")]
         self.output_names = io["decoder_step"][1]          # log_probs, present_*
         self.empty_past_shape = (config.n_heads, 0, config.head_dim)
-        types = {i.name: i.type for i in decoder.get_inputs()}   # the fp16 variant's caches are float16
-        self.cache_dtype = np.float16 if types[self.past_names[0]] == "tensor(float16)" else np.float32
+        self.cache_dtype = cache_dtype(decoder, config)
 
 
 class _CachePool:

@@ -46,7 +46,9 @@ RESULTS = ROOT / "bench" / "results"
 WORK = ROOT / "bench" / ".cache" / "train_quality"
 RECIPE = dict(preset="small", vocab_size=8000, warmup_steps=1000, max_tokens=4096, label_smoothing=0.1,
               clip_norm=1.0, adam_betas=(0.9, 0.98), adam_eps=1e-9, seed=1, max_len=256,
-              maxi_batch=0)   # the recorded duel sorted each epoch whole (the default before --maxi-batch)
+              # the recorded duel sorted each epoch whole (the default before --maxi-batch); --maxi-batch N
+              # reaches the workers through the environment, as --test-max does
+              maxi_batch=int(os.environ.get("TRAIN_QUALITY_MAXI_BATCH", "0")))
 VALID_INTERVAL = 200          # steps, both systems
 SYSTEMS = ("seq2onnx", "hf-marian")
 
@@ -401,6 +403,8 @@ def main() -> None:
     p.add_argument("--work", default=str(WORK))
     p.add_argument("--report-only", action="store_true", help="rewrite the report from the last run's results")
     p.add_argument("--test-max", type=int, help="decode only the first N test pairs (a smoke run)")
+    p.add_argument("--maxi-batch", type=int, help="batches sorted together, both systems (default 0: the whole "
+                                                      "epoch, as the recorded run)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--system", choices=SYSTEMS, help=argparse.SUPPRESS)
     p.add_argument("--ablation", type=int, help=argparse.SUPPRESS)
@@ -413,6 +417,9 @@ def main() -> None:
     work = Path(ns.work)
     if ns.test_max:
         os.environ["TRAIN_QUALITY_TEST_MAX"] = str(ns.test_max)
+    if ns.maxi_batch is not None:
+        os.environ["TRAIN_QUALITY_MAXI_BATCH"] = str(ns.maxi_batch)
+        RECIPE["maxi_batch"] = ns.maxi_batch
     prepare(work)
     if ns.ablate is not None:
         ablate(work, ns.ablate or list(range(len(ABLATIONS))), ns.steps or 800)

@@ -46,7 +46,7 @@ RESULTS = ROOT / "bench" / "results"
 WORK = ROOT / "bench" / ".cache" / "train_quality"
 RECIPE = dict(preset="small", vocab_size=8000, warmup_steps=1000, max_tokens=4096, label_smoothing=0.1,
               clip_norm=1.0, adam_betas=(0.9, 0.98), adam_eps=1e-9, seed=1, max_len=256,
-              # the recorded duel sorted each epoch whole (the default before --maxi-batch); --maxi-batch N
+              # the recorded duel sorted each epoch whole (the trainer's default); --maxi-batch N
               # reaches the workers through the environment, as --test-max does
               maxi_batch=int(os.environ.get("TRAIN_QUALITY_MAXI_BATCH", "0")))
 VALID_INTERVAL = 200          # steps, both systems

@@ -26,9 +26,9 @@ data_args=(--size 400000 --repeat-small 40 --repeat-below-20 200 --forms mixed -
 #    lower-cases, groups digit runs by thousands and splits digits and punctuation into pieces of their
 #    own (so case cannot matter, "1234" reads as "1 , 2 3 4", digit by digit, with its thousands marked),
 #    the paper's schedule with a short warm-up, a checkpoint every 500 steps. --init xavier learns this
-#    task fastest (bench/tiny_learning.py --inits). --maxi-batch 10: length-sorting the whole epoch put the
-#    40 copies of "two" into one batch of ~960, so the model saw it once an epoch and forgot it in between
-#    (it answered "zweihundertzwei"); pools of 10 batches spread them over ~30 batches an epoch
+#    task fastest (bench/tiny_learning.py --inits). --maxi-batch 10: length-sorting the whole epoch (the
+#    default) put the 40 copies of "two" into one batch of ~960, so the model saw it once an epoch and forgot
+#    it in between (it answered "zweihundertzwei"); pools of 10 batches spread them over ~30 batches an epoch
 max_steps=${MAX_STEPS:-6000}
 train_args=(--train "$work/data/train.tsv" --valid "$work/data/valid.tsv" --preset small --vocab-size 200
             --init xavier --lowercase --split-digits --group-digits --split-punctuation

@@ -139,19 +139,19 @@ def encode_pairs(tok: Tokenizer, pairs: Sequence[Pair], eos_id: int, max_len: in
 
 
 # --- batching -------------------------------------------------------------------------------
-MAXI_BATCH = 100   # batches' worth of shuffled examples sorted together (Marian's --maxi-batch default)
+MAXI_BATCH = 0     # batches' worth of shuffled examples sorted together; 0: the whole epoch (docs/TRAINING.md)
 
 
 def make_batches(examples: Sequence[Example], max_tokens: int, seed: int, epoch: int,
                  maxi_batch: int = MAXI_BATCH) -> List[List[int]]:
     """Indices of `examples` grouped into batches of <= max_tokens padded tokens, in the order of `epoch`.
 
-    A batch's size in tokens is n_examples * max(longest source, longest target + 1). As Marian does,
-    the epoch's examples are shuffled and cut into pools of about `maxi_batch` batches' worth of tokens;
-    each pool is sorted by length (source, then target) and cut into batches, and all batches are
-    shuffled. Sorting the whole epoch at once (`maxi_batch` 0, fairseq's way) packs tightest, but puts
-    every copy of a short, frequent pair ("two" -> "zwei") into the same one or two batches of the epoch:
-    the model then sees it on one step in a thousand and forgets it in between.
+    A batch's size in tokens is n_examples * max(longest source, longest target + 1). The epoch's
+    examples are shuffled and, with `maxi_batch` N > 0 (Marian's option), cut into pools of about N
+    batches' worth of tokens; each pool (with 0, fairseq's default: the whole epoch) is sorted by length
+    (source, then target) and cut into batches, and all batches are shuffled. The whole epoch packs
+    tightest, but puts every copy of a short, repeated pair ("two" -> "zwei") into the same one or two
+    batches of the epoch: the model then sees it on one step in a thousand and forgets it in between.
     """
     shuffled = np.random.default_rng([seed, 0, epoch]).permutation(len(examples))
     src_len = np.array([len(e.src) for e in examples], dtype=np.int64)

@@ -13,7 +13,7 @@ import sys
 import time
 import warnings
 from contextlib import contextmanager, suppress
-from typing import Any, BinaryIO, Dict, Iterator, List, Optional, TextIO, Tuple
+from typing import Any, BinaryIO, Callable, Dict, Iterator, List, Optional, TextIO, Tuple
 
 from .cli import OneLineParser, printable, terminate_raises
 from .errors import Seq2OnnxError
@@ -79,6 +79,11 @@ def _model_parser(prog: str, description: str, epilog: str, reads: str, writes: 
     g.add_argument("--intra-threads", type=int, default=0, help="onnxruntime intra-op threads (0: its default)")
     g.add_argument("--inter-threads", type=int, default=1)
     g.add_argument("--no-verify", action="store_true", help="skip the SHA-256 check of the package files")
+    b = p.add_argument_group("input and batching")
+    b.add_argument("--max-input-length", type=int, default=None, help="default: the model's max_positions")
+    b.add_argument("--max-batch-size", type=int, default=DEFAULT_MAX_BATCH_SIZE,
+                   help="examples (or tokens) per batch; lines are read in chunks of this many")
+    b.add_argument("--batch-type", default="examples", choices=["examples", "tokens"])
     return p
 
 
@@ -91,7 +96,6 @@ def _translate_parser() -> argparse.ArgumentParser:
     d.add_argument("--length-penalty", type=float, default=DEFAULTS.length_penalty)
     d.add_argument("--max-decoding-length", type=int, default=DEFAULTS.max_decoding_length)
     d.add_argument("--min-decoding-length", type=int, default=DEFAULTS.min_decoding_length)
-    d.add_argument("--max-input-length", type=int, default=None, help="default: the model's max_positions")
     d.add_argument("--max-length-a", type=float, default=DEFAULTS.max_length_a,
                    help="at most A * source tokens + B tokens per translation (default %(default)s)")
     d.add_argument("--max-length-b", type=int, default=DEFAULTS.max_length_b, help="(default %(default)s)")
@@ -103,9 +107,6 @@ def _translate_parser() -> argparse.ArgumentParser:
     d.add_argument("--repetition-penalty", type=float, default=DEFAULTS.repetition_penalty)
     d.add_argument("--no-repeat-ngram-size", type=int, default=DEFAULTS.no_repeat_ngram_size)
     d.add_argument("--seed", type=int, default=DEFAULTS.seed)
-    d.add_argument("--max-batch-size", type=int, default=DEFAULT_MAX_BATCH_SIZE,
-                   help="examples (or tokens) per batch; lines are read in chunks of this many")
-    d.add_argument("--batch-type", default="examples", choices=["examples", "tokens"])
     d.add_argument("--scores", action="store_true", help="prefix each hypothesis with its normalized score")
     d.add_argument("--target-prefix", metavar="TEXT",
                    help="every translation starts with TEXT (the API's target_prefix), e.g. a term to force")
@@ -311,17 +312,44 @@ def translate_main(argv: List[str]) -> int:
                     sampling_topk=args.sampling_topk, sampling_topp=args.sampling_topp,
                     sampling_temperature=args.sampling_temperature, repetition_penalty=args.repetition_penalty,
                     no_repeat_ngram_size=args.no_repeat_ngram_size, seed=args.seed)
+    _check_options(args, **decoding)
+    from .translator import max_source_chars
+    return _run_lines(args, lambda tr, limit: UTF8_MAX_BYTES * max_source_chars(limit),
+                      lambda tr, limit, block, out: out.write(_translate_block(tr, block, decoding, args, limit,
+                                                                               out.isatty())))
+
+
+def _check_options(args: Any, **decoding: Any) -> None:
+    """Options the API would refuse, refused before anything is opened or read."""
     if args.max_batch_size < 1:
         raise Seq2OnnxError(f"--max-batch-size must be >= 1, got {args.max_batch_size}")
     try:
         DecodingOptions.from_kwargs(**decoding)
     except ValueError as e:
         raise Seq2OnnxError(_cli_message(e)) from e
+
+
+def _run_lines(args: Any, max_bytes: Callable[[Any, int], int],
+               handle: Callable[[Any, int, List[Tuple[int, str]], BinaryIO], Any]) -> int:
+    """What `translate` and `score` share: open --input and --output (a bad --output is refused before the
+    model loads), load the model, read the lines (at most max_bytes(translator, limit) bytes each) in
+    chunks of --max-batch-size (64 for token batches), let handle(translator, limit, chunk, out) write
+    each chunk's output, flush it, and show progress on a terminal."""
     with terminate_raises():                           # SIGTERM, SIGHUP: the temporary output file goes too
         source = _stdin() if args.input is None else _open_path("--input", args.input, "rb")
         try:
-            with _open_output(args.output) as out:     # a bad --output is refused before the model loads
-                _translate(args, decoding, source, out)
+            with _open_output(args.output) as out:
+                tr, limit = _load_translator(args)
+                chunk = args.max_batch_size if args.batch_type == "examples" else 64
+                lines = read_lines(source, max_bytes(tr, limit))
+                progress = _Progress()
+                try:
+                    for block in iter(lambda: list(itertools.islice(lines, chunk)), []):
+                        handle(tr, limit, block, out)
+                        out.flush()
+                        progress.add(len(block))
+                finally:
+                    progress.close()
         finally:
             if args.input is not None:
                 source.close()
@@ -346,24 +374,6 @@ def _load_translator(args: Any) -> Tuple[Any, int]:
         raise Seq2OnnxError(f"--max-input-length must be in [1, {tr.config.max_positions}] (the model's "
                             f"max_positions), got {limit}")
     return tr, limit
-
-
-def _translate(args: Any, decoding: Dict[str, Any], source: BinaryIO, out: BinaryIO) -> None:
-    from .translator import max_source_chars
-    tr, limit = _load_translator(args)
-    chunk = args.max_batch_size if args.batch_type == "examples" else 64
-    lines = read_lines(source, UTF8_MAX_BYTES * max_source_chars(limit))
-    terminal, progress = out.isatty(), _Progress()
-    try:
-        while True:
-            block = list(itertools.islice(lines, chunk))
-            if not block:
-                break
-            out.write(_translate_block(tr, block, decoding, args, limit, terminal))
-            out.flush()
-            progress.add(len(block))
-    finally:
-        progress.close()
 
 
 def _translate_block(tr: Any, block: List[Tuple[int, str]], decoding: Dict[str, Any], args: Any, limit: int,
@@ -416,54 +426,27 @@ def score_main(argv: List[str]) -> int:
     g.add_argument("--length-penalty", type=float, default=DEFAULTS.length_penalty,
                    help="SCORE = sum / tokens ** this (default %(default)s: the mean; 0: the sum)")
     g.add_argument("--tokens", action="store_true", help="also print each target piece and its log-prob")
-    g.add_argument("--max-input-length", type=int, default=None, help="default: the model's max_positions")
-    g.add_argument("--max-batch-size", type=int, default=DEFAULT_MAX_BATCH_SIZE,
-                   help="examples (or tokens) per batch; lines are read in chunks of this many")
-    g.add_argument("--batch-type", default="examples", choices=["examples", "tokens"])
     args = p.parse_args(argv)
     _PROG["name"] = "seq2onnx score"
-    if args.max_batch_size < 1:
-        raise Seq2OnnxError(f"--max-batch-size must be >= 1, got {args.max_batch_size}")
-    try:
-        DecodingOptions.from_kwargs(length_penalty=args.length_penalty)
-    except ValueError as e:
-        raise Seq2OnnxError(_cli_message(e)) from e
-    with terminate_raises():
-        source = _stdin() if args.input is None else _open_path("--input", args.input, "rb")
-        try:
-            with _open_output(args.output) as out:
-                _score(args, source, out)
-        finally:
-            if args.input is not None:
-                source.close()
-    return 0
-
-
-def _score(args: Any, source: BinaryIO, out: BinaryIO) -> None:
+    _check_options(args, length_penalty=args.length_penalty)
     from .translator import max_source_chars
-    tr, limit = _load_translator(args)
-    chunk = args.max_batch_size if args.batch_type == "examples" else 64
-    max_target = tr.config.max_positions
-    lines = read_lines(source, UTF8_MAX_BYTES * (max_source_chars(limit) + max_source_chars(max_target)) + 1)
-    terminal, progress = out.isatty(), _Progress()
-    try:
-        while True:
-            block = list(itertools.islice(lines, chunk))
-            if not block:
-                break
-            bad = next((i for i, (_, text) in enumerate(block) if text.count("\t") != 1), None)
-            if bad is not None:                        # the lines before it are scored and written first
-                if bad:
-                    out.write(_score_block(tr, block[:bad], args, terminal))
-                n, tabs = block[bad][0], block[bad][1].count("\t")
-                raise Seq2OnnxError(f"line {n}: {'no TAB' if tabs == 0 else f'{tabs} TABs'}; each line is "
-                                    "SOURCE<TAB>TARGET (a TAB inside a sentence cannot be scored: replace it with "
-                                    "a space)")
-            out.write(_score_block(tr, block, args, terminal))
-            out.flush()
-            progress.add(len(block))
-    finally:
-        progress.close()
+
+    def max_bytes(tr: Any, limit: int) -> int:       # a source, a target of at most max_positions, the TAB
+        return UTF8_MAX_BYTES * (max_source_chars(limit) + max_source_chars(tr.config.max_positions)) + 1
+
+    return _run_lines(args, max_bytes, lambda tr, limit, block, out: _score_lines(tr, block, args, out))
+
+
+def _score_lines(tr: Any, block: List[Tuple[int, str]], args: Any, out: BinaryIO) -> None:
+    """Scores of a chunk of lines, written to `out`; at a line without exactly one TAB, the lines before it
+    are written and the command stops naming it."""
+    bad = next((i for i, (_, text) in enumerate(block) if text.count("\t") != 1), None)
+    if bad != 0:
+        out.write(_score_block(tr, block[:bad], args, out.isatty()))
+    if bad is not None:
+        n, tabs = block[bad][0], block[bad][1].count("\t")
+        raise Seq2OnnxError(f"line {n}: {'no TAB' if tabs == 0 else f'{tabs} TABs'}; each line is "
+                            "SOURCE<TAB>TARGET (a TAB inside a sentence cannot be scored: replace it with a space)")
 
 
 def _score_block(tr: Any, block: List[Tuple[int, str]], args: Any, terminal: bool) -> bytes:

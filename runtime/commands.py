@@ -1,29 +1,23 @@
-"""`seq2onnx translate` and `seq2onnx info`: the runtime's command line."""
+"""`seq2onnx translate`, `seq2onnx score` and `seq2onnx info`: the runtime's command line (its lines in and
+out: cli_io.py)."""
 from __future__ import annotations
 
 import argparse
-import codecs
 import itertools
 import json
-import os
 import re
-import secrets
-import stat
-import sys
-import time
 import warnings
-from contextlib import contextmanager, suppress
-from typing import Any, BinaryIO, Callable, Dict, Iterator, List, Optional, TextIO, Tuple
+from typing import Any, BinaryIO, Callable, Dict, List, Tuple
 
 from .cli import OneLineParser, printable, terminate_raises
+from .cli_io import (PROG, UTF8_MAX_BYTES, Progress, open_output, open_path, read_lines, stdin_bytes, stdout_text,
+                     warn)
 from .errors import Seq2OnnxError
 from .options import (DEFAULT_MAX_BATCH_SIZE, LENGTH_PENALTY_RANGE, MAX_BEAM_SIZE, MAX_CHARS_PER_TOKEN,
                       MAX_LENGTH_A, MAX_LENGTH_B, MIN_TOPP, REPETITION_PENALTY_RANGE, TEMPERATURE_RANGE,
                       DecodingOptions)
 
 DEFAULTS = DecodingOptions()            # the API's defaults are the CLI's
-
-UTF8_MAX_BYTES = 4                      # bytes of one character in UTF-8, at most
 
 TRANSLATE_FORMAT = f"""\
 input: one source per line (split at \\n; a trailing \\r is dropped), UTF-8, from stdin or --input
@@ -122,169 +116,6 @@ def _cli_message(error: Exception) -> str:
                   lambda m: CLI_NAMES.get(m.group(0), "--" + m.group(0).replace("_", "-")), str(error), count=1)
 
 
-_PROG = {"name": "seq2onnx translate"}                 # the running subcommand, for warnings
-
-
-class _Progress:
-    """Lines done so far and their rate, one stderr line rewritten in place, when stderr is a terminal and
-    the input has taken more than a second; nothing otherwise (a pipe or a file gets no progress)."""
-    shown = False                                       # a progress line is on the terminal now
-    after = 1.0                                         # seconds before the first progress line
-
-    def __init__(self) -> None:
-        self.on = sys.stderr is not None and sys.stderr.isatty()
-        self.start, self.lines = time.monotonic(), 0
-
-    def add(self, lines: int) -> None:
-        self.lines += lines
-        elapsed = time.monotonic() - self.start
-        if self.on and elapsed >= self.after:
-            sys.stderr.write(f"\r\x1b[K{_PROG['name']}: {self.lines} lines, {self.lines / elapsed:.1f} lines/s")
-            sys.stderr.flush()
-            _Progress.shown = True
-
-    def close(self) -> None:
-        if _Progress.shown:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
-            _Progress.shown = False
-
-
-def _warn(message: str) -> None:
-    if _Progress.shown:                                 # the warning takes the progress line's place
-        sys.stderr.write("\r\x1b[K")
-        _Progress.shown = False
-    print(f"{_PROG['name']}: warning: {printable(message)}", file=sys.stderr, flush=True)
-
-
-def read_lines(stream: BinaryIO, max_bytes: Optional[int] = None) -> Iterator[Tuple[int, str]]:
-    """(1-based line number, text) for each line; invalid UTF-8 becomes U+FFFD with a warning; a BOM
-    that opens the stream is dropped. A line over max_bytes bytes is read up to that (at a character
-    boundary) and the rest skipped, with a warning: one line never holds more memory than that."""
-    for number in itertools.count(1):
-        raw = stream.readline() if max_bytes is None else stream.readline(max_bytes + 1)
-        if not raw:
-            return
-        if number == 1 and raw.startswith(codecs.BOM_UTF8):
-            raw = raw[len(codecs.BOM_UTF8):]
-        if max_bytes is not None and len(raw) > max_bytes and not raw.endswith(b"\n"):
-            _skip_line(stream, max_bytes)
-            raw = _cut_utf8(raw, max_bytes)
-            _warn(f"line {number}: longer than {max_bytes} bytes; only those were read (more cannot fit "
-                  f"--max-input-length)")
-        if raw.endswith(b"\n"):
-            raw = raw[:-1]
-        if raw.endswith(b"\r"):
-            raw = raw[:-1]
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            text = raw.decode("utf-8", errors="replace")
-            _warn(f"line {number}: invalid UTF-8 replaced with U+FFFD")
-        yield number, text
-
-
-def _skip_line(stream: BinaryIO, size: int) -> None:
-    """Read the rest of a line, `size` bytes at a time, up to its line break or the end of the stream."""
-    while True:
-        chunk = stream.readline(size)
-        if not chunk or chunk.endswith(b"\n"):
-            return
-
-
-def _cut_utf8(raw: bytes, n: int) -> bytes:
-    """raw[:n], less the start of a character that the cut would split (raw holds more than n bytes)."""
-    for _ in range(UTF8_MAX_BYTES - 1):
-        if raw[n] & 0xC0 != 0x80:                       # raw[n] starts a character: the cut is between two
-            break
-        n -= 1
-    return raw[:n]
-
-
-# /dev/stdin, /dev/stdout, /dev/stderr, /dev/fd/N, /proc/self/fd/N: a file descriptor of this process,
-# used as it is (as bash does): a socket, or a file opened with >>, is written to, not reopened
-_DESCRIPTOR = re.compile(r"/dev/(?:std(?P<std>in|out|err)|fd/(?P<fd>\d+))|/proc/self/fd/(?P<self>\d+)")
-_STD_NAMES = ("stdin", "stdout", "stderr")
-
-
-def _open_path(option: str, path: str, mode: str) -> BinaryIO:
-    """The file `path` given to `option`, opened with `mode` ("rb", "wb"), or a one-line error."""
-    m = _DESCRIPTOR.fullmatch(os.path.abspath(path))
-    try:
-        if m is None:
-            return open(path, mode)
-        fd = _STD_NAMES.index(f"std{m['std']}") if m["std"] else int(m["fd"] or m["self"])
-        if fd < 3 and (sys.stdin, sys.stdout, sys.stderr)[fd] is None:
-            raise Seq2OnnxError(f"{option} {path}: {_STD_NAMES[fd]} is closed")
-        return os.fdopen(os.dup(fd), mode)
-    except FileNotFoundError:
-        raise Seq2OnnxError(f"{option} {path}: no such file") from None
-    except OSError as e:
-        raise Seq2OnnxError(f"{option} {path}: cannot open it ({e.strerror})") from None
-
-
-def _stdin() -> BinaryIO:
-    if sys.stdin is None:
-        raise Seq2OnnxError("stdin is closed; redirect it from a file (< FILE), or give --input FILE")
-    return sys.stdin.buffer
-
-
-def _stdout() -> TextIO:
-    if sys.stdout is None:                              # e.g. `seq2onnx ... >&-`
-        raise Seq2OnnxError("stdout is closed; redirect it to a file (> FILE), or give --output FILE")
-    return sys.stdout
-
-
-@contextmanager
-def _open_output(path: Optional[str]) -> Iterator[BinaryIO]:
-    """Where the translations go (TRANSLATE_FORMAT, "output"), checked before any work is done."""
-    if path is None:
-        yield _stdout().buffer
-        return
-    target = os.path.realpath(path)                     # through symlinks: the link stays, its target changes
-    try:
-        st: Optional[os.stat_result] = os.stat(target)
-    except FileNotFoundError:
-        st = None
-    except OSError as e:
-        raise Seq2OnnxError(f"--output {path}: {e.strerror}") from None
-    if st is not None and stat.S_ISDIR(st.st_mode):
-        raise Seq2OnnxError(f"--output {path} is a folder; give the path of a file to write")
-    if _DESCRIPTOR.fullmatch(os.path.abspath(path)) or (st is not None and not stat.S_ISREG(st.st_mode)):
-        with _open_path("--output", path, "wb") as f:   # a device, FIFO, socket, /dev/stdout: no temporary file
-            yield f
-        return
-    folder = os.path.dirname(target)
-    if not os.path.isdir(folder):
-        raise Seq2OnnxError(f"--output {path}: the folder {folder} does not exist; create it first")
-    if st is not None and not os.access(target, os.W_OK):
-        raise Seq2OnnxError(f"--output {path}: the file is not writable; make it writable or choose another")
-    tmp = os.path.join(folder, f".tmp-{secrets.token_hex(6)}-{os.path.basename(target)}")
-    try:                                                # created inside: whatever stops us removes it
-        with _create(path, tmp, st) as f:
-            yield f
-        os.replace(tmp, target)
-    except BaseException:                               # errors, KeyboardInterrupt, cli.Terminated
-        with suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
-def _create(path: str, tmp: str, replaced: Optional[os.stat_result]) -> BinaryIO:
-    """The temporary file for --output `path`: mode 0666 less the umask, or the mode (and, where allowed,
-    the owner) of the file it will replace."""
-    try:
-        f = open(tmp, "xb")
-    except OSError as e:
-        raise Seq2OnnxError(f"--output {path}: cannot create a file in {os.path.dirname(tmp)} ({e.strerror}); "
-                            f"choose a folder you can write to") from None
-    if replaced is not None:
-        with suppress(PermissionError):                 # only root may give a file to another owner
-            os.fchown(f.fileno(), replaced.st_uid, replaced.st_gid)
-        os.fchmod(f.fileno(), stat.S_IMODE(replaced.st_mode))
-    return f
-
-
 # every character str.splitlines() breaks at: none may split one output line into two
 LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 
@@ -304,7 +135,7 @@ def _format(number: int, texts: List[str], scores: List[float], n_best: int, wit
 
 def translate_main(argv: List[str]) -> int:
     args = _translate_parser().parse_args(argv)
-    _PROG["name"] = "seq2onnx translate"
+    PROG["name"] = "seq2onnx translate"
     relative = (0.0, None) if args.max_length_a is None else (args.max_length_a, args.max_length_b)
     decoding = dict(beam_size=args.beam_size, num_hypotheses=args.n_best, length_penalty=args.length_penalty,
                     max_decoding_length=args.max_decoding_length, min_decoding_length=args.min_decoding_length,
@@ -336,13 +167,13 @@ def _run_lines(args: Any, max_bytes: Callable[[Any, int], int],
     chunks of --max-batch-size (64 for token batches), let handle(translator, limit, chunk, out) write
     each chunk's output, flush it, and show progress on a terminal."""
     with terminate_raises():                           # SIGTERM, SIGHUP: the temporary output file goes too
-        source = _stdin() if args.input is None else _open_path("--input", args.input, "rb")
+        source = stdin_bytes() if args.input is None else open_path("--input", args.input, "rb")
         try:
-            with _open_output(args.output) as out:
+            with open_output(args.output) as out:
                 tr, limit = _load_translator(args)
                 chunk = args.max_batch_size if args.batch_type == "examples" else 64
                 lines = read_lines(source, max_bytes(tr, limit))
-                progress = _Progress()
+                progress = Progress()
                 try:
                     for block in iter(lambda: list(itertools.islice(lines, chunk)), []):
                         handle(tr, limit, block, out)
@@ -368,7 +199,7 @@ def _load_translator(args: Any) -> Tuple[Any, int]:
     except ValueError as e:
         raise Seq2OnnxError(_cli_message(e)) from e
     for w in caught:                                   # e.g. an int8 variant exported without its check
-        _warn(str(w.message))
+        warn(str(w.message))
     limit = tr.config.max_positions if args.max_input_length is None else args.max_input_length
     if not 1 <= limit <= tr.config.max_positions:
         raise Seq2OnnxError(f"--max-input-length must be in [1, {tr.config.max_positions}] (the model's "
@@ -391,9 +222,9 @@ def _translate_block(tr: Any, block: List[Tuple[int, str]], decoding: Dict[str, 
     data = b""
     for (n, _), r in zip(block, out):
         if r.truncated:
-            _warn(f"line {n}: longer than {limit} tokens, truncated (--max-input-length)")
+            warn(f"line {n}: longer than {limit} tokens, truncated (--max-input-length)")
         if not r.finished[0]:
-            _warn(f"line {n}: the translation stopped at the length limit before it ended ({len(r.token_ids[0])} "
+            warn(f"line {n}: the translation stopped at the length limit before it ended ({len(r.token_ids[0])} "
                   "tokens): the model may be looping on this input; --max-length-a/--max-length-b/"
                   "--max-decoding-length set the limit")
         data += _format(n, r.hypotheses, r.normalized_scores, args.n_best, args.scores, terminal)
@@ -427,7 +258,7 @@ def score_main(argv: List[str]) -> int:
                    help="SCORE = sum / tokens ** this (default %(default)s: the mean; 0: the sum)")
     g.add_argument("--tokens", action="store_true", help="also print each target piece and its log-prob")
     args = p.parse_args(argv)
-    _PROG["name"] = "seq2onnx score"
+    PROG["name"] = "seq2onnx score"
     _check_options(args, length_penalty=args.length_penalty)
     from .translator import max_source_chars
 
@@ -462,7 +293,7 @@ def _score_block(tr: Any, block: List[Tuple[int, str]], args: Any, terminal: boo
     except ValueError as e:
         raise Seq2OnnxError(_cli_message(e)) from e
     for w in caught:                                   # "input i ..." / "target i ...": name the line
-        _warn(re.sub(r"^(input|target) (\d+)", lambda m: f"line {block[int(m.group(2))][0]}: "
+        warn(re.sub(r"^(input|target) (\d+)", lambda m: f"line {block[int(m.group(2))][0]}: "
                      f"{'source' if m.group(1) == 'input' else 'target'}", str(w.message)))
     data = []
     for r in results:
@@ -510,7 +341,7 @@ def _size(n: int) -> str:
 def _print_info(info: Dict[str, Any]) -> None:
     """The text of `seq2onnx info`: its strings come from the model folder, so control characters are
     shown as \\xNN."""
-    out = _stdout()
+    out = stdout_text()
 
     def say(line: str) -> None:
         print(printable(line), file=out)
@@ -553,7 +384,7 @@ def info_main(argv: List[str]) -> int:
     args = p.parse_args(argv)
     info = package_info(args.model_dir, verify=not args.no_verify)
     if args.json:
-        print(json.dumps(info, indent=2), file=_stdout())     # ASCII: \uXXXX for the rest, controls too
+        print(json.dumps(info, indent=2), file=stdout_text())     # ASCII: \uXXXX for the rest, controls too
     else:
         _print_info(info)
     return 0

@@ -178,13 +178,13 @@ class _Terminal(io.StringIO):
 
 
 def test_progress_and_target_prefix_on_a_terminal_only(tiny_package, tmp_path, monkeypatch, translator, sources):
-    from seq2onnx.runtime import commands
+    from seq2onnx.runtime import cli_io
     src = tmp_path / "in.txt"
     src.write_text("\n".join(sources[:5]) + "\n", encoding="utf-8")
     prefix = translator.translate(sources[0]).split(" ")[0]
     args = ["translate", str(tiny_package), "-i", str(src), "-o", str(tmp_path / "out.txt"), "--device", "cpu",
             "--max-batch-size", "2", "--target-prefix", prefix]
-    monkeypatch.setattr(commands._Progress, "after", 0.0)
+    monkeypatch.setattr(cli_io.Progress, "after", 0.0)
     monkeypatch.setattr(sys, "stderr", _Terminal())
     assert main(args) == 0
     shown = sys.stderr.getvalue()

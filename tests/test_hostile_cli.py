@@ -27,7 +27,7 @@ import pytest
 from fixtures_training import toy_pairs
 from seq2onnx.runtime import cli
 from seq2onnx.runtime.cli import main
-from seq2onnx.runtime.commands import read_lines
+from seq2onnx.runtime.cli_io import read_lines
 from seq2onnx.runtime.translator import Translator
 
 CLI = [sys.executable, "-m", "seq2onnx.runtime.cli"]

@@ -1,0 +1,182 @@
+"""The command line's lines in and out, for `seq2onnx translate` and `seq2onnx score` (commands.py):
+input read line by line with a byte bound, invalid UTF-8 replaced; --input and --output paths, file
+descriptors and devices; an --output FILE replaced atomically; warnings and progress on stderr."""
+from __future__ import annotations
+
+import codecs
+import itertools
+import os
+import re
+import secrets
+import stat
+import sys
+import time
+from contextlib import contextmanager, suppress
+from typing import BinaryIO, Iterator, Optional, TextIO, Tuple
+
+from .cli import printable
+from .errors import Seq2OnnxError
+
+UTF8_MAX_BYTES = 4                      # bytes of one character in UTF-8, at most
+
+PROG = {"name": "seq2onnx translate"}     # the running subcommand (commands.py sets it), for warnings
+
+
+class Progress:
+    """Lines done so far and their rate, one stderr line rewritten in place, when stderr is a terminal and
+    the input has taken more than a second; nothing otherwise (a pipe or a file gets no progress)."""
+    shown = False                                       # a progress line is on the terminal now
+    after = 1.0                                         # seconds before the first progress line
+
+    def __init__(self) -> None:
+        self.on = sys.stderr is not None and sys.stderr.isatty()
+        self.start, self.lines = time.monotonic(), 0
+
+    def add(self, lines: int) -> None:
+        self.lines += lines
+        elapsed = time.monotonic() - self.start
+        if self.on and elapsed >= self.after:
+            sys.stderr.write(f"\r\x1b[K{PROG['name']}: {self.lines} lines, {self.lines / elapsed:.1f} lines/s")
+            sys.stderr.flush()
+            Progress.shown = True
+
+    def close(self) -> None:
+        if Progress.shown:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+            Progress.shown = False
+
+
+def warn(message: str) -> None:
+    if Progress.shown:                                 # the warning takes the progress line's place
+        sys.stderr.write("\r\x1b[K")
+        Progress.shown = False
+    print(f"{PROG['name']}: warning: {printable(message)}", file=sys.stderr, flush=True)
+
+
+def read_lines(stream: BinaryIO, max_bytes: Optional[int] = None) -> Iterator[Tuple[int, str]]:
+    """(1-based line number, text) for each line; invalid UTF-8 becomes U+FFFD with a warning; a BOM
+    that opens the stream is dropped. A line over max_bytes bytes is read up to that (at a character
+    boundary) and the rest skipped, with a warning: one line never holds more memory than that."""
+    for number in itertools.count(1):
+        raw = stream.readline() if max_bytes is None else stream.readline(max_bytes + 1)
+        if not raw:
+            return
+        if number == 1 and raw.startswith(codecs.BOM_UTF8):
+            raw = raw[len(codecs.BOM_UTF8):]
+        if max_bytes is not None and len(raw) > max_bytes and not raw.endswith(b"\n"):
+            _skip_line(stream, max_bytes)
+            raw = _cut_utf8(raw, max_bytes)
+            warn(f"line {number}: longer than {max_bytes} bytes; only those were read (more cannot fit "
+                  f"--max-input-length)")
+        if raw.endswith(b"\n"):
+            raw = raw[:-1]
+        if raw.endswith(b"\r"):
+            raw = raw[:-1]
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            text = raw.decode("utf-8", errors="replace")
+            warn(f"line {number}: invalid UTF-8 replaced with U+FFFD")
+        yield number, text
+
+
+def _skip_line(stream: BinaryIO, size: int) -> None:
+    """Read the rest of a line, `size` bytes at a time, up to its line break or the end of the stream."""
+    while True:
+        chunk = stream.readline(size)
+        if not chunk or chunk.endswith(b"\n"):
+            return
+
+
+def _cut_utf8(raw: bytes, n: int) -> bytes:
+    """raw[:n], less the start of a character that the cut would split (raw holds more than n bytes)."""
+    for _ in range(UTF8_MAX_BYTES - 1):
+        if raw[n] & 0xC0 != 0x80:                       # raw[n] starts a character: the cut is between two
+            break
+        n -= 1
+    return raw[:n]
+
+
+# /dev/stdin, /dev/stdout, /dev/stderr, /dev/fd/N, /proc/self/fd/N: a file descriptor of this process,
+# used as it is (as bash does): a socket, or a file opened with >>, is written to, not reopened
+_DESCRIPTOR = re.compile(r"/dev/(?:std(?P<std>in|out|err)|fd/(?P<fd>\d+))|/proc/self/fd/(?P<self>\d+)")
+_STD_NAMES = ("stdin", "stdout", "stderr")
+
+
+def open_path(option: str, path: str, mode: str) -> BinaryIO:
+    """The file `path` given to `option`, opened with `mode` ("rb", "wb"), or a one-line error."""
+    m = _DESCRIPTOR.fullmatch(os.path.abspath(path))
+    try:
+        if m is None:
+            return open(path, mode)
+        fd = _STD_NAMES.index(f"std{m['std']}") if m["std"] else int(m["fd"] or m["self"])
+        if fd < 3 and (sys.stdin, sys.stdout, sys.stderr)[fd] is None:
+            raise Seq2OnnxError(f"{option} {path}: {_STD_NAMES[fd]} is closed")
+        return os.fdopen(os.dup(fd), mode)
+    except FileNotFoundError:
+        raise Seq2OnnxError(f"{option} {path}: no such file") from None
+    except OSError as e:
+        raise Seq2OnnxError(f"{option} {path}: cannot open it ({e.strerror})") from None
+
+
+def stdin_bytes() -> BinaryIO:
+    if sys.stdin is None:
+        raise Seq2OnnxError("stdin is closed; redirect it from a file (< FILE), or give --input FILE")
+    return sys.stdin.buffer
+
+
+def stdout_text() -> TextIO:
+    if sys.stdout is None:                              # e.g. `seq2onnx ... >&-`
+        raise Seq2OnnxError("stdout is closed; redirect it to a file (> FILE), or give --output FILE")
+    return sys.stdout
+
+
+@contextmanager
+def open_output(path: Optional[str]) -> Iterator[BinaryIO]:
+    """Where the translations go (TRANSLATE_FORMAT, "output"), checked before any work is done."""
+    if path is None:
+        yield stdout_text().buffer
+        return
+    target = os.path.realpath(path)                     # through symlinks: the link stays, its target changes
+    try:
+        st: Optional[os.stat_result] = os.stat(target)
+    except FileNotFoundError:
+        st = None
+    except OSError as e:
+        raise Seq2OnnxError(f"--output {path}: {e.strerror}") from None
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise Seq2OnnxError(f"--output {path} is a folder; give the path of a file to write")
+    if _DESCRIPTOR.fullmatch(os.path.abspath(path)) or (st is not None and not stat.S_ISREG(st.st_mode)):
+        with open_path("--output", path, "wb") as f:   # a device, FIFO, socket, /dev/stdout: no temporary file
+            yield f
+        return
+    folder = os.path.dirname(target)
+    if not os.path.isdir(folder):
+        raise Seq2OnnxError(f"--output {path}: the folder {folder} does not exist; create it first")
+    if st is not None and not os.access(target, os.W_OK):
+        raise Seq2OnnxError(f"--output {path}: the file is not writable; make it writable or choose another")
+    tmp = os.path.join(folder, f".tmp-{secrets.token_hex(6)}-{os.path.basename(target)}")
+    try:                                                # created inside: whatever stops us removes it
+        with _create(path, tmp, st) as f:
+            yield f
+        os.replace(tmp, target)
+    except BaseException:                               # errors, KeyboardInterrupt, cli.Terminated
+        with suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def _create(path: str, tmp: str, replaced: Optional[os.stat_result]) -> BinaryIO:
+    """The temporary file for --output `path`: mode 0666 less the umask, or the mode (and, where allowed,
+    the owner) of the file it will replace."""
+    try:
+        f = open(tmp, "xb")
+    except OSError as e:
+        raise Seq2OnnxError(f"--output {path}: cannot create a file in {os.path.dirname(tmp)} ({e.strerror}); "
+                            f"choose a folder you can write to") from None
+    if replaced is not None:
+        with suppress(PermissionError):                 # only root may give a file to another owner
+            os.fchown(f.fileno(), replaced.st_uid, replaced.st_gid)
+        os.fchmod(f.fileno(), stat.S_IMODE(replaced.st_mode))
+    return f

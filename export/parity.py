@@ -42,6 +42,7 @@ import torch
 from seq2onnx.runtime.decoding import Hypothesis, decode
 from seq2onnx.runtime.errors import Seq2OnnxError
 from seq2onnx.runtime.options import DecodingOptions
+from seq2onnx.runtime.session import ArrayEngine, IoBindingEngine, cache_dtype
 from seq2onnx.training.model import Transformer
 from seq2onnx.training.reference import beam_search, greedy_search, pad_batch
 
@@ -171,7 +172,6 @@ class OnnxPair:
 
     def empty_cache(self, batch: int) -> List[np.ndarray]:
         """In the dtype of the graph's past inputs (float16 in the fp16 variant)."""
-        from seq2onnx.runtime.session import cache_dtype
         shape = (batch, self.cfg.n_heads, 0, self.cfg.head_dim)
         return [np.zeros(shape, cache_dtype(self.decoder, self.cfg)) for _ in range(2 * self.cfg.decoder_layers)]
 
@@ -181,16 +181,12 @@ def _engine(pair: OnnxPair):
     """The runtime's engine over the pair's sessions: what `Translator` decodes with, minus the package.
     ArrayEngine (CPU, float32 caches) where it can; else the IO-binding engine, which takes any cache dtype
     (an fp16 variant checked on the CPU provider) and any device."""
-    from seq2onnx.runtime.session import ArrayEngine, IoBindingEngine
-    names = (str(pair.decoder_path),)
-    if pair.provider == "CUDAExecutionProvider":
-        return IoBindingEngine(pair.encoder, pair.decoder, pair.cfg, "cuda", 0, pair.decoder.get_providers(),
-                               pair.cross_per_sentence, *names)
-    engine = ArrayEngine(pair.encoder, pair.decoder, pair.cfg, pair.cross_per_sentence, *names)
-    if engine.cache_dtype != np.float32:
-        return IoBindingEngine(pair.encoder, pair.decoder, pair.cfg, "cpu", 0, pair.decoder.get_providers(),
-                               pair.cross_per_sentence, *names)
-    return engine
+    path = str(pair.decoder_path)
+    if pair.provider == "CUDAExecutionProvider" or cache_dtype(pair.decoder, pair.cfg) != np.float32:
+        device = "cuda" if pair.provider == "CUDAExecutionProvider" else "cpu"
+        return IoBindingEngine(pair.encoder, pair.decoder, pair.cfg, device, 0, pair.decoder.get_providers(),
+                               pair.cross_per_sentence, path)
+    return ArrayEngine(pair.encoder, pair.decoder, pair.cfg, pair.cross_per_sentence, path)
 
 
 def onnx_decode(pair: OnnxPair, sources: Sequence[Sequence[int]], beam_size: int = BEAM_SIZE,

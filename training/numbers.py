@@ -103,15 +103,15 @@ def split_numbers(spec: NumbersSpec) -> Dict[str, List[int]]:
     """{"train", "valid", "test"} -> the numbers of each split (train shuffled, valid/test sorted)."""
     if spec.repeat_small < 1:
         raise Seq2OnnxError(f"--repeat-small must be >= 1, got {spec.repeat_small}")
-    words = max(spec.repeat_below_20, spec.repeat_small)
+    word_repeats = max(spec.repeat_below_20, spec.repeat_small)
     if spec.repeat_below_20 and spec.repeat_below_20 < spec.repeat_small:
         raise Seq2OnnxError(f"--repeat-below-20 {spec.repeat_below_20} is below --repeat-small "
                             f"{spec.repeat_small}: numbers below 20 are numbers below 1000 too; pass at least "
                             f"{spec.repeat_small}")
-    small = ATOMS * spec.repeat_small + WORDS * (words - spec.repeat_small)
+    small = ATOMS * spec.repeat_small + WORDS * (word_repeats - spec.repeat_small)
     if spec.size < small:
         raise Seq2OnnxError(f"--size {spec.size} is below {small}: the training split holds every number "
-                            f"below {ATOMS} ({spec.repeat_small} times, those below {WORDS} {words} times); "
+                            f"below {ATOMS} ({spec.repeat_small} times, those below {WORDS} {word_repeats} times); "
                             f"pass --size {small} or more")
     if spec.valid_size < 0 or spec.test_size < 0:
         raise Seq2OnnxError("--valid-size and --test-size must be >= 0")
@@ -120,7 +120,7 @@ def split_numbers(spec: NumbersSpec) -> Dict[str, List[int]]:
         raise Seq2OnnxError(f"--size {spec.size} with {spec.valid_size} valid and {spec.test_size} test numbers "
                             f"needs more than the {capacity} numbers in 1,000..999,999: lower --size")
     rng = np.random.default_rng(spec.seed)
-    atoms = list(range(ATOMS)) * spec.repeat_small + list(range(WORDS)) * (words - spec.repeat_small)
+    atoms = list(range(ATOMS)) * spec.repeat_small + list(range(WORDS)) * (word_repeats - spec.repeat_small)
     splits: Dict[str, List[int]] = {"train": atoms, "valid": [], "test": []}
     valid_shares = _even_shares(spec.valid_size, len(BANDS))
     test_shares = _even_shares(spec.test_size, len(BANDS))

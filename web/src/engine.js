@@ -1,0 +1,153 @@
+// The decoder-step contracts this runtime reads, one engine class each, and the sessions they run on.
+//
+// A package's manifest format_version names the contract of its decoder step graph (runtime/graph_io.py):
+//   1  past_key_i / past_value_i [R, H, P, Dh] in, present_* [R, H, P+1, Dh] out: the cache grows every step.
+// ENGINES maps each version to its engine; the manifest check reads the versions from it (READ_FORMAT_VERSIONS),
+// so a new contract (format_version 2: a fixed-capacity cache with a past_length input and a cross_attention
+// output) is one more class here that names its graph I/O and implements encode / step / take.
+//
+// The engine hides where tensors live and how the decoder is called; decoding.js sees only:
+//   encode(inputIds BigInt64Array [B*S], attentionMask BigInt64Array [B*S], [B, S]) -> [encoderMask, cross]
+//   step(inputIds BigInt64Array [R], encoderMask, past | null, cross) -> [logProbs Float32Array [R*V], present]
+//       encoderMask and cross have R rows, or with crossPerSentence R / G (the G beams of a sentence share them)
+//   take(values, index) -> values gathered along their first axis
+//   crossPerSentence, decoderPath (names the graph when it returns NaN log-probs)
+import { ModelPackageError } from "./errors.js";
+
+export function cacheNames(prefix, layers) {
+  const names = [];
+  for (let i = 0; i < layers; i++) names.push(`${prefix}_key_${i}`, `${prefix}_value_${i}`);
+  return names;
+}
+
+const REEXPORT = "re-export the model";
+const ID_INPUTS = ["input_ids", "attention_mask", "encoder_attention_mask"]; // int64 [batch, len]
+
+/** Gather `tensor` (an ort.Tensor) along its first axis by `index`. */
+function gatherRows(ort, tensor, index) {
+  const rowSize = tensor.dims.slice(1).reduce((a, b) => a * b, 1);
+  const src = tensor.data;
+  const out = new src.constructor(index.length * rowSize);
+  for (let r = 0; r < index.length; r++) out.set(src.subarray(index[r] * rowSize, (index[r] + 1) * rowSize), r * rowSize);
+  return new ort.Tensor(tensor.type, out, [index.length, ...tensor.dims.slice(1)]);
+}
+
+/** format_version 1: the self-attention cache grows by one position a step (docs/CONTRACTS.md, ONNX graphs). */
+export class GrowingCacheEngine {
+  static formatVersion = 1;
+
+  /** graph -> [input names, output names] of the contract for `config` */
+  static io(config) {
+    const n = config.decoder_layers;
+    return {
+      encoder: [["input_ids", "attention_mask"], cacheNames("cross", n)],
+      decoder_step: [["input_ids", "encoder_attention_mask", ...cacheNames("past", n), ...cacheNames("cross", n)],
+        ["log_probs", ...cacheNames("present", n)]],
+    };
+  }
+
+  /** [type, dims] an input or output must have (null: any size) */
+  static spec(name, config) {
+    if (ID_INPUTS.includes(name)) return ["int64", [null, null]];
+    if (name === "log_probs") return ["float32", [null, null]];
+    return ["float32", [null, config.n_heads, null, config.head_dim]];
+  }
+
+  constructor(ort, encoder, decoder, config, { crossPerSentence = false, decoderPath = "the decoder step graph" } = {}) {
+    Object.assign(this, { ort, encoder, decoder, config, crossPerSentence, decoderPath });
+    const io = this.constructor.io(config);
+    this.crossNames = io.encoder[1];
+    this.pastNames = cacheNames("past", config.decoder_layers);
+    this.presentNames = cacheNames("present", config.decoder_layers);
+  }
+
+  async encode(inputIds, attentionMask, dims) {
+    const { ort } = this;
+    const mask = new ort.Tensor("int64", attentionMask, dims);
+    const out = await this.encoder.run({ input_ids: new ort.Tensor("int64", inputIds, dims), attention_mask: mask });
+    return [mask, this.crossNames.map((name) => out[name])];
+  }
+
+  async step(inputIds, encoderMask, past, cross) {
+    const { ort, config } = this;
+    const rows = inputIds.length;
+    if (past === null) {
+      const empty = new ort.Tensor("float32", new Float32Array(0), [rows, config.n_heads, 0, config.head_dim]);
+      past = this.pastNames.map(() => empty);
+    }
+    const feeds = { input_ids: new ort.Tensor("int64", inputIds, [rows, 1]), encoder_attention_mask: encoderMask };
+    this.pastNames.forEach((name, i) => (feeds[name] = past[i]));
+    this.crossNames.forEach((name, i) => (feeds[name] = cross[i]));
+    const out = await this.decoder.run(feeds);
+    return [out.log_probs.data, this.presentNames.map((name) => out[name])];
+  }
+
+  take(values, index) {
+    return values.map((v) => gatherRows(this.ort, v, index));
+  }
+}
+
+export const ENGINES = new Map([[1, GrowingCacheEngine]]);
+export const READ_FORMAT_VERSIONS = [...ENGINES.keys()];
+
+async function openSession(ort, bytes, where, sessionOptions) {
+  try {
+    return await ort.InferenceSession.create(bytes, sessionOptions);
+  } catch (e) {
+    throw new ModelPackageError(`${where}: onnxruntime cannot load it (${String(e.message).split("\n")[0]}); ${REEXPORT}`);
+  }
+}
+
+/** The session's inputs and outputs are the contract's for `config` (runtime/session.py check_graph_io): names,
+ * types, ranks, and heads and head_dim in every cross K/V and cache. */
+function checkGraphIo(Engine, session, where, graph, config) {
+  const [inputs, outputs] = Engine.io(config)[graph];
+  const gotIn = [...session.inputNames], gotOut = [...session.outputNames];
+  const same = (a, b) => a.length === b.length && [...a].sort().every((x, i) => x === [...b].sort()[i]);
+  if (!same(gotIn, inputs) || !same(gotOut, outputs)) {
+    throw new ModelPackageError(`${where}: graph inputs/outputs ${JSON.stringify(gotIn)} -> ${JSON.stringify(gotOut)} do ` +
+      `not match the ${graph} contract of format_version ${Engine.formatVersion} for ${config.decoder_layers} decoder ` +
+      `layers; ${REEXPORT}`);
+  }
+  for (const meta of [...(session.inputMetadata ?? []), ...(session.outputMetadata ?? [])]) {
+    const [type, want] = Engine.spec(meta.name, config);
+    const dims = meta.shape ?? [];
+    const bad = !meta.isTensor || meta.type !== type || dims.length !== want.length ||
+      dims.some((d, i) => typeof d === "number" && d >= 0 && want[i] !== null && d !== want[i]);
+    if (bad) {
+      throw new ModelPackageError(`${where}: its ${meta.name} is ${meta.type} ${JSON.stringify(dims)}, the contract and the ` +
+        `config (n_heads ${config.n_heads}, d_model ${config.d_model}) want ${type} ` +
+        `${JSON.stringify(want.map((w) => w ?? "*"))}: the graph and the config do not belong together; ${REEXPORT}`);
+    }
+  }
+}
+
+/** The engine of a package variant: its two sessions from the bytes the package read and checked. */
+export async function openEngine(pkg, variantName, [encoderBytes, decoderBytes], sessionOptions) {
+  const { config } = pkg, ort = pkg.platform.ort;
+  const Engine = ENGINES.get(pkg.formatVersion);
+  const variant = pkg.variants[variantName];
+  const encoderPath = pkg.describe(variant.encoder), decoderPath = pkg.describe(variant.decoderStep);
+  const encoder = await openSession(ort, encoderBytes, encoderPath, sessionOptions);
+  const decoder = await openSession(ort, decoderBytes, decoderPath, sessionOptions);
+  checkGraphIo(Engine, encoder, encoderPath, "encoder", config);
+  checkGraphIo(Engine, decoder, decoderPath, "decoder_step", config);
+  const meta = Object.fromEntries((decoder.inputMetadata ?? []).concat(decoder.outputMetadata ?? []).map((m) => [m.name, m.shape ?? []]));
+  // the decoder's log-probs cover exactly the tokenizer's ids (Translator._check_graph_vocab)
+  const width = meta.log_probs?.at(-1);
+  if (typeof width === "number" && width >= 0 && width !== config.vocab_size) {
+    throw new ModelPackageError(`${decoderPath}: the graph scores ${width} tokens per step but ${pkg.describe()} has a ` +
+      `tokenizer and config of ${config.vocab_size}: the tokenizer does not belong to this model; re-export the model ` +
+      "with `seq2onnx export`");
+  }
+  // cross K/V once per sentence needs a graph whose cross inputs have their own batch axis (_check_graph_cross_axis)
+  if (pkg.crossPerSentence) {
+    const rows = meta.input_ids?.[0], sentences = meta.encoder_attention_mask?.[0];
+    if (typeof rows === "string" && rows === sentences) {
+      throw new ModelPackageError(`${decoderPath}: the manifest says the decoder step takes cross K/V once per sentence, ` +
+        `but the graph's encoder_attention_mask and input_ids share the batch axis '${rows}': the graph and the manifest ` +
+        "do not belong together; re-export the model with `seq2onnx export`");
+    }
+  }
+  return new Engine(ort, encoder, decoder, config, { crossPerSentence: pkg.crossPerSentence, decoderPath });
+}

@@ -1,0 +1,255 @@
+// Read and check a model package folder (docs/CONTRACTS.md "Model package", docs/SECURITY.md), as
+// runtime/manifest.py does, on a platform (platform_node.js: a folder; platform_browser.js: a URL):
+//   readPackage(platform, source)   manifest.json (at most MAX_MANIFEST_BYTES, nested at most MAX_JSON_DEPTH deep):
+//                                   its schema, every field's type and range, format_version (the versions this
+//                                   runtime has an engine for: engine.js); every listed file present, of its
+//                                   size, with a plain name (nothing outside the folder); the config; the
+//                                   tokenizer (its SHA-256 checked, its vocab and special tokens against the config)
+//   pkg.readVariant(name)           the bytes of the variant's two graphs, SHA-256 checked, without external data:
+//                                   what onnxruntime loads
+// A model folder is untrusted input. Each file is read once and its SHA-256 checked on exactly the bytes that
+// are then used. Every failure is one ModelPackageError line naming the file, the field and the fix.
+import { configFromObject, CONFIG_FIELDS } from "./config.js";
+import { READ_FORMAT_VERSIONS } from "./engine.js";
+import { ModelPackageError } from "./errors.js";
+import { isInteger, JsonDepthError, parseJson, short } from "./json.js";
+import { hasExternalData } from "./onnx_bytes.js";
+import { PackageTokenizer } from "./tokenizer.js";
+
+export const FORMAT = "seq2onnx-model";
+export const MANIFEST = "manifest.json";
+export const REEXPORT = "re-export the model with `seq2onnx export`";
+export const MAX_MANIFEST_BYTES = 2 ** 20;
+export const MAX_JSON_DEPTH = 32;
+export const MAX_FILE_BYTES = 2 ** 31 - 1; // protobuf's limit: onnxruntime loads no larger graph
+export const MAX_TOKENIZER_BYTES = 2 ** 28;
+const SHA256 = /^[0-9a-f]{64}$/;
+const FILE_NAME = /^[A-Za-z0-9._+-]{1,255}$/; // names in 'files': in the folder, nothing else
+// variant status -> why the variant was not held to the export's thresholds
+export const UNCHECKED = {
+  "validation-skipped": "was exported with --skip-int8-validation",
+  "unchecked-on-CUDA": "was not checked against PyTorch (no GPU at export)",
+};
+const STATUSES = ["checked", ...Object.keys(UNCHECKED)];
+const KIND_NAMES = { object: "an object", string: "a string", int: "an integer", bool: "true or false" };
+const REQUIRED = Symbol("required");
+
+function kindOf(value, kind) {
+  if (kind === "object") return value !== null && typeof value === "object" && !Array.isArray(value) && !(value instanceof Number);
+  if (kind === "string") return typeof value === "string";
+  if (kind === "int") return isInteger(value);
+  return typeof value === "boolean";
+}
+
+/** obj[key], which must be of `kind` (a bool is no integer, 1.0 is none). With a default, a missing or null
+ * field gives the default (runtime/manifest.py _field). */
+function field(obj, key, kind, where, name = key, fallback = REQUIRED) {
+  const present = Object.hasOwn(obj, key);
+  const value = present ? obj[key] : undefined;
+  if ((value === undefined || value === null) && fallback !== REQUIRED) return fallback;
+  if (!present) throw new ModelPackageError(`${where}: the field ${name} is missing; ${REEXPORT}`);
+  if (!kindOf(value, kind)) {
+    throw new ModelPackageError(`${where}: the field ${name} should be ${KIND_NAMES[kind]}, got ${short(value)}; ${REEXPORT}`);
+  }
+  return value;
+}
+
+async function readManifest(platform, root) {
+  const where = platform.describe(root, MANIFEST);
+  const data = await platform.readFile(root, MANIFEST, MAX_MANIFEST_BYTES,
+    `${where} is missing: ${platform.describe(root)} is not a seq2onnx model package; ${REEXPORT}`);
+  if (data.length > MAX_MANIFEST_BYTES) {
+    throw new ModelPackageError(`${where} has more than ${MAX_MANIFEST_BYTES} bytes, more than a manifest holds: this ` +
+      `is not a seq2onnx model package; ${REEXPORT}`);
+  }
+  let manifest;
+  try {
+    manifest = parseJson(new TextDecoder("utf-8", { fatal: true, ignoreBOM: true }).decode(data), MAX_JSON_DEPTH);
+  } catch (e) {
+    if (e instanceof JsonDepthError) {
+      throw new ModelPackageError(`${where} nests lists and objects more than ${MAX_JSON_DEPTH} levels deep, deeper than ` +
+        `a manifest: this is not a seq2onnx model package; ${REEXPORT}`);
+    }
+    throw new ModelPackageError(`${where} is not valid JSON (${e.message}); ${REEXPORT}`);
+  }
+  if (!kindOf(manifest, "object") || manifest.format !== FORMAT) {
+    const got = kindOf(manifest, "object") ? manifest.format : Array.isArray(manifest) ? "list" : typeof manifest;
+    throw new ModelPackageError(`${where}: format is ${short(got)}, not '${FORMAT}': this is not a seq2onnx model package`);
+  }
+  const version = manifest.format_version;
+  if (!isInteger(version) || !READ_FORMAT_VERSIONS.includes(version)) {
+    const newer = isInteger(version) && version > Math.max(...READ_FORMAT_VERSIONS);
+    const fix = newer ? "upgrade the seq2onnx JS package (npm install seq2onnx@latest)" : REEXPORT;
+    throw new ModelPackageError(`${where}: format_version ${short(version)} is unknown; this runtime reads ` +
+      `format_version ${READ_FORMAT_VERSIONS.join(" and ")}: ${fix}`);
+  }
+  return manifest;
+}
+
+function readConfig(where, manifest) {
+  const fields = field(manifest, "config", "object", where);
+  for (const name of Object.keys(CONFIG_FIELDS)) {
+    if (!Object.hasOwn(fields, name)) throw new ModelPackageError(`${where}: the field config.${name} is missing; ${REEXPORT}`);
+  }
+  try {
+    return configFromObject(fields);
+  } catch (e) {
+    throw new ModelPackageError(`${where}: bad model config (${e.message}); ${REEXPORT}`);
+  }
+}
+
+function missingListed(platform, root, name) {
+  return `${platform.describe(root, name)} is missing (listed in ${MANIFEST}); copy the whole package folder or ${REEXPORT}`;
+}
+
+async function checkFiles(platform, root, where, manifest) {
+  const files = field(manifest, "files", "object", where);
+  for (const [name, entry] of Object.entries(files)) {
+    if (!FILE_NAME.test(name) || name === "." || name === ".." || name === MANIFEST) {
+      throw new ModelPackageError(`${where}: bad file name ${short(name)} in 'files'; ${REEXPORT}`);
+    }
+    if (!kindOf(entry, "object")) throw new ModelPackageError(`${where}: files['${name}'] needs 'sha256' and 'bytes'; ${REEXPORT}`);
+    const sha256 = field(entry, "sha256", "string", where, `files['${name}']['sha256']`);
+    const size = field(entry, "bytes", "int", where, `files['${name}']['bytes']`);
+    if (!SHA256.test(sha256) || !(size >= 0 && size <= MAX_FILE_BYTES)) {
+      throw new ModelPackageError(`${where}: files['${name}'] should have a 'sha256' of 64 hex digits and 'bytes' in ` +
+        `[0, ${MAX_FILE_BYTES}], got ${short(entry)}; ${REEXPORT}`);
+    }
+  }
+  // present, regular, of the listed size (the browser: present, and of that size where the server says)
+  await Promise.all(Object.entries(files).map(async ([name, entry]) => {
+    const size = await platform.fileSize(root, name, missingListed(platform, root, name));
+    if (size !== null && size !== entry.bytes) {
+      throw new ModelPackageError(`${platform.describe(root, name)} has ${size} bytes, ${MANIFEST} says ${entry.bytes} ` +
+        `(truncated or changed); copy the package again or ${REEXPORT}`);
+    }
+  }));
+}
+
+function readVariants(where, manifest) {
+  const variants = {};
+  for (const [name, entry] of Object.entries(field(manifest, "variants", "object", where))) {
+    const label = `variants[${short(name)}]`;
+    if (!kindOf(entry, "object")) throw new ModelPackageError(`${where}: ${label} is not an object; ${REEXPORT}`);
+    const graphs = {};
+    for (const graph of ["encoder", "decoder_step"]) {
+      const file = entry[graph];
+      if (typeof file !== "string" || !Object.hasOwn(manifest.files, file)) {
+        throw new ModelPackageError(`${where}: ${label}['${graph}'] = ${short(file)} is not a file listed in 'files'; ${REEXPORT}`);
+      }
+      graphs[graph] = file;
+    }
+    const precision = field(entry, "precision", "string", where, `${label}['precision']`, name);
+    const parity = field(entry, "parity", "object", where, `${label}['parity']`, {});
+    const status = field(entry, "status", "string", where, `${label}['status']`, "checked");
+    if (!STATUSES.includes(status)) {
+      throw new ModelPackageError(`${where}: ${label}['status'] should be one of ${STATUSES.join(", ")}, got ${short(status)}; ${REEXPORT}`);
+    }
+    variants[name] = Object.freeze({ name, encoder: graphs.encoder, decoderStep: graphs.decoder_step, precision, parity, status });
+  }
+  if (!Object.hasOwn(variants, "fp32")) throw new ModelPackageError(`${where}: no 'fp32' variant; ${REEXPORT}`);
+  return variants;
+}
+
+/** graphs.decoder_step.cross_per_sentence: true, or absent / false (packages exported before it existed). */
+function readCrossPerSentence(where, manifest) {
+  const graphs = field(manifest, "graphs", "object", where, "graphs", {});
+  const decoder = field(graphs, "decoder_step", "object", where, "graphs.decoder_step", {});
+  return field(decoder, "cross_per_sentence", "bool", where, "graphs.decoder_step.cross_per_sentence", false);
+}
+
+/** The fields only shown to people (seq2onnx info): of the kinds they are shown as. */
+function checkDescribedFields(where, manifest) {
+  for (const key of ["seq2onnx_version", "created"]) field(manifest, key, "string", where, key, null);
+  for (const key of ["opset", "ir_version"]) field(manifest, key, "int", where, key, null);
+  const exporter = field(manifest, "exporter", "object", where, "exporter", {});
+  for (const key of Object.keys(exporter)) field(exporter, key, "string", where, `exporter[${short(key)}]`);
+  const source = field(manifest, "source_checkpoint", "object", where, "source_checkpoint", {});
+  field(source, "file", "string", where, "source_checkpoint.file", null);
+  field(source, "train_meta", "object", where, "source_checkpoint.train_meta", null);
+}
+
+export class ModelPackage {
+  constructor(platform, root, manifest, config, variants, crossPerSentence, verify) {
+    Object.assign(this, { platform, root, manifest, config, variants, crossPerSentence, verify });
+    this.formatVersion = manifest.format_version; // which decoder step contract the graphs follow (engine.js)
+    this.tokenizer = null;
+  }
+
+  describe(name) {
+    return this.platform.describe(this.root, name);
+  }
+
+  /** The bytes of `name`, read once: of the size the manifest lists and, when verify, of its SHA-256. */
+  async readFile(name, verify = this.verify) {
+    const { bytes: size, sha256 } = this.manifest.files[name];
+    const data = await this.platform.readFile(this.root, name, size, missingListed(this.platform, this.root, name));
+    if (data.length !== size) {
+      throw new ModelPackageError(`${this.describe(name)} has ${data.length > size ? "more than " : ""}${data.length} bytes, ` +
+        `${MANIFEST} says ${size} (truncated or changed); copy the package again or ${REEXPORT}`);
+    }
+    if (verify && (await this.platform.sha256(data)) !== sha256) {
+      throw new ModelPackageError(`${this.describe(name)}: its SHA-256 does not match ${MANIFEST} (the file is corrupt or ` +
+        `was changed); copy the package again or ${REEXPORT}`);
+    }
+    return data;
+  }
+
+  /** [encoder bytes, decoder step bytes] of a variant, each holding all its weights: a graph with external
+   * data is refused (onnxruntime would read files no checksum covers). */
+  async readVariant(name, verify = this.verify) {
+    const variant = this.variants[name];
+    return Promise.all([variant.encoder, variant.decoderStep].map(async (file) => {
+      const data = await this.readFile(file, verify);
+      let external;
+      try {
+        external = hasExternalData(data);
+      } catch (e) {
+        throw new ModelPackageError(`${this.describe(file)} is not a valid ONNX model (${e.message}); ${REEXPORT}`);
+      }
+      if (external) {
+        throw new ModelPackageError(`${this.describe(file)} keeps weights in external data files, which the package's ` +
+          `checksums do not cover: a seq2onnx graph holds all its weights; ${REEXPORT}`);
+      }
+      return data;
+    }));
+  }
+}
+
+async function readTokenizer(pkg) {
+  const where = pkg.describe(MANIFEST), { manifest, config } = pkg;
+  const name = field(manifest, "tokenizer", "string", where);
+  if (!Object.hasOwn(manifest.files, name)) {
+    throw new ModelPackageError(`${where}: the tokenizer ${short(name)} is not listed in 'files'; ${REEXPORT}`);
+  }
+  const path = pkg.describe(name);
+  if (manifest.files[name].bytes > MAX_TOKENIZER_BYTES) {
+    throw new ModelPackageError(`${path} has ${manifest.files[name].bytes} bytes, more than a tokenizer may have ` +
+      `(${MAX_TOKENIZER_BYTES}); ${REEXPORT}`);
+  }
+  const data = await pkg.readFile(name);
+  let text;
+  try {
+    text = new TextDecoder("utf-8", { fatal: true }).decode(data);
+  } catch {
+    throw new ModelPackageError(`${path} is not a tokenizers JSON file (not UTF-8); ${REEXPORT}`);
+  }
+  const tokenizer = new PackageTokenizer(text, path, config, { reexport: REEXPORT });
+  tokenizer.checkManifest(manifest, config, where, REEXPORT);
+  return tokenizer;
+}
+
+/** Read and check a package (a folder in Node, a URL in the browser); see the top of this file. */
+export async function readPackage(platform, source, { verify = true } = {}) {
+  const root = await platform.root(source);
+  const manifest = await readManifest(platform, root);
+  const where = platform.describe(root, MANIFEST);
+  const config = readConfig(where, manifest);
+  await checkFiles(platform, root, where, manifest);
+  const variants = readVariants(where, manifest);
+  const crossPerSentence = readCrossPerSentence(where, manifest);
+  checkDescribedFields(where, manifest);
+  const pkg = new ModelPackage(platform, root, manifest, config, variants, crossPerSentence, verify);
+  pkg.tokenizer = await readTokenizer(pkg);
+  return pkg;
+}

@@ -1,0 +1,113 @@
+// The package's tokenizer.json in JS, giving the ids of Python's `tokenizers` (the tests compare them on
+// thousands of texts): @huggingface/tokenizers does the work; this file adds what the runtime does around it
+// (runtime/manifest.py _read_tokenizer, docs/CONTRACTS.md "Tokenizer and sequences"):
+//  * encoding with specials as text (Python's encode_special_tokens = True): a literal "</s>" or "<pad>" in a
+//    text is ordinary pieces, never a special id, so the special added tokens are not split out of texts;
+//  * decoding skips the special tokens, as tokenizers' decode(ids) does by default;
+//  * padding and truncation set in the file are ignored (the runtime pads and cuts itself);
+//  * the checks: no post-processor, ids exactly 0..vocab_size-1, vocab_size and special tokens as the config.
+import { Tokenizer } from "@huggingface/tokenizers";
+import { ModelPackageError } from "./errors.js";
+import { isInteger, short } from "./json.js";
+
+export const SPECIAL_ROLES = ["pad", "bos", "eos", "unk"]; // manifest special_tokens keys; the config has {role}_id
+
+/** token -> id of the tokenizer's model and added tokens (tokenizers' get_vocab(with_added_tokens=True)). */
+function vocabulary(json) {
+  const vocab = new Map();
+  const model = json.model ?? {};
+  if (Array.isArray(model.vocab)) model.vocab.forEach((entry, id) => vocab.set(Array.isArray(entry) ? entry[0] : entry, id)); // Unigram
+  else if (model.vocab && typeof model.vocab === "object") for (const [token, id] of Object.entries(model.vocab)) vocab.set(token, id);
+  for (const added of json.added_tokens ?? []) vocab.set(added.content, added.id);
+  return vocab;
+}
+
+export class PackageTokenizer {
+  /** text: the tokenizer.json text; path: names it in errors; config: the checked ModelConfig. */
+  constructor(text, path, config, { reexport }) {
+    let json;
+    try {
+      json = JSON.parse(text);
+      if (json === null || typeof json !== "object" || typeof json.model !== "object" || json.model === null) {
+        throw new Error("no tokenizer model in it");
+      }
+    } catch (e) {
+      throw new ModelPackageError(`${path} is not a tokenizers JSON file (${e.message.split("\n")[0]}); ${reexport}`);
+    }
+    if (json.post_processor != null) {
+      throw new ModelPackageError(`${path} has a post-processor, which would add ids to every text: a seq2onnx ` +
+        `tokenizer has none (the model code adds EOS); ${reexport}`);
+    }
+    this.path = path;
+    this.vocab = vocabulary(json);
+    this.tokens = [];
+    for (const [token, id] of this.vocab) this.tokens[id] = token;
+    const size = this.vocab.size;
+    const ids = [...this.vocab.values()].sort((a, b) => a - b);
+    if (size !== config.vocab_size) {
+      throw new ModelPackageError(`${path} has ${size} tokens but the model config has vocab_size ${config.vocab_size}: ` +
+        `the tokenizer does not belong to this model; ${reexport}`);
+    }
+    if (!ids.every((id, i) => id === i)) {
+      throw new ModelPackageError(`${path}: its token ids are not exactly 0..${size - 1}, one per token: the tokenizer ` +
+        `is broken; ${reexport}`);
+    }
+    const added = Array.isArray(json.added_tokens) ? json.added_tokens : [];
+    this.specialIds = new Set(added.filter((t) => t.special).map((t) => t.id));
+    const forLibrary = { ...json, added_tokens: added.filter((t) => !t.special), padding: null, truncation: null };
+    try {
+      this.tokenizer = new Tokenizer(forLibrary, { clean_up_tokenization_spaces: false });
+      this.tokenizer.encode("a", { add_special_tokens: false }); // a component it cannot run fails here, at load
+    } catch (e) {
+      throw new ModelPackageError(`${path}: the JS tokenizer cannot read it (${String(e.message).split("\n")[0]}); ${reexport}`);
+    }
+  }
+
+  /** The checks against the manifest: its vocab_size and special_tokens (runtime/manifest.py). */
+  checkManifest(manifest, config, where, reexport) {
+    const declared = manifest.vocab_size ?? config.vocab_size;
+    if (!isInteger(declared) || declared !== config.vocab_size) {
+      if (manifest.vocab_size != null && !isInteger(manifest.vocab_size)) {
+        throw new ModelPackageError(`${where}: the field vocab_size should be an integer, got ${short(manifest.vocab_size)}; ${reexport}`);
+      }
+      throw new ModelPackageError(`${this.path} has ${this.vocab.size} tokens but the model config has vocab_size ` +
+        `${config.vocab_size} (manifest vocab_size ${short(manifest.vocab_size)}): the tokenizer does not belong to ` +
+        `this model; ${reexport}`);
+    }
+    const specials = manifest.special_tokens ?? {};
+    if (typeof specials !== "object" || Array.isArray(specials)) {
+      throw new ModelPackageError(`${where}: the field special_tokens should be an object, got ${short(specials)}; ${reexport}`);
+    }
+    for (const role of SPECIAL_ROLES) {
+      const token = Object.hasOwn(specials, role) ? specials[role] : null;
+      if (token === null) continue;
+      if (typeof token !== "string") {
+        throw new ModelPackageError(`${where}: the field special_tokens.${role} should be a string, got ${short(token)}; ${reexport}`);
+      }
+      const want = config[`${role}_id`];
+      if (this.tokenToId(token) !== want) {
+        throw new ModelPackageError(`${this.path}: special token ${role}=${short(token)} has id ` +
+          `${this.tokenToId(token) ?? "None"}, the config says ${want}; ${reexport}`);
+      }
+    }
+  }
+
+  /** text -> ids, without specials (the model code adds EOS); a literal special token is ordinary text. */
+  encode(text) {
+    return this.tokenizer.encode(text, { add_special_tokens: false }).ids;
+  }
+
+  /** ids -> text, special tokens skipped (tokenizers' decode). */
+  decode(ids) {
+    const kept = ids.filter((id) => !this.specialIds.has(id) && id >= 0 && id < this.tokens.length);
+    return kept.length ? this.tokenizer.decode(kept, { skip_special_tokens: false }) : "";
+  }
+
+  tokenToId(token) {
+    return this.vocab.get(token);
+  }
+
+  idToToken(id) {
+    return this.tokens[id];
+  }
+}

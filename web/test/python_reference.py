@@ -1,0 +1,156 @@
+"""The Python side of the web package's equality tests and benchmark: what the Python runtime says.
+
+Run by the JS tests (test/python.js) with the interpreter named by SEQ2ONNX_PYTHON (a venv with the repository's
+dependencies: `make install-dev`). The package `seq2onnx` is imported from the checkout that holds this web/
+folder (or from SEQ2ONNX_REPO), not from the venv's site-packages: the JS code is compared with the Python
+runtime of the same commit, even when the venv holds an older install. Reads one JSON request on stdin, {"jobs": [JOB, ...]}, and writes {"results": [RESULT, ...]} on
+stdout, one result per job, so that a test pays for one interpreter start. Jobs:
+
+  {"op": "corpus", "langs": [..], "per_lang": N}
+      -> {"texts": [...]}: real text from the gettext catalogs installed under /usr/share/locale, read by the
+         project's own reader (training/gettext_data.py): English msgids and msgstrs of each language, every
+         k-th of the sorted pairs, at most N per language
+  {"op": "numbers", "numbers": [..], "forms": [..]}
+      -> {"texts": [...]}: each number in each form of training/numbers.py FORMS ("canonical", "digits", ...)
+  {"op": "train_tokenizer", "texts": [..], "vocab_size": N, "out": PATH, "lowercase": .., "split_digits": ..,
+   "split_punctuation": .., "group_digits": ..}
+      -> {"path": PATH}: a tokenizer.json trained by seq2onnx.training.tokenizer.train_tokenizer
+  {"op": "tokenize", "tokenizer": PATH, "texts": [..]}
+      -> {"ids": [[..]], "decoded": [..]}: ids as the runtime encodes text (specials_as_text), and
+         decode(ids) (special tokens skipped) as the runtime turns ids into text
+  {"op": "translate", "model": DIR, "compute_type": "float32" | "int8", "texts": [..], "options": {..}}
+      -> {"results": [{hypotheses, token_ids, scores, normalized_scores, finished, truncated}], "warnings": [..],
+          "seconds": S}: Translator.translate_batch(texts, return_scores=True, **options)
+  {"op": "generate_tokens", "model": DIR, "compute_type": .., "text": T, "options": {..}}
+      -> {"pieces": [..]}: list(Translator.generate_tokens(T, **options))
+  {"op": "load", "model": DIR, "compute_type": ..}
+      -> {"error": null | "the ModelPackageError's message"}: does the Python runtime load this folder?
+  {"op": "bench", "model": DIR, "compute_type": .., "texts": [..], "options": {..}, "repeats": N}
+      -> {"seconds": [..], "tokens": T}: wall time of translate_batch over the texts, N times (after one warm-up
+         call), and the tokens it generated (EOS counted), for tokens/s
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import types
+import warnings
+from pathlib import Path
+from typing import Any, Dict, List
+
+REPO = Path(os.environ.get("SEQ2ONNX_REPO") or Path(__file__).resolve().parents[2])
+
+
+def _import_checkout() -> None:
+    """Make `import seq2onnx.X` read REPO/X (the layout pyproject.toml's package-dir installs)."""
+    package = types.ModuleType("seq2onnx")
+    package.__path__ = [str(REPO)]
+    sys.modules["seq2onnx"] = package
+
+
+_translators: Dict[Any, Any] = {}
+
+
+def _translator(model: str, compute_type: str) -> Any:
+    from seq2onnx.runtime.translator import Translator
+
+    key = (model, compute_type)
+    if key not in _translators:
+        _translators[key] = Translator(model, device="cpu", compute_type=compute_type)
+    return _translators[key]
+
+
+def corpus(job: Dict[str, Any]) -> Dict[str, Any]:
+    from seq2onnx.training.gettext_data import catalog_files, read_catalogs
+
+    texts: List[str] = []
+    for lang in job["langs"]:
+        pairs, _ = read_catalogs(catalog_files(lang))
+        step = max(1, len(pairs) // job["per_lang"])
+        chosen = pairs[::step][:job["per_lang"]]
+        texts += [source for source, _ in chosen] + [target for _, target in chosen]
+    return {"texts": texts}
+
+
+def numbers(job: Dict[str, Any]) -> Dict[str, Any]:
+    from seq2onnx.training.numbers import FORMS
+
+    return {"texts": [FORMS[form](n) for form in job["forms"] for n in job["numbers"]]}
+
+
+def train_tokenizer(job: Dict[str, Any]) -> Dict[str, Any]:
+    from seq2onnx.training.tokenizer import train_tokenizer as train
+
+    flags = {k: job.get(k, False) for k in ("lowercase", "split_digits", "split_punctuation", "group_digits")}
+    tok = train(job["texts"], job["vocab_size"], **flags)
+    tok.save(job["out"])
+    return {"path": job["out"]}
+
+
+def tokenize(job: Dict[str, Any]) -> Dict[str, Any]:
+    from tokenizers import Tokenizer
+
+    from seq2onnx.runtime.manifest import specials_as_text
+
+    tok = specials_as_text(Tokenizer.from_file(job["tokenizer"]))
+    ids = [e.ids for e in tok.encode_batch(job["texts"])]
+    return {"ids": ids, "decoded": tok.decode_batch(ids)}
+
+
+def translate(job: Dict[str, Any]) -> Dict[str, Any]:
+    tr = _translator(job["model"], job["compute_type"])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        start = time.perf_counter()
+        out = tr.translate_batch(job["texts"], return_scores=True, **job.get("options", {}))
+        seconds = time.perf_counter() - start
+    results = [{"hypotheses": r.hypotheses, "token_ids": r.token_ids, "scores": r.scores,
+                "normalized_scores": r.normalized_scores, "finished": r.finished, "truncated": r.truncated}
+               for r in out]
+    return {"results": results, "warnings": [str(w.message) for w in caught], "seconds": seconds}
+
+
+def generate_tokens(job: Dict[str, Any]) -> Dict[str, Any]:
+    tr = _translator(job["model"], job["compute_type"])
+    return {"pieces": list(tr.generate_tokens(job["text"], **job.get("options", {})))}
+
+
+def load(job: Dict[str, Any]) -> Dict[str, Any]:
+    from seq2onnx.runtime.errors import ModelPackageError
+    from seq2onnx.runtime.translator import Translator
+
+    try:
+        Translator(job["model"], device="cpu", compute_type=job.get("compute_type", "float32"))
+    except ModelPackageError as e:
+        return {"error": str(e)}
+    return {"error": None}
+
+
+def bench(job: Dict[str, Any]) -> Dict[str, Any]:
+    tr = _translator(job["model"], job["compute_type"])
+    options = job.get("options", {})
+    out = tr.translate_batch(job["texts"], **options)                      # warm-up
+    tokens = sum(len(ids) + 1 for r in out for ids in r.token_ids[:1])      # best hypothesis, EOS counted
+    seconds = []
+    for _ in range(job["repeats"]):
+        start = time.perf_counter()
+        tr.translate_batch(job["texts"], **options)
+        seconds.append(time.perf_counter() - start)
+    return {"seconds": seconds, "tokens": tokens}
+
+
+OPS = {"corpus": corpus, "numbers": numbers, "train_tokenizer": train_tokenizer, "tokenize": tokenize, "translate": translate,
+       "generate_tokens": generate_tokens, "load": load, "bench": bench}
+
+
+def main() -> None:
+    _import_checkout()
+    request = json.load(sys.stdin)
+    results = [OPS[job["op"]](job) for job in request["jobs"]]
+    sys.stdout.write(json.dumps({"results": results, "python": sys.version.split()[0], "pid": os.getpid()}))
+
+
+if __name__ == "__main__":
+    main()

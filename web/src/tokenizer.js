@@ -5,8 +5,10 @@
 //    text is ordinary pieces, never a special id, so the special added tokens are not split out of texts;
 //  * decoding skips the special tokens, as tokenizers' decode(ids) does by default;
 //  * padding and truncation set in the file are ignored (the runtime pads and cuts itself);
+//  * the Lowercase normalizer lowercases character by character, as Rust's tokenizers does (JS's toLowerCase
+//    on a whole string writes a Greek capital sigma at the end of a word as the final sigma: another id);
 //  * the checks: no post-processor, ids exactly 0..vocab_size-1, vocab_size and special tokens as the config.
-import { Tokenizer } from "@huggingface/tokenizers";
+import { LowercaseNormalizer, Tokenizer } from "@huggingface/tokenizers";
 import { ModelPackageError } from "./errors.js";
 import { isInteger, short } from "./json.js";
 
@@ -20,6 +22,19 @@ function vocabulary(json) {
   else if (model.vocab && typeof model.vocab === "object") for (const [token, id] of Object.entries(model.vocab)) vocab.set(token, id);
   for (const added of json.added_tokens ?? []) vocab.set(added.content, added.id);
   return vocab;
+}
+
+/** Lowercase each character on its own (Rust's char::to_lowercase, no context), as tokenizers' Lowercase does. */
+function lowercaseByCharacter(text) {
+  let out = "";
+  for (const ch of text) out += ch.toLowerCase();
+  return out;
+}
+
+function lowercaseLikeRust(normalizer) {
+  if (!normalizer) return;
+  if (normalizer instanceof LowercaseNormalizer) normalizer.normalize = lowercaseByCharacter;
+  for (const inner of normalizer.normalizers ?? []) lowercaseLikeRust(inner);
 }
 
 export class PackageTokenizer {
@@ -57,6 +72,7 @@ export class PackageTokenizer {
     const forLibrary = { ...json, added_tokens: added.filter((t) => !t.special), padding: null, truncation: null };
     try {
       this.tokenizer = new Tokenizer(forLibrary, { clean_up_tokenization_spaces: false });
+      lowercaseLikeRust(this.tokenizer.normalizer);
       this.tokenizer.encode("a", { add_special_tokens: false }); // a component it cannot run fails here, at load
     } catch (e) {
       throw new ModelPackageError(`${path}: the JS tokenizer cannot read it (${String(e.message).split("\n")[0]}); ${reexport}`);

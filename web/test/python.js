@@ -42,3 +42,23 @@ export function runPython(jobs, { timeoutMs = 300_000 } = {}) {
     child.stdin.end(JSON.stringify({ jobs }));
   });
 }
+
+/** {beamSize: 4, maxLengthB: null} -> {beam_size: 4, max_length_b: null}: the Python runtime's option names. */
+export function pythonOptions(options) {
+  return Object.fromEntries(Object.entries(options).map(([k, v]) => [k.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`), v]));
+}
+
+/** Texts the equality tests translate: each number in the given forms (training/numbers.py FORMS). */
+export async function numberTexts(numbers, forms) {
+  const [{ texts }] = await runPython([{ op: "numbers", numbers, forms }]);
+  return texts;
+}
+
+// Lines outside the model's domain: other languages, odd Unicode, literal special tokens, whitespace of every
+// kind Python's str.isspace() knows (blank: the empty translation) and some it does not (translated).
+export const ODD_LINES = [
+  "Hello world", "The quick brown fox jumps over the lazy dog.", "dreihundertzweiundvierzig", "ÄÖÜ äöü ß",
+  "😀 👩‍👩‍👧", "ΟΔΟΣ", "İstanbul", "１２３", "٣٤٥", "½ ² Ⅻ", "</s> <pad> <s> <unk>", "one </s> two", "-12,345.67",
+  "12345678901234567890", "seven seven seven seven seven seven", "a\u0000b", "e\u0301", "x\u200by",
+  "", " ", "\t\n", "\u3000", "\u00a0\u2003", "\x1c\x1d\x1e\x1f", "\x85", "\ufeff", "\u200b", "nine\u2028hundred",
+];

@@ -16,13 +16,15 @@ stdout, one result per job, so that a test pays for one interpreter start. Jobs:
    "split_punctuation": .., "group_digits": ..}
       -> {"path": PATH}: a tokenizer.json trained by seq2onnx.training.tokenizer.train_tokenizer
   {"op": "tokenize", "tokenizer": PATH, "texts": [..]}
-      -> {"ids": [[..]], "decoded": [..]}: ids as the runtime encodes text (specials_as_text), and
+      -> {"ids": [[..]], "decoded": [..], "vocab_size": N}: ids as the runtime encodes text (specials_as_text), and
          decode(ids) (special tokens skipped) as the runtime turns ids into text
   {"op": "translate", "model": DIR, "compute_type": "float32" | "int8", "texts": [..], "options": {..}}
       -> {"results": [{hypotheses, token_ids, scores, normalized_scores, finished, truncated}], "warnings": [..],
           "seconds": S}: Translator.translate_batch(texts, return_scores=True, **options)
   {"op": "generate_tokens", "model": DIR, "compute_type": .., "text": T, "options": {..}}
       -> {"pieces": [..]}: list(Translator.generate_tokens(T, **options))
+  {"op": "check_options", "cases": [{..}, ..]}
+      -> {"errors": [null | "message", ..]}: does DecodingOptions.from_kwargs(**case) refuse each case?
   {"op": "load", "model": DIR, "compute_type": ..}
       -> {"error": null | "the ModelPackageError's message"}: does the Python runtime load this folder?
   {"op": "bench", "model": DIR, "compute_type": .., "texts": [..], "options": {..}, "repeats": N}
@@ -96,7 +98,7 @@ def tokenize(job: Dict[str, Any]) -> Dict[str, Any]:
 
     tok = specials_as_text(Tokenizer.from_file(job["tokenizer"]))
     ids = [e.ids for e in tok.encode_batch(job["texts"])]
-    return {"ids": ids, "decoded": tok.decode_batch(ids)}
+    return {"ids": ids, "decoded": tok.decode_batch(ids), "vocab_size": tok.get_vocab_size(with_added_tokens=True)}
 
 
 def translate(job: Dict[str, Any]) -> Dict[str, Any]:
@@ -115,6 +117,19 @@ def translate(job: Dict[str, Any]) -> Dict[str, Any]:
 def generate_tokens(job: Dict[str, Any]) -> Dict[str, Any]:
     tr = _translator(job["model"], job["compute_type"])
     return {"pieces": list(tr.generate_tokens(job["text"], **job.get("options", {})))}
+
+
+def check_options(job: Dict[str, Any]) -> Dict[str, Any]:
+    from seq2onnx.runtime.options import DecodingOptions
+
+    errors = []
+    for case in job["cases"]:
+        try:
+            DecodingOptions.from_kwargs(**case)
+            errors.append(None)
+        except (TypeError, ValueError) as e:
+            errors.append(str(e))
+    return {"errors": errors}
 
 
 def load(job: Dict[str, Any]) -> Dict[str, Any]:
@@ -142,7 +157,7 @@ def bench(job: Dict[str, Any]) -> Dict[str, Any]:
 
 
 OPS = {"corpus": corpus, "numbers": numbers, "train_tokenizer": train_tokenizer, "tokenize": tokenize, "translate": translate,
-       "generate_tokens": generate_tokens, "load": load, "bench": bench}
+       "generate_tokens": generate_tokens, "check_options": check_options, "load": load, "bench": bench}
 
 
 def main() -> None:

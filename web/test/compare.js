@@ -1,0 +1,28 @@
+// How the equality tests compare the JS runtime's translations with the Python runtime's.
+import assert from "node:assert/strict";
+
+/** JS results ({hypotheses, tokenIds, scores, normalizedScores, finished, truncated}) against Python's
+ * (test/python_reference.py "translate"): every hypothesis's ids and text equal, in the same order, with the same
+ * finished and truncated flags; scores and normalized scores within `tolerance`. idsOf: which hypotheses must
+ * have equal ids ("all", or "best": the first only). Returns the largest score difference. */
+export function assertSameTranslations(js, py, texts, { tolerance = 1e-4, label = "", idsOf = "all" } = {}) {
+  assert.equal(js.length, py.length, `${label}: ${js.length} JS results for ${py.length} Python results`);
+  let maxDiff = 0;
+  js.forEach((r, i) => {
+    const p = py[i], where = `${label}: input ${i} ${JSON.stringify(texts[i])}`;
+    const n = idsOf === "best" ? 1 : p.token_ids.length;
+    assert.deepEqual(r.tokenIds.slice(0, n), p.token_ids.slice(0, n), `${where}: token ids differ`);
+    assert.deepEqual(r.hypotheses.slice(0, n), p.hypotheses.slice(0, n), `${where}: texts differ`);
+    assert.equal(r.tokenIds.length, p.token_ids.length, `${where}: number of hypotheses differs`);
+    assert.deepEqual(r.finished.slice(0, n), p.finished.slice(0, n), `${where}: finished differs`);
+    assert.equal(r.truncated, p.truncated, `${where}: truncated differs`);
+    for (const [a, b] of [[r.scores, p.scores], [r.normalizedScores, p.normalized_scores]]) {
+      for (let j = 0; j < n; j++) {
+        const d = Math.abs(a[j] - b[j]);
+        assert.ok(d <= tolerance, `${where}: hypothesis ${j} score ${a[j]} vs Python ${b[j]} (|diff| ${d} > ${tolerance})`);
+        maxDiff = Math.max(maxDiff, d);
+      }
+    }
+  });
+  return maxDiff;
+}

@@ -1,0 +1,127 @@
+// Node against the Python runtime on the shipped model: the same tokens, scores within 1e-4, for greedy and beam
+// search, fp32 and int8, batched as Python batches them (so int8's per-call activation quantization sees the
+// same batches), over the numbers 0..999 in words and in digits and lines outside the model's domain; then every
+// decoding option on a smaller set, streaming, and seeded sampling. Python's answers come from
+// test/python_reference.py in this run.
+import assert from "node:assert/strict";
+import { before, describe, test } from "node:test";
+import { Translator } from "../src/index.js";
+import { assertSameTranslations } from "./compare.js";
+import { MODEL_DIR, numberTexts, ODD_LINES, pythonOptions, runPython } from "./python.js";
+
+const NUMBERS = Array.from({ length: 1000 }, (_, i) => i);
+const CONFIGS = [
+  ["float32", { beamSize: 1 }], ["float32", { beamSize: 4, numHypotheses: 2 }],
+  ["int8", { beamSize: 1 }], ["int8", { beamSize: 4, numHypotheses: 2 }],
+];
+
+const translators = {};
+const load = async (computeType) => (translators[computeType] ??= await Translator.load(MODEL_DIR, { computeType }));
+const translate = (job) => ({ op: "translate", model: MODEL_DIR, ...job });
+
+describe("the shipped model, Node against Python", () => {
+  let texts;
+  before(async () => {
+    texts = [...(await numberTexts(NUMBERS, ["canonical", "digits"])), ...ODD_LINES];
+  });
+
+  test("greedy and beam 4 (n-best 2), fp32 and int8: equal ids, scores within 1e-4", async (t) => {
+    const py = await runPython(CONFIGS.map(([computeType, o]) => translate({ compute_type: computeType, texts, options: pythonOptions(o) })));
+    assert.ok(texts.length >= 2000, `only ${texts.length} inputs`);
+    for (const [k, [computeType, options]] of CONFIGS.entries()) {
+      const js = await (await load(computeType)).translateBatch(texts, { ...options, returnScores: true });
+      const diff = assertSameTranslations(js, py[k].results, texts, { label: `${computeType} ${JSON.stringify(options)}` });
+      t.diagnostic(`${computeType} ${JSON.stringify(options)}: ${texts.length} inputs equal, max |score diff| ${diff.toExponential(2)}`);
+    }
+  });
+});
+
+// options -> one set of texts; every option of options.js against Python's, on a smaller set
+const OPTION_CASES = [
+  { beamSize: 4, lengthPenalty: 0.6 }, { beamSize: 4, lengthPenalty: 2, numHypotheses: 4 }, { beamSize: 4, lengthPenalty: -1 },
+  { beamSize: 1, minDecodingLength: 5 }, { beamSize: 4, minDecodingLength: 5, numHypotheses: 3 },
+  { beamSize: 1, maxDecodingLength: 2 }, { beamSize: 4, maxDecodingLength: 3, numHypotheses: 2 }, { beamSize: 4, maxDecodingLength: 0 },
+  { beamSize: 1, repetitionPenalty: 1.5 }, { beamSize: 4, repetitionPenalty: 3 }, { beamSize: 4, repetitionPenalty: 0.5 },
+  { beamSize: 1, noRepeatNgramSize: 1 }, { beamSize: 4, noRepeatNgramSize: 2, numHypotheses: 2 },
+  { beamSize: 1, maxLengthA: 0.5, maxLengthB: 1 }, { beamSize: 4, maxLengthA: 0, maxLengthB: null, maxDecodingLength: 12 },
+  { beamSize: 4, maxLengthA: 0, maxLengthB: 0 },
+  { beamSize: 4, maxBatchSize: 1 }, { beamSize: 4, maxBatchSize: 7 }, { beamSize: 2, batchType: "tokens", maxBatchSize: 40 },
+  { beamSize: 4, maxBatchSize: 0 }, { beamSize: 1, maxInputLength: 3 }, { beamSize: 8, numHypotheses: 8 },
+  { beamSize: 1, samplingTopk: 0, samplingTopp: 1e-6, seed: 3 }, { beamSize: 1, samplingTopk: 7, samplingTemperature: 0 },
+];
+
+describe("decoding options, Node against Python", () => {
+  let texts, prefixes;
+  before(async () => {
+    texts = [...(await numberTexts(NUMBERS.filter((n) => n % 10 === 3), ["canonical", "digits"])), ...ODD_LINES];
+    prefixes = texts.map((_, i) => [null, "", "drei", "neunhundert", "x y"][i % 5]);
+  });
+
+  test("every option as Python decodes it (fp32; some int8)", async () => {
+    const cases = [...OPTION_CASES.map((o) => ["float32", o]), ["float32", { beamSize: 1, targetPrefix: "prefixes" }],
+      ["float32", { beamSize: 4, targetPrefix: "prefixes", numHypotheses: 2 }],
+      ["int8", { beamSize: 4, lengthPenalty: 0.6, repetitionPenalty: 1.5 }], ["int8", { beamSize: 1, maxBatchSize: 5 }]];
+    const withPrefixes = (o) => (o.targetPrefix === "prefixes" ? { ...o, targetPrefix: prefixes } : o);
+    const py = await runPython(cases.map(([computeType, o]) => translate({ compute_type: computeType, texts, options: pythonOptions(withPrefixes(o)) })));
+    for (const [k, [computeType, options]] of cases.entries()) {
+      const warnings = [];
+      const t = await Translator.load(MODEL_DIR, { computeType, onWarning: (m) => warnings.push(m) });
+      const js = await t.translateBatch(texts, { ...withPrefixes(options), returnScores: true });
+      assertSameTranslations(js, py[k].results, texts, { label: `${computeType} ${JSON.stringify(options)}` });
+      assert.equal(warnings.length, py[k].warnings.length, `${JSON.stringify(options)}: warnings ${JSON.stringify(warnings)} vs Python's ${JSON.stringify(py[k].warnings)}`);
+    }
+  });
+
+  test("rows and sentences whose filters forbid every token end unfinished, as in Python", async () => {
+    const few = ["three", "forty-two", "nine hundred and ninety-nine"];
+    const cases = [{ beamSize: 1, noRepeatNgramSize: 1, minDecodingLength: 250, maxLengthA: 0, maxLengthB: null },
+      { beamSize: 3, noRepeatNgramSize: 1, minDecodingLength: 250, maxLengthA: 0, maxLengthB: null, numHypotheses: 2 }];
+    const py = await runPython(cases.map((o) => translate({ compute_type: "float32", texts: few, options: pythonOptions(o) })));
+    for (const [k, options] of cases.entries()) {
+      const js = await (await load("float32")).translateBatch(few, { ...options, returnScores: true });
+      assertSameTranslations(js, py[k].results, few, { label: JSON.stringify(options) });
+      assert.ok(js.every((r) => r.finished.every((f) => !f)), "every hypothesis is unfinished");
+    }
+  });
+
+  test("streaming yields Python's pieces, greedy and beam", async () => {
+    const some = texts.filter((_, i) => i % 9 === 0).slice(0, 14);
+    const cases = some.flatMap((text) => [[text, { beamSize: 1 }], [text, { beamSize: 4 }], [text, { beamSize: 4, targetPrefix: "neun" }]]);
+    const py = await runPython(cases.map(([text, o]) => ({ op: "generate_tokens", model: MODEL_DIR, compute_type: "float32", text, options: pythonOptions(o) })));
+    const t = await load("float32");
+    for (const [k, [text, options]] of cases.entries()) {
+      const pieces = [];
+      for await (const piece of t.generateTokens(text, options)) pieces.push(piece);
+      assert.deepEqual(pieces, py[k].pieces, `${JSON.stringify(text)} ${JSON.stringify(options)}`);
+      assert.equal(pieces.join(""), await t.translate(text, options));
+    }
+  });
+});
+
+describe("sampling (seeded: reproducible within JS)", () => {
+  test("a seed gives the same samples, whatever the batch; another seed other samples", async () => {
+    const t = await load("float32");
+    const texts = ["three hundred and one", "42", "Hello world", "seven"];
+    const options = { beamSize: 1, samplingTopk: 0, samplingTemperature: 1.5, numHypotheses: 4, seed: 11, returnScores: true };
+    const a = await t.translateBatch(texts, options);
+    const b = await t.translateBatch(texts, options);
+    assert.deepEqual(a, b);
+    const alone = await t.translateBatch([texts[2]], options);
+    assert.deepEqual(alone[0], a[2], "a sentence's samples do not depend on its batch");
+    const other = await t.translateBatch(texts, { ...options, seed: 12 });
+    assert.notDeepEqual(other.map((r) => r.tokenIds), a.map((r) => r.tokenIds));
+    assert.ok(a.every((r) => r.hypotheses.length === 4));
+    const fresh = await t.translateBatch(texts, { ...options, seed: null });
+    assert.equal(fresh.length, 4);
+  });
+
+  test("top-k 1 of the sampling distribution is the argmax: greedy's tokens and scores", async () => {
+    const t = await load("float32");
+    const texts = ["three hundred and one", "Hello world", "999"];
+    const greedy = await t.translateBatch(texts, { beamSize: 1, returnScores: true });
+    const sampled = await t.translateBatch(texts, { beamSize: 1, samplingTopk: 0, samplingTopp: 1e-6, seed: 5, returnScores: true });
+    assert.deepEqual(sampled, greedy);
+  });
+});
+
+

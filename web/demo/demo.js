@@ -5,7 +5,7 @@ import { Translator } from "../src/browser.js";
 
 const MODEL = new URL("../../models/numbers-en-de", location.href).href;
 const $ = (id) => document.getElementById(id);
-const demo = (window.demo = { translator: null, timings: {}, error: null });
+const demo = (window.demo = { translator: null, timings: {}, error: null, translations: 0 });
 
 function show(text, scores, normalized) {
   $("best").textContent = text[0] || "\u00a0";
@@ -23,14 +23,17 @@ function show(text, scores, normalized) {
 }
 
 async function translate() {
+  const text = $("text").value;
   const beamSize = Number($("beam").value);
   const numHypotheses = Math.min(Number($("nbest").value), beamSize);
   const start = performance.now();
-  const [r] = await demo.translator.translateBatch([$("text").value], { beamSize, numHypotheses, returnScores: true });
+  const [r] = await demo.translator.translateBatch([text], { beamSize, numHypotheses, returnScores: true });
   const ms = performance.now() - start;
   show(r.hypotheses, r.scores, r.normalizedScores);
   demo.timings.firstTranslationMs ??= performance.now(); // since the page's navigation started
   demo.lastResult = r;
+  demo.lastText = text;
+  demo.translations += 1;
   $("status").textContent = `beam ${beamSize}, ${r.tokenIds[0].length} tokens in ${ms.toFixed(1)} ms · model loaded and ` +
     `checked in ${(demo.timings.loadedMs - demo.timings.loadStartMs).toFixed(0)} ms · first translation ` +
     `${(demo.timings.firstTranslationMs / 1000).toFixed(2)} s after the page was opened`;

@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { before, describe, test } from "node:test";
 import { Translator } from "../src/index.js";
 import { assertSameTranslations } from "./compare.js";
-import { MODEL_DIR, numberTexts, ODD_LINES, pythonOptions, runPython } from "./python.js";
+import { EARLIER_CONTRACT, MODEL_DIR, numberTexts, ODD_LINES, pythonOptions, runPython } from "./python.js";
 
 const NUMBERS = Array.from({ length: 1000 }, (_, i) => i);
 const CONFIGS = [
@@ -32,6 +32,20 @@ describe("the shipped model, Node against Python", () => {
       const js = await (await load(computeType)).translateBatch(texts, { ...options, returnScores: true });
       const diff = assertSameTranslations(js, py[k].results, texts, { label: `${computeType} ${JSON.stringify(options)}` });
       t.diagnostic(`${computeType} ${JSON.stringify(options)}: ${texts.length} inputs equal, max |score diff| ${diff.toExponential(2)}`);
+    }
+  });
+});
+
+describe("a package of the earlier contract (cross K/V copied to every row), Node against Python", () => {
+  test("greedy and beam 4, fp32 and int8", async () => {
+    const texts = [...(await numberTexts(NUMBERS.filter((n) => n % 7 === 0), ["canonical"])), ...ODD_LINES];
+    const py = await runPython(CONFIGS.map(([computeType, o]) => ({ op: "translate", model: EARLIER_CONTRACT, compute_type: computeType,
+      texts, options: pythonOptions(o) })));
+    for (const [k, [computeType, options]] of CONFIGS.entries()) {
+      const t = await Translator.load(EARLIER_CONTRACT, { computeType });
+      assert.equal(t.engine.crossPerSentence, false);
+      const js = await t.translateBatch(texts, { ...options, returnScores: true });
+      assertSameTranslations(js, py[k].results, texts, { label: `earlier contract ${computeType} ${JSON.stringify(options)}` });
     }
   });
 });

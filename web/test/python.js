@@ -9,6 +9,8 @@ import { fileURLToPath } from "node:url";
 export const WEB_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 export const REPO_DIR = path.resolve(WEB_DIR, "..");
 export const MODEL_DIR = path.join(REPO_DIR, "models", "numbers-en-de");
+// the shipped model as exported before cross K/V once per sentence (docs/CONTRACTS.md): a copy per row
+export const EARLIER_CONTRACT = path.join(REPO_DIR, "tests", "data", "numbers-en-de-earlier-contract");
 const SCRIPT = path.join(WEB_DIR, "test", "python_reference.py");
 
 export function pythonPath() {
@@ -39,7 +41,9 @@ export function runPython(jobs, { timeoutMs = 300_000 } = {}) {
       }
       resolve(JSON.parse(Buffer.concat(out).toString()).results);
     });
-    child.stdin.end(JSON.stringify({ jobs }));
+    // NaN and +-Infinity as Python's json reads them (JSON.stringify would write null)
+    const special = (k, v) => (typeof v === "number" && !Number.isFinite(v) ? `__${v}__` : v);
+    child.stdin.end(JSON.stringify({ jobs }, special).replace(/"__(NaN|Infinity|-Infinity)__"/g, "$1"));
   });
 }
 

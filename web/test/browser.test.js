@@ -1,0 +1,114 @@
+// The demo page in headless Chromium (Debian's chromium, driven by playwright-core; nothing downloads a browser),
+// served by demo/server.js on 127.0.0.1: type a number and read the page's answer; translate a fixed list in the
+// page and compare with the Python runtime; save a screenshot of the page to docs/web-demo.png.
+//
+// What is equal to what (the WASM build of onnxruntime runs other kernels than the native one Python uses):
+//   fp32: every hypothesis's ids equal to Python's, scores within 1e-4 (greedy, beam 4 with 2-best);
+//   int8: the best hypothesis's ids equal to Python's (greedy, beam 4), scores within INT8_WASM_TOLERANCE: int8's
+//         quantized kernels in WASM differ from the native ones by more than fp32's; and every hypothesis (ids,
+//         scores to the bit) equal to this package run in Node on onnxruntime-web's WASM: the browser runs the
+//         same decoding on the same kernels.
+// SEQ2ONNX_SKIP_BROWSER=1 skips it (with a message); a missing Chromium fails it, saying how to install one.
+import assert from "node:assert/strict";
+import { existsSync, mkdirSync } from "node:fs";
+import path from "node:path";
+import { after, before, describe, test } from "node:test";
+import * as ortWeb from "onnxruntime-web";
+import { startServer } from "../demo/server.js";
+import { browserPlatform } from "../src/platform_browser.js";
+import { nodePlatform } from "../src/platform_node.js";
+import { Translator } from "../src/translator.js";
+import { assertSameTranslations } from "./compare.js";
+import { MODEL_DIR, numberTexts, ODD_LINES, pythonOptions, REPO_DIR, runPython } from "./python.js";
+
+const CHROMIUM = process.env.SEQ2ONNX_CHROMIUM || "/usr/bin/chromium";
+const SKIP = process.env.SEQ2ONNX_SKIP_BROWSER === "1";
+const SCREENSHOT = path.join(REPO_DIR, "docs", "web-demo.png");
+const INT8_WASM_TOLERANCE = 0.05; // measured: 1.6e-2 at most over these inputs (fp32: 9e-5)
+const PAGE_TIMEOUT_MS = 120_000;
+const CONFIGS = [
+  ["float32", { beamSize: 1 }], ["float32", { beamSize: 4, numHypotheses: 2 }],
+  ["int8", { beamSize: 1 }], ["int8", { beamSize: 4 }], ["int8", { beamSize: 4, numHypotheses: 2 }],
+];
+// the package in Node on onnxruntime-web's WASM kernels: what the browser must give to the bit
+const wasmInNode = { ...nodePlatform, ort: ortWeb, sessionOptions: () => browserPlatform.sessionOptions() };
+
+/** Type `text` into the page's box, press Translate, and wait for the page to show its translation. */
+async function typeAndTranslate(page, text) {
+  const done = await page.evaluate(() => window.demo.translations);
+  await page.fill("#text", text);
+  await page.click("#go");
+  await page.waitForFunction(([t, n]) => window.demo.translations > n && window.demo.lastText === t, [text, done]);
+}
+
+describe("the demo page in Chromium", { skip: SKIP && "SEQ2ONNX_SKIP_BROWSER=1: the browser test is skipped" }, () => {
+  let srv, browser, page, texts, python;
+
+  before(async () => {
+    if (!existsSync(CHROMIUM)) {
+      throw new Error(`no Chromium at ${CHROMIUM}: install Debian's package (apt-get update && apt-get install -y ` +
+        "chromium), or set SEQ2ONNX_CHROMIUM to a Chromium executable; SEQ2ONNX_SKIP_BROWSER=1 skips this test");
+    }
+    const { chromium } = await import("playwright-core");
+    texts = [...(await numberTexts(Array.from({ length: 334 }, (_, i) => 3 * i), ["canonical", "digits"])), ...ODD_LINES];
+    python = await runPython(CONFIGS.map(([computeType, o]) => ({ op: "translate", model: MODEL_DIR, compute_type: computeType,
+      texts, options: pythonOptions(o) })));
+    srv = await startServer();
+    browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--no-sandbox"], timeout: PAGE_TIMEOUT_MS });
+    page = await browser.newPage({ viewport: { width: 900, height: 780 } });
+    page.setDefaultTimeout(PAGE_TIMEOUT_MS);
+    page.on("pageerror", (e) => console.error(`page error: ${e.message}`));
+    await page.goto(`${srv.url}/web/demo/`);
+    await page.waitForFunction(() => window.demo?.ready || window.demo?.error);
+    const error = await page.evaluate(() => window.demo.error);
+    assert.equal(error, null, `the page failed: ${error}`);
+  });
+
+  after(async () => {
+    await browser?.close();
+    await srv?.close();
+  });
+
+  test("typing a number shows Python's translation and n-best list", async () => {
+    const text = "six hundred and twelve";
+    const [py] = await runPython([{ op: "translate", model: MODEL_DIR, compute_type: "int8", texts: [text],
+      options: { beam_size: 4, num_hypotheses: 3 } }]);
+    await typeAndTranslate(page, text);
+    assert.equal(await page.textContent("#best"), py.results[0].hypotheses[0]);
+    const rows = await page.$$eval("#nbest-table tbody tr", (trs) => trs.map((tr) => tr.children[1].textContent));
+    assert.equal(rows.length, 3);
+    assert.equal(rows[0], py.results[0].hypotheses[0]);
+  });
+
+  test("a fixed list, batched, against Python and against onnxruntime-web's kernels in Node", async (t) => {
+    assert.ok(texts.length >= 600, `only ${texts.length} inputs`);
+    const translators = {};
+    for (const [k, [computeType, options]] of CONFIGS.entries()) {
+      const js = await page.evaluate(async ([list, computeType, options]) => {
+        const { Translator } = await import("/web/src/browser.js");
+        window.translators ??= {};
+        window.translators[computeType] ??= await Translator.load("/models/numbers-en-de", { computeType });
+        return window.translators[computeType].translateBatch(list, { ...options, returnScores: true });
+      }, [texts, computeType, options]);
+      const label = `browser ${computeType} ${JSON.stringify(options)}`;
+      if (computeType === "float32") {
+        const diff = assertSameTranslations(js, python[k].results, texts, { label });
+        t.diagnostic(`${label}: ${texts.length} inputs, every hypothesis equal to Python's, max |score diff| ${diff.toExponential(2)}`);
+      } else {
+        const diff = assertSameTranslations(js, python[k].results, texts, { label, idsOf: "best", tolerance: INT8_WASM_TOLERANCE });
+        translators[computeType] ??= await Translator.open(wasmInNode, MODEL_DIR, { computeType });
+        const wasm = await translators[computeType].translateBatch(texts, { ...options, returnScores: true });
+        assert.deepEqual(js, wasm, `${label}: the browser and onnxruntime-web in Node differ`);
+        t.diagnostic(`${label}: ${texts.length} inputs, best hypothesis equal to Python's (max |score diff| ` +
+          `${diff.toExponential(2)}), every hypothesis equal to onnxruntime-web's in Node`);
+      }
+    }
+  });
+
+  test("a screenshot of the page", async () => {
+    await typeAndTranslate(page, "three hundred and forty-two");
+    mkdirSync(path.dirname(SCREENSHOT), { recursive: true });
+    await page.screenshot({ path: SCREENSHOT, fullPage: true });
+    assert.ok(existsSync(SCREENSHOT));
+  });
+});

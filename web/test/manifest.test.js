@@ -1,0 +1,175 @@
+// The package checks (src/manifest.js, engine.js, tokenizer.js) against the Python runtime's: broken copies of the
+// shipped package, one fault each; the JS runtime refuses each with one ModelPackageError line naming the fault,
+// and the Python runtime (test/python_reference.py "load") refuses the same folder. The intact copy loads in both.
+import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
+import { cpSync, mkdtempSync, readFileSync, rmSync, symlinkSync, unlinkSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { after, before, test } from "node:test";
+import { ModelPackageError, Translator } from "../src/index.js";
+import { hasExternalData } from "../src/onnx_bytes.js";
+import { EARLIER_CONTRACT, MODEL_DIR, runPython } from "./python.js";
+
+const work = mkdtempSync(path.join(tmpdir(), "seq2onnx-web-manifest-"));
+const original = JSON.parse(readFileSync(path.join(MODEL_DIR, "manifest.json"), "utf8"));
+const clone = () => structuredClone(original);
+const sha256 = (data) => createHash("sha256").update(data).digest("hex");
+
+/** Rewrite `name` in the package folder and its size and SHA-256 in the manifest `m`. */
+function replaceFile(dir, m, name, data) {
+  writeFileSync(path.join(dir, name), data);
+  m.files[name] = { sha256: sha256(data), bytes: Buffer.byteLength(data) };
+}
+
+function tokenizerJson() {
+  return JSON.parse(readFileSync(path.join(MODEL_DIR, "tokenizer.json"), "utf8"));
+}
+
+// name -> [change(dir) -> manifest text or object to write (null: leave it), what the JS error must say, options]
+const CASES = {
+  "intact package": [() => null, null],
+  "not a seq2onnx manifest": [() => ({ ...clone(), format: "other" }), /format is 'other', not 'seq2onnx-model'/],
+  "a newer format_version": [() => ({ ...clone(), format_version: 3 }), /format_version 3 is unknown; this runtime reads format_version 1: upgrade/],
+  "format_version as a string": [() => ({ ...clone(), format_version: "1" }), /format_version '1' is unknown/],
+  "format_version 1.0": [() => JSON.stringify(clone()).replace('"format_version":1', '"format_version":1.0'), /format_version 1\.0 is unknown/],
+  "format_version true": [() => ({ ...clone(), format_version: true }), /format_version True is unknown/],
+  "a config field missing": [() => { const m = clone(); delete m.config.d_ff; return m; }, /the field config\.d_ff is missing/],
+  "vocab_size 200.0": [() => JSON.stringify(clone()).replace('"vocab_size":200,"d_model"', '"vocab_size":200.0,"d_model"'), /vocab_size must be an integer/],
+  "an unknown config field": [() => { const m = clone(); m.config.extra = 1; return m; }, /unknown ModelConfig fields: extra/],
+  "d_model not divisible by n_heads": [() => { const m = clone(); m.config.n_heads = 3; return m; }, /divisible by n_heads/],
+  "a special id past the vocabulary": [() => { const m = clone(); m.config.pad_id = 500; return m; }, /pad_id must be below vocab_size/],
+  "dropout 1": [() => { const m = clone(); m.config.dropout = 1; return m; }, /dropout and attention_dropout must be in \[0, 1\)/],
+  "a bool as 0": [() => { const m = clone(); m.config.norm_first = 0; return m; }, /norm_first must be true or false/],
+  "heads that do not match the graphs": [() => { const m = clone(); m.config.n_heads = 8; return m; }, /cross_key_0 is float32 .* want float32 \[.*8.*16\]/],
+  "a file name with a path": [() => { const m = clone(); m.files["../encoder.onnx"] = m.files["encoder.onnx"]; return m; }, /bad file name '\.\.\/encoder\.onnx'/],
+  "a listed file missing": [(dir) => { unlinkSync(path.join(dir, "README.md")); return null; }, /README\.md is missing \(listed in manifest\.json\)/],
+  "a file of another size": [() => { const m = clone(); m.files["README.md"].bytes += 1; return m; }, /README\.md has 1869 bytes, manifest\.json says 1870/],
+  "a sha256 that is no hex": [() => { const m = clone(); m.files["README.md"].sha256 = "x".repeat(64); return m; }, /'sha256' of 64 hex digits/],
+  "bytes as a bool": [() => { const m = clone(); m.files["README.md"].bytes = true; return m; }, /files\['README\.md'\]\['bytes'\] should be an integer, got True/],
+  "a corrupted tokenizer": [(dir) => {
+    const data = readFileSync(path.join(dir, "tokenizer.json"));
+    data[100] ^= 1;
+    writeFileSync(path.join(dir, "tokenizer.json"), data);
+    return null;
+  }, /tokenizer\.json: its SHA-256 does not match manifest\.json/],
+  "a corrupted graph": [(dir) => {
+    const data = readFileSync(path.join(dir, "decoder_step.onnx"));
+    data[data.length - 10] ^= 1;
+    writeFileSync(path.join(dir, "decoder_step.onnx"), data);
+    return null;
+  }, /decoder_step\.onnx: its SHA-256 does not match manifest\.json/],
+  "a graph that is a symbolic link": [(dir) => {
+    unlinkSync(path.join(dir, "encoder.onnx"));
+    symlinkSync(path.join(MODEL_DIR, "encoder.onnx"), path.join(dir, "encoder.onnx"));
+    return null;
+  }, /encoder\.onnx is a symbolic link/],
+  "no fp32 variant": [() => { const m = clone(); delete m.variants.fp32; return m; }, /no 'fp32' variant/],
+  "a variant naming an unlisted file": [() => { const m = clone(); m.variants.fp32.encoder = "other.onnx"; return m; }, /variants\['fp32'\]\['encoder'\] = 'other\.onnx' is not a file listed/],
+  "an unknown variant status": [() => { const m = clone(); m.variants.int8.status = "bogus"; return m; }, /\['status'\] should be one of checked, validation-skipped, unchecked-on-CUDA/],
+  "cross_per_sentence as a string": [() => { const m = clone(); m.graphs.decoder_step.cross_per_sentence = "yes"; return m; }, /graphs\.decoder_step\.cross_per_sentence should be true or false/],
+  "cross_per_sentence on a graph without a sentence axis": [(dir) => {
+    cpSync(EARLIER_CONTRACT, dir, { recursive: true });
+    const m = JSON.parse(readFileSync(path.join(EARLIER_CONTRACT, "manifest.json"), "utf8"));
+    m.graphs.decoder_step.cross_per_sentence = true;
+    return m;
+  }, /the manifest says the decoder step takes cross K\/V once per sentence, but the graph's encoder_attention_mask and input_ids share the batch axis 'batch'/],
+  "a special token of another id": [() => { const m = clone(); m.special_tokens.eos = "<s>"; return m; }, /special token eos='<s>' has id 1, the config says 2/],
+  "a manifest vocab_size of another tokenizer": [() => ({ ...clone(), vocab_size: 201 }), /tokenizer does not belong to this model/],
+  "a tokenizer with a post-processor": [(dir) => {
+    const m = clone(), t = tokenizerJson();
+    t.post_processor = { type: "TemplateProcessing", single: [{ Sequence: { id: "A", type_id: 0 } }], pair: [], special_tokens: {} };
+    replaceFile(dir, m, "tokenizer.json", JSON.stringify(t));
+    return m;
+  }, /has a post-processor/],
+  "a tokenizer of another vocabulary": [(dir) => {
+    const m = clone(), t = tokenizerJson();
+    t.model.vocab.extra_piece = 200;
+    replaceFile(dir, m, "tokenizer.json", JSON.stringify(t));
+    return m;
+  }, /has 201 tokens but the model config has vocab_size 200/],
+  "a tokenizer with a gap in its ids": [(dir) => {
+    const m = clone(), t = tokenizerJson();
+    const [token] = Object.entries(t.model.vocab).find(([, id]) => id === 150);
+    t.model.vocab[token] = 250;
+    replaceFile(dir, m, "tokenizer.json", JSON.stringify(t));
+    return m;
+  }, /its token ids are not exactly 0\.\.199/],
+  "a tokenizer that is not JSON": [(dir) => { const m = clone(); replaceFile(dir, m, "tokenizer.json", "{not json"); return m; }, /tokenizer\.json is not a tokenizers JSON file/],
+  "the encoder in the decoder's place": [(dir) => {
+    const m = clone();
+    replaceFile(dir, m, "decoder_step.onnx", readFileSync(path.join(MODEL_DIR, "encoder.onnx")));
+    return m;
+  }, /decoder_step\.onnx: graph inputs\/outputs .* do not match the decoder_step contract of format_version 1/],
+  "a graph that is no ONNX model": [(dir) => { const m = clone(); replaceFile(dir, m, "encoder.onnx", Buffer.from([0x08, 0x80])); return m; }, /encoder\.onnx is not a valid ONNX model/],
+  "a manifest that is not JSON": [() => "{\"format\": ", /manifest\.json is not valid JSON/],
+  "a manifest with a byte-order mark": [() => `\ufeff${JSON.stringify(clone())}`, /manifest\.json is not valid JSON/],
+  "a manifest nested too deep": [() => {
+    const m = clone();
+    let deep = {};
+    for (let i = 0; i < 40; i++) deep = { d: deep };
+    m.source_checkpoint.train_meta = deep;
+    return m;
+  }, /nests lists and objects more than 32 levels deep/],
+  "a manifest over 1 MiB": [() => ({ ...clone(), created: "x".repeat(2 ** 20) }), /has more than 1048576 bytes/],
+  "an exporter version that is no string": [() => { const m = clone(); m.exporter.torch = 2; return m; }, /exporter\['torch'\] should be a string, got 2/],
+  "an opset that is no integer": [() => ({ ...clone(), opset: "18" }), /the field opset should be an integer, got '18'/],
+  "no manifest": [(dir) => { unlinkSync(path.join(dir, "manifest.json")); return null; }, /manifest\.json is missing: .* is not a seq2onnx model package/],
+  "no int8 variant for computeType int8": [() => { const m = clone(); delete m.variants.int8; return m; }, /has no int8 variant; it has fp32 \(float32\)/, { computeType: "int8" }],
+};
+
+let python;
+const dirs = {};
+
+before(async () => {
+  for (const [name, [change]] of Object.entries(CASES)) {
+    const dir = (dirs[name] = path.join(work, name.replace(/[^a-z0-9]+/gi, "-")));
+    cpSync(MODEL_DIR, dir, { recursive: true });
+    const manifest = change(dir);
+    if (manifest !== null) {
+      writeFileSync(path.join(dir, "manifest.json"), typeof manifest === "string" ? manifest : JSON.stringify(manifest, null, 1));
+    }
+  }
+  const names = Object.keys(CASES);
+  const results = await runPython(names.map((name) => ({ op: "load", model: dirs[name], compute_type: CASES[name][2]?.computeType ?? "float32" })));
+  python = Object.fromEntries(names.map((name, i) => [name, results[i].error]));
+});
+after(() => rmSync(work, { recursive: true, force: true }));
+
+for (const [name, [, want, options = {}]] of Object.entries(CASES)) {
+  test(name, async () => {
+    const load = () => Translator.load(dirs[name], { computeType: options.computeType ?? "float32" });
+    if (want === null) {
+      const t = await load();
+      assert.equal(await t.translate("seven"), "sieben");
+      assert.equal(python[name], null, `Python refused it: ${python[name]}`);
+      return;
+    }
+    await assert.rejects(load, (e) => {
+      assert.ok(e instanceof ModelPackageError, `${e.name}: ${e.message}`);
+      assert.match(e.message, want);
+      assert.ok(!e.message.includes("\n"), "one line");
+      return true;
+    });
+    assert.notEqual(python[name], null, "the Python runtime loaded what the JS runtime refused");
+  });
+}
+
+test("a folder that does not exist", async () => {
+  await assert.rejects(Translator.load(path.join(work, "nothing-here")), /nothing-here does not exist: pass the folder written by `seq2onnx export`/);
+});
+
+test("bad load options are refused before any work", async () => {
+  await assert.rejects(Translator.load(MODEL_DIR, { computeType: "float16" }), /computeType must be one of default, float32, int8, got "float16" \(float16 runs on CUDA only/);
+  await assert.rejects(Translator.load(MODEL_DIR, { intraThreads: -1 }), /intraThreads must be an integer in \[0, \d+\], got -1/);
+});
+
+test("external data in a graph is found by walking its protobuf", () => {
+  const graph = readFileSync(path.join(MODEL_DIR, "encoder.onnx"));
+  assert.equal(hasExternalData(graph), false);
+  // ModelProto{graph=7: GraphProto{initializer=5: TensorProto{name=8: "w", data_location=14: EXTERNAL}}}
+  const tensor = Buffer.from([0x42, 0x01, 0x77, 0x70, 0x01]);
+  const model = Buffer.concat([Buffer.from([0x3a, tensor.length + 2, 0x2a, tensor.length]), tensor]);
+  assert.equal(hasExternalData(model), true);
+  assert.throws(() => hasExternalData(Buffer.from([0x3a, 0x7f])), /runs past the end/);
+});

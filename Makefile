@@ -42,6 +42,13 @@ install-runtime: $(RT_VENV)/bin/python
 test: install-dev
 	@$(PYTHON) scripts/versions.py $(DEV_VENV)
 	$(call PYTEST,$(DEV_VENV))
+	$(WEB_TEST)
+
+# the JS package in web/ (Node, and the demo page in headless Chromium) against the Python runtime of this checkout
+WEB_TEST = cd web && npm ci && SEQ2ONNX_PYTHON=$(abspath $(DEV_VENV))/bin/python npm test
+.PHONY: test-web
+test-web: install-dev
+	$(WEB_TEST)
 
 # the versions a venv resolved (VENV=.venv by default)
 versions:

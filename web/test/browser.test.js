@@ -26,6 +26,9 @@ const SKIP = process.env.SEQ2ONNX_SKIP_BROWSER === "1";
 const SCREENSHOT = path.join(REPO_DIR, "docs", "web-demo.png");
 const INT8_WASM_TOLERANCE = 0.05; // measured: 1.6e-2 at most over these inputs (fp32: 9e-5)
 const PAGE_TIMEOUT_MS = 120_000;
+// as root, without a sandbox; no connections of Chromium's own (this machine reaches no outside host)
+const CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+  "--disable-component-update", "--disable-sync"];
 const CONFIGS = [
   ["float32", { beamSize: 1 }], ["float32", { beamSize: 4, numHypotheses: 2 }],
   ["int8", { beamSize: 1 }], ["int8", { beamSize: 4 }], ["int8", { beamSize: 4, numHypotheses: 2 }],
@@ -54,7 +57,7 @@ describe("the demo page in Chromium", { skip: SKIP && "SEQ2ONNX_SKIP_BROWSER=1: 
     python = await runPython(CONFIGS.map(([computeType, o]) => ({ op: "translate", model: MODEL_DIR, compute_type: computeType,
       texts, options: pythonOptions(o) })));
     srv = await startServer();
-    browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--no-sandbox"], timeout: PAGE_TIMEOUT_MS });
+    browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS, timeout: PAGE_TIMEOUT_MS });
     page = await browser.newPage({ viewport: { width: 900, height: 780 } });
     page.setDefaultTimeout(PAGE_TIMEOUT_MS);
     page.on("pageerror", (e) => console.error(`page error: ${e.message}`));

@@ -98,6 +98,21 @@ describe("decoding options, Node against Python", () => {
     }
   });
 
+  test("long lines are tokenized from a prefix and cut at maxInputLength, with Python's warnings", async () => {
+    const long = ["seven ".repeat(300), `${"\t".repeat(700)}seven`, `${" ".repeat(600)}seven`, "nine hundred ".repeat(80), "x".repeat(5000)];
+    const cases = [{ beamSize: 1, maxInputLength: 3, maxDecodingLength: 8 }, { beamSize: 4, maxInputLength: 9, maxDecodingLength: 8 },
+      { beamSize: 1, maxDecodingLength: 8 }];
+    const py = await runPython(cases.map((o) => translate({ compute_type: "float32", texts: long, options: pythonOptions(o) })));
+    for (const [k, options] of cases.entries()) {
+      const warnings = [];
+      const t = await Translator.load(MODEL_DIR, { onWarning: (m) => warnings.push(m) });
+      const js = await t.translateBatch(long, { ...options, returnScores: true });
+      assertSameTranslations(js, py[k].results, long, { label: JSON.stringify(options) });
+      assert.equal(warnings.length, py[k].warnings.length, `${JSON.stringify(options)}: ${JSON.stringify(warnings)} vs ${JSON.stringify(py[k].warnings)}`);
+      assert.ok(js.some((r) => r.truncated) && warnings.length > 0);
+    }
+  });
+
   test("streaming yields Python's pieces, greedy and beam", async () => {
     const some = texts.filter((_, i) => i % 9 === 0).slice(0, 14);
     const cases = some.flatMap((text) => [[text, { beamSize: 1 }], [text, { beamSize: 4 }], [text, { beamSize: 4, targetPrefix: "neun" }]]);

@@ -7,6 +7,7 @@
 // hardly compress, and the browser's package check compares their Content-Length with the manifest). Every
 // response is counted by path (bytes on the wire), which is how bench.mjs measures the page's payload.
 // Cross-origin isolation headers let onnxruntime-web use its threaded WASM where the machine has the cores.
+// `mounts` (tests only) serves more folders under URL prefixes of their own.
 import { createReadStream, promises as fs } from "node:fs";
 import http from "node:http";
 import path from "node:path";
@@ -22,8 +23,10 @@ const TYPES = { ".html": "text/html; charset=utf-8", ".js": "text/javascript", "
 const COMPRESSED = new Set([".html", ".js", ".mjs", ".css", ".wasm", ".svg"]);
 
 /** Start the server on 127.0.0.1:port (0: any free port) -> {server, url, stats, close()}.
- * stats: path -> {requests, bytes} of the bodies sent. */
-export async function startServer({ port = 0, log = false } = {}) {
+ * stats: path -> {requests, bytes} of the bodies sent. mounts: {"/prefix/": folder} served besides. */
+export async function startServer({ port = 0, log = false, mounts = {} } = {}) {
+  const roots = [...ALLOWED.map((dir) => [`/${dir}`, path.join(REPO, dir)]),
+    ...Object.entries(mounts).map(([prefix, dir]) => [prefix, `${path.resolve(dir)}${path.sep}`])];
   const gzipCache = new Map(); // file -> {mtimeMs, data}
   const stats = new Map();
   const server = http.createServer(async (req, res) => {
@@ -38,10 +41,12 @@ export async function startServer({ port = 0, log = false } = {}) {
       url = new URL(req.url, "http://127.0.0.1");
       if (req.method !== "GET" && req.method !== "HEAD") return send(res, 405, "method not allowed");
       if (url.pathname === "/" || url.pathname === "/web/demo") return redirect(res, "/web/demo/");
-      const rel = decodeURIComponent(url.pathname).replace(/^\/+/, "");
-      const file = path.resolve(REPO, rel.endsWith("/") || rel === "" ? `${rel}index.html` : rel);
-      const inside = ALLOWED.some((dir) => file.startsWith(path.join(REPO, dir)));
-      if (!inside || rel.split("/").includes("..")) return send(res, 404, "not found");
+      const wanted = decodeURIComponent(url.pathname);
+      const root = roots.find(([prefix]) => wanted.startsWith(prefix));
+      if (!root || wanted.split("/").includes("..")) return send(res, 404, "not found");
+      const rel = wanted.slice(root[0].length);
+      const file = path.resolve(root[1], rel.endsWith("/") || rel === "" ? `${rel}index.html` : rel);
+      if (!file.startsWith(root[1])) return send(res, 404, "not found");
       const st = await fs.lstat(file).catch(() => null);
       if (!st?.isFile()) return send(res, 404, "not found");
       const ext = path.extname(file);

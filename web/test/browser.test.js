@@ -10,7 +10,8 @@
 //         same decoding on the same kernels.
 // SEQ2ONNX_SKIP_BROWSER=1 skips it (with a message); a missing Chromium fails it, saying how to install one.
 import assert from "node:assert/strict";
-import { existsSync, mkdirSync } from "node:fs";
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, unlinkSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import * as ortWeb from "onnxruntime-web";
@@ -44,8 +45,27 @@ async function typeAndTranslate(page, text) {
   await page.waitForFunction(([t, n]) => window.demo.translations > n && window.demo.lastText === t, [text, done]);
 }
 
+// broken copies of the package, served to the page: the browser's checks (fetch, HEAD sizes, Web Crypto SHA-256)
+const BROKEN = {
+  intact: [() => {}, null],
+  "format_version 3": [(dir, m) => (m.format_version = 3), /format_version 3 is unknown; this runtime reads format_version 1/],
+  "a corrupted tokenizer": [(dir) => {
+    const data = readFileSync(path.join(dir, "tokenizer.json"));
+    data[100] ^= 1;
+    writeFileSync(path.join(dir, "tokenizer.json"), data);
+  }, /tokenizer\.json: its SHA-256 does not match manifest\.json/],
+  "a corrupted int8 graph": [(dir) => {
+    const data = readFileSync(path.join(dir, "encoder.int8.onnx"));
+    data[data.length - 100] ^= 1;
+    writeFileSync(path.join(dir, "encoder.int8.onnx"), data);
+  }, /encoder\.int8\.onnx: its SHA-256 does not match manifest\.json/],
+  "a listed file missing": [(dir) => unlinkSync(path.join(dir, "README.md")), /README\.md is missing \(listed in manifest\.json\)/],
+  "a file of another size": [(dir, m) => (m.files["decoder_step.onnx"].bytes += 1), /decoder_step\.onnx has 3370742 bytes, manifest\.json says 3370743/],
+};
+
 describe("the demo page in Chromium", { skip: SKIP && "SEQ2ONNX_SKIP_BROWSER=1: the browser test is skipped" }, () => {
   let srv, browser, page, texts, python;
+  const broken = mkdtempSync(path.join(tmpdir(), "seq2onnx-web-browser-"));
 
   before(async () => {
     if (!existsSync(CHROMIUM)) {
@@ -56,7 +76,14 @@ describe("the demo page in Chromium", { skip: SKIP && "SEQ2ONNX_SKIP_BROWSER=1: 
     texts = [...(await numberTexts(Array.from({ length: 334 }, (_, i) => 3 * i), ["canonical", "digits"])), ...ODD_LINES];
     python = await runPython(CONFIGS.map(([computeType, o]) => ({ op: "translate", model: MODEL_DIR, compute_type: computeType,
       texts, options: pythonOptions(o) })));
-    srv = await startServer();
+    for (const [name, [change]] of Object.entries(BROKEN)) {
+      const dir = path.join(broken, name.replace(/[^a-z0-9]+/gi, "-"));
+      cpSync(MODEL_DIR, dir, { recursive: true });
+      const m = JSON.parse(readFileSync(path.join(dir, "manifest.json"), "utf8"));
+      change(dir, m);
+      writeFileSync(path.join(dir, "manifest.json"), JSON.stringify(m));
+    }
+    srv = await startServer({ mounts: { "/test-packages/": broken } });
     browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS, timeout: PAGE_TIMEOUT_MS });
     page = await browser.newPage({ viewport: { width: 900, height: 780 } });
     page.setDefaultTimeout(PAGE_TIMEOUT_MS);
@@ -70,6 +97,7 @@ describe("the demo page in Chromium", { skip: SKIP && "SEQ2ONNX_SKIP_BROWSER=1: 
   after(async () => {
     await browser?.close();
     await srv?.close();
+    rmSync(broken, { recursive: true, force: true });
   });
 
   test("typing a number shows Python's translation and n-best list", async () => {
@@ -104,6 +132,27 @@ describe("the demo page in Chromium", { skip: SKIP && "SEQ2ONNX_SKIP_BROWSER=1: 
         assert.deepEqual(js, wasm, `${label}: the browser and onnxruntime-web in Node differ`);
         t.diagnostic(`${label}: ${texts.length} inputs, best hypothesis equal to Python's (max |score diff| ` +
           `${diff.toExponential(2)}), every hypothesis equal to onnxruntime-web's in Node`);
+      }
+    }
+  });
+
+  test("broken packages are refused in the browser as in Node", async () => {
+    for (const [name, [, want]] of Object.entries(BROKEN)) {
+      const url = `/test-packages/${name.replace(/[^a-z0-9]+/gi, "-")}`;
+      const got = await page.evaluate(async (url) => {
+        const { Translator } = await import("/web/src/browser.js");
+        try {
+          const t = await Translator.load(url, { computeType: "int8" });
+          return { translation: await t.translate("seven") };
+        } catch (e) {
+          return { error: e.name, message: e.message };
+        }
+      }, url);
+      if (want === null) {
+        assert.deepEqual(got, { translation: "sieben" });
+      } else {
+        assert.equal(got.error, "ModelPackageError", `${name}: ${JSON.stringify(got)}`);
+        assert.match(got.message, want);
       }
     }
   });

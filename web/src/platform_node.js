@@ -6,6 +6,7 @@ import { createHash } from "node:crypto";
 import { constants, promises as fs } from "node:fs";
 import os from "node:os";
 import path from "node:path";
+import { fileURLToPath } from "node:url";
 import * as ort from "onnxruntime-node";
 import { ModelPackageError } from "./errors.js";
 
@@ -74,7 +75,7 @@ export const nodePlatform = {
     if (typeof source !== "string" && !(source instanceof URL)) {
       throw new TypeError(`the model folder must be a path (a string), got ${typeof source}`);
     }
-    const root = source instanceof URL ? path.resolve(new URL(source).pathname) : path.resolve(source);
+    const root = path.resolve(source instanceof URL ? fileURLToPath(source) : source);
     const interrupted = await interruptedExport(root);
     if (interrupted) throw new ModelPackageError(interrupted);
     let st = null;

@@ -53,8 +53,10 @@ export class GrowingCacheEngine {
     return ["float32", [null, config.n_heads, null, config.head_dim]];
   }
 
-  constructor(ort, encoder, decoder, config, { crossPerSentence = false, decoderPath = "the decoder step graph" } = {}) {
-    Object.assign(this, { ort, encoder, decoder, config, crossPerSentence, decoderPath });
+  /** outputsInto: the onnxruntime binding writes outputs into tensors the caller allocates (onnxruntime-node does;
+   * onnxruntime-web's WASM backend does not fill them) */
+  constructor(ort, encoder, decoder, config, { crossPerSentence = false, decoderPath = "the decoder step graph", outputsInto = false } = {}) {
+    Object.assign(this, { ort, encoder, decoder, config, crossPerSentence, decoderPath, outputsInto });
     const io = this.constructor.io(config);
     this.crossNames = io.encoder[1];
     this.pastNames = cacheNames("past", config.decoder_layers);
@@ -78,7 +80,16 @@ export class GrowingCacheEngine {
     const feeds = { input_ids: new ort.Tensor("int64", inputIds, [rows, 1]), encoder_attention_mask: encoderMask };
     this.pastNames.forEach((name, i) => (feeds[name] = past[i]));
     this.crossNames.forEach((name, i) => (feeds[name] = cross[i]));
-    const out = await this.decoder.run(feeds);
+    let out;
+    if (this.outputsInto) { // onnxruntime writes the outputs into buffers allocated here: no copy after the run
+      const cacheDims = [rows, config.n_heads, past[0].dims[2] + 1, config.head_dim];
+      const cacheSize = cacheDims.reduce((a, b) => a * b, 1);
+      const fetches = { log_probs: new ort.Tensor("float32", new Float32Array(rows * config.vocab_size), [rows, config.vocab_size]) };
+      for (const name of this.presentNames) fetches[name] = new ort.Tensor("float32", new Float32Array(cacheSize), cacheDims);
+      out = await this.decoder.run(feeds, fetches);
+    } else {
+      out = await this.decoder.run(feeds);
+    }
     return [out.log_probs.data, this.presentNames.map((name) => out[name])];
   }
 
@@ -149,5 +160,6 @@ export async function openEngine(pkg, variantName, [encoderBytes, decoderBytes],
         "do not belong together; re-export the model with `seq2onnx export`");
     }
   }
-  return new Engine(ort, encoder, decoder, config, { crossPerSentence: pkg.crossPerSentence, decoderPath });
+  return new Engine(ort, encoder, decoder, config, { crossPerSentence: pkg.crossPerSentence, decoderPath,
+    outputsInto: pkg.platform.outputsInto === true });
 }

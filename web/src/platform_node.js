@@ -69,6 +69,7 @@ async function interruptedExport(root) {
 export const nodePlatform = {
   name: "node",
   ort,
+  outputsInto: true, // onnxruntime-node writes outputs into tensors the caller allocates (engine.js)
 
   /** The package folder, checked to be one. */
   async root(source) {

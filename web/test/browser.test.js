@@ -35,7 +35,7 @@ const CONFIGS = [
   ["int8", { beamSize: 1 }], ["int8", { beamSize: 4 }], ["int8", { beamSize: 4, numHypotheses: 2 }],
 ];
 // the package in Node on onnxruntime-web's WASM kernels: what the browser must give to the bit
-const wasmInNode = { ...nodePlatform, ort: ortWeb, sessionOptions: () => browserPlatform.sessionOptions() };
+const wasmInNode = { ...nodePlatform, ort: ortWeb, outputsInto: false, sessionOptions: () => browserPlatform.sessionOptions() };
 
 /** Type `text` into the page's box, press Translate, and wait for the page to show its translation. */
 async function typeAndTranslate(page, text) {

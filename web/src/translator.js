@@ -80,11 +80,15 @@ export function tokenIds(tokenizer, texts, limit) {
   return [ids, cut];
 }
 
-function splitOptions(options, known) {
+const LOAD_DEFAULTS = { computeType: "default", verify: true, onWarning: (m) => console.warn(`warning: ${m}`),
+  intraThreads: 0, interThreads: 1 };
+
+/** options -> [the `known` ones with their defaults, the decoding options]; an unknown name is a RangeError. */
+function splitOptions(options, known, decodingNames = DECODING_DEFAULTS) {
   if (options === null || typeof options !== "object") throw new TypeError(`options must be an object, got ${options}`);
-  const unknown = Object.keys(options).filter((k) => !Object.hasOwn(known, k) && !Object.hasOwn(DECODING_DEFAULTS, k)).sort();
+  const unknown = Object.keys(options).filter((k) => !Object.hasOwn(known, k) && !Object.hasOwn(decodingNames, k)).sort();
   if (unknown.length) {
-    const all = [...Object.keys(known), ...Object.keys(DECODING_DEFAULTS)].sort();
+    const all = [...Object.keys(known), ...Object.keys(decodingNames)].sort();
     throw new RangeError(`unknown option(s) ${unknown.join(", ")}; known: ${all.join(", ")}`);
   }
   const own = { ...known }, decoding = {};
@@ -109,8 +113,8 @@ export class Translator {
    * computeType: "default" | "float32" | "int8": the package variant, as Python's compute_type.
    * verify: check the SHA-256 of the files loaded against the manifest. onWarning: called with each warning's
    * text (default console.warn). intraThreads / interThreads: onnxruntime's threads (Node; 0: its default). */
-  static async open(platform, source, { computeType = "default", verify = true, onWarning = (m) => console.warn(`warning: ${m}`),
-    intraThreads = 0, interThreads = 1 } = {}) {
+  static async open(platform, source, options = {}) {
+    const [{ computeType, verify, onWarning, intraThreads, interThreads }] = splitOptions(options, LOAD_DEFAULTS, {});
     if (!Object.hasOwn(COMPUTE_TYPES, computeType)) {
       const extra = computeType === "float16" ? " (float16 runs on CUDA only, in the Python runtime)" : "";
       throw new RangeError(`computeType must be one of ${Object.keys(COMPUTE_TYPES).join(", ")}, got ${JSON.stringify(computeType)}${extra}`);

@@ -59,6 +59,7 @@ test("the Translator's own arguments", async () => {
   await assert.rejects(t.translateBatch(["seven"], { maxInputLength: 513 }), /maxInputLength must be an integer in \[1, 512\]/);
   await assert.rejects(t.translateBatch(["seven"], { targetPrefix: ["a", "b"] }), /targetPrefix must be an array of 1 strings/);
   await assert.rejects(t.translateBatch(["seven"], { beamsize: 4 }), /unknown option\(s\) beamsize; known: .*beamSize/);
+  await assert.rejects(Translator.load(MODEL_DIR, { compute_type: "int8" }), /unknown option\(s\) compute_type; known: computeType, interThreads/);
   await assert.rejects(t.translateIds([[5, 300, 2]]), /sources\[0\] holds an id outside the vocabulary \[0, 200\): 300/);
   await assert.rejects(t.translateIds([[]]), /a source must hold 1\.\.512 ids, got 0/);
   await assert.rejects(async () => {

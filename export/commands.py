@@ -25,6 +25,8 @@ import torch
 from seq2onnx.runtime import __version__
 from seq2onnx.runtime.cli import OneLineParser
 from seq2onnx.runtime.errors import Seq2OnnxError
+from seq2onnx.runtime.graph_io import CROSS_ATTENTION, DECODER_FORMATS, cache_names
+from seq2onnx.runtime.manifest import FORMAT_VERSION
 from seq2onnx.training.checkpoint import load_checkpoint
 from seq2onnx.training.tokenizer import SPECIAL_TOKENS, tokenizer_from_json
 
@@ -47,6 +49,7 @@ class ExportOptions:
     overwrite: bool = False
     parity_data: Optional[Path] = None     # source sentences for the parity checks (else synthetic only)
     int8_validation: bool = True           # False: int8 parity is measured and recorded, not enforced
+    format_version: int = FORMAT_VERSION   # 1: the earlier decoder step contract (graph_io.py), for comparisons
 
 
 @dataclass
@@ -75,11 +78,14 @@ def parse_args(argv: List[str]) -> ExportOptions:
     p.add_argument("--parity-data", type=Path, metavar="FILE",
                    help="source sentences for the parity checks, one per line (a .tsv: its first column); "
                         f"the first {PARITY_LINES} are used besides the synthetic sources")
+    p.add_argument("--format-version", type=int, choices=DECODER_FORMATS, default=FORMAT_VERSION,
+                   help=f"the package format (default {FORMAT_VERSION}: a fixed-capacity decoder cache written in "
+                        "place, and cross-attention weights); 1 writes the earlier decoder step, for comparisons")
     a = p.parse_args(argv)
     if a.skip_int8_validation and not a.int8:
         p.error("--skip-int8-validation applies to the int8 variant: add --int8")
     return ExportOptions(a.checkpoint, a.out_dir, a.int8, a.fp16, a.opset, a.overwrite, a.parity_data,
-                         int8_validation=not a.skip_int8_validation)
+                         int8_validation=not a.skip_int8_validation, format_version=a.format_version)
 
 
 def export_main(argv: List[str]) -> int:
@@ -110,13 +116,13 @@ def run_export(opts: ExportOptions, log: Callable[[str], None] = lambda msg: Non
     staging = package.make_staging(target)
     try:
         t = time.perf_counter()
-        enc, dec = onnx_export.export_graphs(model, staging, opts.opset)
+        enc, dec = onnx_export.export_graphs(model, staging, opts.opset, opts.format_version)
         stage_seconds["trace"] = time.perf_counter() - t
         log(f"[1/5] trace: {ENCODER_FILE} + {DECODER_FILE} at opset {opts.opset} "
             f"({stage_seconds['trace']:.1f}s)")
 
         t = time.perf_counter()
-        names = GraphNames.for_config(model.cfg)
+        names = GraphNames.for_config(model.cfg, opts.format_version)
         _check(enc, names.encoder_inputs, names.encoder_outputs)
         _check(dec, names.decoder_inputs, names.decoder_outputs)
         stage_seconds["check"] = time.perf_counter() - t
@@ -150,7 +156,7 @@ def run_export(opts: ExportOptions, log: Callable[[str], None] = lambda msg: Non
                     # the decoder step takes cross K/V + encoder mask once per sentence (docs/CONTRACTS.md)
                     "decoder_step": dict(onnx_export.graph_io(dec), cross_per_sentence=True)},
             variants=variants, exporter=exporter_versions(), source_file=Path(opts.checkpoint).name,
-            train_meta=ckpt.get("train_meta", {}), seq2onnx_version=__version__)
+            train_meta=ckpt.get("train_meta", {}), seq2onnx_version=__version__, format_version=opts.format_version)
         manifest = package.finish_package(staging, manifest)
         package.publish(staging, target, opts.overwrite)
         stage_seconds["write"] = time.perf_counter() - t
@@ -253,8 +259,9 @@ def _fp16_variant(model, staging: Path, enc: Path, dec: Path, names: GraphNames,
                   batches: List[parity.ParityBatch]) -> Dict[str, Any]:
     enc16, dec16 = (staging / f for f in VARIANT_FILES["fp16"])
     quantize.convert_fp16(enc, enc16)                                   # cross K/V out in float16
-    quantize.convert_fp16(dec, dec16, keep_float32=["log_probs"])       # caches in and out in float16
-    caches = [n for n in names.decoder_inputs + names.decoder_outputs if n.startswith(("past_", "present_", "cross_"))]
+    quantize.convert_fp16(dec, dec16, keep_float32=["log_probs", CROSS_ATTENTION])   # caches in and out in float16
+    layers = model.cfg.decoder_layers
+    caches = [n for prefix in ("past", "present", "cross") for n in cache_names(prefix, layers)]
     _check_variant(enc, enc16, names.encoder_inputs, names.encoder_outputs, caches)   # loads on the CPU provider
     _check_variant(dec, dec16, names.decoder_inputs, names.decoder_outputs, caches)
     variant = {"encoder": enc16.name, "decoder_step": dec16.name, "precision": "float16"}

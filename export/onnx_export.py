@@ -1,9 +1,13 @@
 """Trace a Transformer into the two ONNX graphs of docs/CONTRACTS.md.
 
     encoder.onnx       input_ids, attention_mask [B, S]  ->  cross_key_i, cross_value_i [B, H, S, Dh]
-    decoder_step.onnx  input_ids [R, 1], encoder_attention_mask [B, S],
-                       past_key_i, past_value_i [R, H, P, Dh], cross_key_i, cross_value_i [B, H, S, Dh]
-                       ->  log_probs [R, V], present_key_i, present_value_i [R, H, P+1, Dh]
+    decoder_step.onnx  format 2 (the default): input_ids [R, 1], encoder_attention_mask [B, S],
+                       past_length (int64, 0-d), past_key_i, past_value_i [R, H, C, Dh],
+                       cross_key_i, cross_value_i [B, H, S, Dh]
+                       ->  log_probs [R, V], present_key_i, present_value_i [R, H, C, Dh], cross_attention [R, S]
+                       (training/model.py decode_step_fixed: a fixed-capacity cache written at past_length)
+                       format 1: no past_length; past [R, H, P, Dh] -> present [R, H, P+1, Dh] (decode_step:
+                       the cache grows by a Concat each step); no cross_attention
 
 The decoder step takes the cross K/V and the encoder mask once per sentence (B, axis `sentences`)
 and everything else once per row (R = B x G, axis `rows`, row = sentence * G + g): a beam search's
@@ -32,6 +36,7 @@ import torch.nn as nn
 from seq2onnx.runtime.config import ModelConfig
 from seq2onnx.runtime.errors import Seq2OnnxError
 from seq2onnx.runtime.graph_io import GraphNames, cache_names  # noqa: F401 - the runtime owns the names
+from seq2onnx.runtime.manifest import FORMAT_VERSION
 from seq2onnx.training.model import Transformer
 
 DEFAULT_OPSET = 18
@@ -40,6 +45,7 @@ DECODER_FILE = "decoder_step.onnx"
 # trace sizes: batch >= 2 and sizes that differ from each other and from 0/1
 TRACE_BATCH, TRACE_SRC_LEN, TRACE_PAST_LEN = 2, 7, 3
 TRACE_ROWS_PER_SENTENCE = 5     # decoder step: rows = TRACE_BATCH sentences x 5 (beams)
+TRACE_CAPACITY = 6              # format 2: cache capacity, past_length = TRACE_PAST_LEN
 # ops that would mean the exporter took a path the runtime does not expect
 FORBIDDEN_OPS = {"Attention", "MultiHeadAttention", "ScaledDotProductAttention", "If", "Loop"}
 
@@ -76,6 +82,23 @@ class DecoderStepGraph(nn.Module):
         return (log_probs,) + tuple(t for kv in present for t in kv)
 
 
+class FixedCacheStepGraph(DecoderStepGraph):
+    """Format 2: (input_ids [R, 1], encoder_attention_mask [B, S], past_length (0-d int64), *past (2L x [R, H, C, Dh]),
+    *cross (2L x [B, H, S, Dh])) -> (log_probs [R, V], *present (2L x [R, H, C, Dh]), cross_attention [R, S])."""
+
+    def forward(self, input_ids: torch.Tensor, encoder_attention_mask: torch.Tensor, past_length: torch.Tensor,
+                *caches: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        n = self.layers
+        past = [(caches[2 * i], caches[2 * i + 1]) for i in range(n)]
+        cross = [(caches[2 * n + 2 * i], caches[2 * n + 2 * i + 1]) for i in range(n)]
+        log_probs, present, weights = self.model.decode_step_fixed(input_ids, encoder_attention_mask, past_length,
+                                                                   past, cross)
+        return (log_probs,) + tuple(t for kv in present for t in kv) + (weights,)
+
+
+STEP_GRAPHS = {1: DecoderStepGraph, 2: FixedCacheStepGraph}
+
+
 # --- model from a checkpoint -------------------------------------------------------------------------
 def model_from_checkpoint(ckpt: Dict[str, Any]) -> Transformer:
     """A checkpoint dict (training/checkpoint.py) -> the Transformer in eval mode, on the CPU, fp32."""
@@ -94,10 +117,11 @@ def model_from_checkpoint(ckpt: Dict[str, Any]) -> Transformer:
 
 # --- export ------------------------------------------------------------------------------------------
 def trace_inputs(cfg: ModelConfig, batch: int = TRACE_BATCH, src_len: int = TRACE_SRC_LEN,
-                 past_len: int = TRACE_PAST_LEN, rows_per_sentence: int = TRACE_ROWS_PER_SENTENCE
-                 ) -> Tuple[tuple, tuple]:
+                 past_len: int = TRACE_PAST_LEN, rows_per_sentence: int = TRACE_ROWS_PER_SENTENCE,
+                 format_version: int = FORMAT_VERSION) -> Tuple[tuple, tuple]:
     """Example inputs of (encoder, decoder_step) at the given sizes; the second source row is padded.
-    The decoder step gets `batch` sentences (mask, cross) and batch * rows_per_sentence rows."""
+    The decoder step gets `batch` sentences (mask, cross) and batch * rows_per_sentence rows; in format 2
+    a cache of TRACE_CAPACITY positions, past_len of them written."""
     g = torch.Generator().manual_seed(0)
     n_special = 1 + max(cfg.pad_id, cfg.bos_id, cfg.eos_id, cfg.unk_id)
     ids = torch.randint(n_special, max(cfg.vocab_size, n_special + 1), (batch, src_len), generator=g)
@@ -106,13 +130,15 @@ def trace_inputs(cfg: ModelConfig, batch: int = TRACE_BATCH, src_len: int = TRAC
     ids[mask == 0] = cfg.pad_id
     h, dh, n = cfg.n_heads, cfg.head_dim, cfg.decoder_layers
     rows = batch * rows_per_sentence
-    past = [torch.randn(rows, h, past_len, dh, generator=g) for _ in range(2 * n)]
+    capacity = past_len if format_version == 1 else max(TRACE_CAPACITY, past_len + 1)
+    past = [torch.randn(rows, h, capacity, dh, generator=g) for _ in range(2 * n)]
     cross = [torch.randn(batch, h, src_len, dh, generator=g) for _ in range(2 * n)]
     last = ids[:, :1].repeat_interleave(rows_per_sentence, 0)                       # [rows, 1]
-    return (ids, mask), (last, mask, *past, *cross)
+    length = () if format_version == 1 else (torch.tensor(past_len, dtype=torch.long),)
+    return (ids, mask), (last, mask, *length, *past, *cross)
 
 
-def _dynamic_shapes(cfg: ModelConfig) -> Tuple[dict, tuple]:
+def _dynamic_shapes(cfg: ModelConfig, format_version: int) -> Tuple[dict, tuple]:
     Dim = torch.export.Dim
     batch = Dim("batch", min=1)
     src_len = Dim("src_len", min=1, max=cfg.max_positions)          # positions of the source
@@ -121,10 +147,16 @@ def _dynamic_shapes(cfg: ModelConfig) -> Tuple[dict, tuple]:
     # decoder step: `rows` (input_ids, past, present, log_probs) = `sentences` (encoder_attention_mask,
     # cross) x G; G = rows / sentences is computed inside the graph
     rows, sentences = Dim("rows", min=1), Dim("sentences", min=1)
+    # format 2: the cache's capacity; past_length < capacity <= max_positions
+    capacity = Dim("capacity", min=1, max=cfg.max_positions)
     n = cfg.decoder_layers
     encoder = {"input_ids": {0: batch, 1: src_len}, "attention_mask": {0: batch, 1: src_len}}
-    decoder = ({0: rows}, {0: sentences, 1: src_len},
-               tuple([{0: rows, 2: past_len}] * (2 * n) + [{0: sentences, 2: src_len}] * (2 * n)))
+    if format_version == 1:
+        decoder = ({0: rows}, {0: sentences, 1: src_len},
+                   tuple([{0: rows, 2: past_len}] * (2 * n) + [{0: sentences, 2: src_len}] * (2 * n)))
+    else:
+        decoder = ({0: rows}, {0: sentences, 1: src_len}, None,
+                   tuple([{0: rows, 2: capacity}] * (2 * n) + [{0: sentences, 2: src_len}] * (2 * n)))
     return encoder, decoder
 
 
@@ -150,8 +182,10 @@ def _export_one(module: nn.Module, args: tuple, input_names: List[str], output_n
 
 
 @torch.no_grad()
-def export_graphs(model: Transformer, out_dir: Path, opset: int = DEFAULT_OPSET) -> Tuple[Path, Path]:
-    """Write encoder.onnx and decoder_step.onnx (fp32, weights inside) into out_dir.
+def export_graphs(model: Transformer, out_dir: Path, opset: int = DEFAULT_OPSET,
+                  format_version: int = FORMAT_VERSION) -> Tuple[Path, Path]:
+    """Write encoder.onnx and decoder_step.onnx (fp32, weights inside, the decoder step of `format_version`)
+    into out_dir.
 
     torch.export assumes dynamic sizes are >= 2 while tracing; the graph traced at P = 3 has no
     branch on P, and parity checks run it at P = 0 and P = 1 (export/parity.py).
@@ -159,14 +193,14 @@ def export_graphs(model: Transformer, out_dir: Path, opset: int = DEFAULT_OPSET)
     model = model.float().eval()
     if model.cfg.max_positions <= TRACE_SRC_LEN:
         raise ValueError(f"max_positions must be > {TRACE_SRC_LEN} to export, got {model.cfg.max_positions}")
-    names = GraphNames.for_config(model.cfg)
-    enc_args, dec_args = trace_inputs(model.cfg)
-    enc_shapes, dec_shapes = _dynamic_shapes(model.cfg)
+    names = GraphNames.for_config(model.cfg, format_version)
+    enc_args, dec_args = trace_inputs(model.cfg, format_version=format_version)
+    enc_shapes, dec_shapes = _dynamic_shapes(model.cfg, format_version)
     out_dir = Path(out_dir)
     enc_path, dec_path = out_dir / ENCODER_FILE, out_dir / DECODER_FILE
     _export_one(EncoderGraph(model), enc_args, names.encoder_inputs, names.encoder_outputs, enc_shapes, opset,
                 enc_path)
-    _export_one(DecoderStepGraph(model), dec_args, names.decoder_inputs, names.decoder_outputs, dec_shapes, opset,
+    _export_one(STEP_GRAPHS[format_version](model), dec_args, names.decoder_inputs, names.decoder_outputs, dec_shapes, opset,
                 dec_path)
     return enc_path, dec_path
 

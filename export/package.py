@@ -146,11 +146,12 @@ def utc_now() -> str:
 
 def build_manifest(*, config: Dict[str, Any], special_tokens: Dict[str, str], opset: int,
                    ir_version: int, graphs: Dict[str, Any], variants: Dict[str, Any], exporter: Dict[str, str],
-                   source_file: str, train_meta: Dict[str, Any], seq2onnx_version: str) -> Dict[str, Any]:
+                   source_file: str, train_meta: Dict[str, Any], seq2onnx_version: str,
+                   format_version: int = FORMAT_VERSION) -> Dict[str, Any]:
     """The manifest of docs/CONTRACTS.md; its `files` are filled in by finish_package."""
     manifest = {
         "format": FORMAT,
-        "format_version": FORMAT_VERSION,
+        "format_version": format_version,
         "seq2onnx_version": seq2onnx_version,
         "created": utc_now(),
         "config": config,

@@ -42,7 +42,7 @@ import torch
 from seq2onnx.runtime.decoding import Hypothesis, decode
 from seq2onnx.runtime.errors import Seq2OnnxError
 from seq2onnx.runtime.options import DecodingOptions
-from seq2onnx.runtime.session import ArrayEngine, IoBindingEngine, cache_dtype
+from seq2onnx.runtime.session import ArrayEngine, IoBindingEngine, cache_dtype, graph_format
 from seq2onnx.training.model import Transformer
 from seq2onnx.training.reference import beam_search, greedy_search, pad_batch
 
@@ -60,6 +60,7 @@ STEPS = 24                     # chained decoder steps compared (past lengths 0 
 BEAM_STEPS = 4                 # chained decoder steps compared with BEAM_SIZE rows per sentence
 MAX_LENGTH = 24                # max_length of the greedy / beam comparisons
 BEAM_SIZE = 4
+SPARE_CAPACITY = 3             # format 2 graph checks: cache positions after the written ones, filled with noise
 
 
 class ParityError(Seq2OnnxError):
@@ -145,18 +146,20 @@ class OnnxPair:
     """encoder + decoder_step sessions; arrays in, arrays out (numpy).
 
     cross_per_sentence: the decoder step takes cross K/V and encoder mask once per sentence (the graphs
-    this exporter writes); False for graphs of the earlier contract, which need a copy per row."""
+    this exporter writes); False for graphs of the earlier contract, which need a copy per row.
+    The decoder step's contract (format 1 or 2, graph_io.py) is read from the graph's inputs."""
 
     def __init__(self, encoder: Path, decoder: Path, cfg, provider: str = "CPUExecutionProvider",
                  cross_per_sentence: bool = True):
         self.cfg = cfg
         self.cross_per_sentence = cross_per_sentence
-        self.names = GraphNames.for_config(cfg)
         opts = session_options()
         self.decoder_path = decoder
         self.encoder = ort.InferenceSession(str(encoder), opts, providers=[provider])
         self.decoder = ort.InferenceSession(str(decoder), opts, providers=[provider])
         self.provider = self.decoder.get_providers()[0]
+        self.format_version = graph_format(self.decoder)
+        self.names = GraphNames.for_config(cfg, self.format_version)
 
     def encode(self, ids: np.ndarray, mask: np.ndarray) -> List[np.ndarray]:
         """ids, mask [B, S] int64 -> cross caches, 2L x [B, H, S, Dh] (key_0, value_0, ...)"""
@@ -165,10 +168,24 @@ class OnnxPair:
     def step(self, tokens: np.ndarray, mask: np.ndarray, past: List[np.ndarray],
              cross: List[np.ndarray]) -> Tuple[np.ndarray, List[np.ndarray]]:
         """tokens [R, 1], mask [B, S], past 2L x [R, H, P, Dh], cross 2L x [B, H, S, Dh]
-        -> log_probs [R, V], present 2L x [R, H, P+1, Dh]   (R = B, or R = B x G with cross_per_sentence)"""
-        feed = dict(zip(self.names.decoder_inputs, [tokens, mask] + list(past) + list(cross)))
-        out = self.decoder.run(self.names.decoder_outputs, feed)
-        return out[0], out[1:]
+        -> log_probs [R, V], present 2L x [R, H, P+1, Dh]   (R = B, or R = B x G with cross_per_sentence)
+
+        Format 2: the past goes in at the start of a cache of P + 1 + SPARE_CAPACITY positions whose other
+        positions hold noise, which the graph must ignore; present is the written part of its output."""
+        if self.format_version == 1:
+            feed = dict(zip(self.names.decoder_inputs, [tokens, mask] + list(past) + list(cross)))
+            out = self.decoder.run(self.names.decoder_outputs, feed)
+            return out[0], out[1:]
+        p = past[0].shape[2]
+        rng = np.random.default_rng(p)
+        caches = []
+        for x in past:
+            cache = rng.standard_normal((*x.shape[:2], p + 1 + SPARE_CAPACITY, x.shape[3])).astype(x.dtype)
+            cache[:, :, :p] = x
+            caches.append(cache)
+        feed = dict(zip(self.names.decoder_inputs, [tokens, mask, np.array(p, dtype=np.int64)] + caches + list(cross)))
+        out = self.decoder.run(self.names.decoder_outputs[:-1], feed)
+        return out[0], [c[:, :, :p + 1] for c in out[1:]]
 
     def empty_cache(self, batch: int) -> List[np.ndarray]:
         """In the dtype of the graph's past inputs (float16 in the fp16 variant)."""

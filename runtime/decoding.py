@@ -29,9 +29,15 @@ sentence, shared by its K rows (row = sentence * K + beam); when sentences stop,
 by sentence and the cache by row. Otherwise (packages of the earlier contract, and RowSearch,
 whose rows end one by one) they are copied to every row and gathered with the cache.
 
-The engine (session.py) hides where tensors live (numpy on CPU, OrtValues on CUDA):
+Attention (options.return_attention): the engine's step also returns the cross-attention rows [R, S], and
+the search keeps them per row beside the tokens (`extend_rows`), reordered and finished with them, so a
+Hypothesis carries one row per token it chose.
+
+The engine (session.py) hides where tensors live (numpy on CPU, OrtValues on CUDA) and how the cache is kept
+(format 1: grown by the graph; format 2: a fixed-capacity buffer the graph writes in place):
     encode(input_ids [B, S], attention_mask [B, S]) -> (encoder_mask, cross)   cross: 2 per layer
-    step(input_ids [R, 1], encoder_mask, past | None, cross) -> (log_probs [R, V] numpy, present)
+    step(input_ids [R, 1], encoder_mask, past | None, cross[, with_attention=True])
+        -> (log_probs [R, V] numpy, present[, attention [R, S] numpy])
         encoder_mask and cross have R rows, or with cross_per_sentence R / G (G rows per sentence)
     take(values, index [R']) -> values gathered along axis 0
     cross_per_sentence: bool (an engine without it gets a copy per row, which every graph accepts)
@@ -57,6 +63,7 @@ class Hypothesis:
     score: float                # sum of log-probs (EOS included when generated)
     normalized_score: float     # score / length ** length_penalty; hypotheses rank by it
     finished: bool = True       # ended with EOS (False: stopped by the length limit)
+    attention: Optional[np.ndarray] = None   # return_attention: [len(tokens), source ids] cross-attention rows
 
 
 class Engine(Protocol):
@@ -65,7 +72,7 @@ class Engine(Protocol):
     def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> Tuple[Any, List[Any]]: ...
 
     def step(self, input_ids: np.ndarray, encoder_mask: Any, past: Optional[List[Any]],
-             cross: List[Any]) -> Tuple[np.ndarray, List[Any]]: ...
+             cross: List[Any], with_attention: bool = False) -> Tuple[Any, ...]: ...
 
     def take(self, values: List[Any], index: np.ndarray) -> List[Any]: ...
 
@@ -217,6 +224,18 @@ class Sampler:
 
 
 # --- searches ----------------------------------------------------------------------------------
+def extend_rows(history: Optional[np.ndarray], rows: Optional[np.ndarray]) -> Optional[np.ndarray]:
+    """The per-row attention history [R, step, S] with this step's rows [R, S] appended (None: not kept)."""
+    if rows is None:
+        return history
+    rows = rows[:, None, :].astype(np.float32)
+    return rows if history is None else np.concatenate([history, rows], axis=1)
+
+
+def _row(history: Optional[np.ndarray], row: int) -> Optional[np.ndarray]:
+    return None if history is None else history[row]
+
+
 class RowSearch:
     """Greedy (argmax, lowest id on ties) or sampling: each row is one independent hypothesis."""
 
@@ -228,17 +247,20 @@ class RowSearch:
         self.row_example = self.row_ids // width                          # [R]
         self.tokens = np.zeros((len(self.row_ids), 0), dtype=np.int64)   # [R, step]
         self.scores = np.zeros(len(self.row_ids), dtype=np.float64)     # [R] (float64 as the reference)
+        self.attention: Optional[np.ndarray] = None                      # [R, step, S] with return_attention
         self.finished: List[List[Hypothesis]] = [[] for _ in range(n_examples)]
 
     def _finish(self, rows: np.ndarray, lengths: int, ended: bool, drop_last: bool) -> None:
         for r in rows.tolist():
             score = float(self.scores[r])
             tokens = self.tokens[r, :-1] if drop_last else self.tokens[r]
+            attention = None if self.attention is None else self.attention[r, :len(tokens)]
             self.finished[self.row_example[r]].append(
-                Hypothesis(tokens.tolist(), score, normalize(score, lengths, self.length_penalty), ended))
+                Hypothesis(tokens.tolist(), score, normalize(score, lengths, self.length_penalty), ended, attention))
 
-    def advance(self, log_probs: np.ndarray, step: int) -> np.ndarray:
-        """Pick each row's next token; return the parents (current rows that go on) [R']."""
+    def advance(self, log_probs: np.ndarray, step: int, attention: Optional[np.ndarray] = None) -> np.ndarray:
+        """Pick each row's next token; return the parents (current rows that go on) [R'].
+        attention [R, S]: this step's cross-attention rows, kept with the tokens they chose."""
         rows = np.arange(len(log_probs))
         best = log_probs.max(axis=1)                 # NaN when the row holds one
         if not (best < np.inf).all():
@@ -251,6 +273,7 @@ class RowSearch:
         tokens = log_probs.argmax(axis=1) if self.sampler is None else self.sampler(log_probs, self.row_ids)
         self.scores += log_probs[rows, tokens].astype(np.float64)
         self.tokens = np.concatenate([self.tokens, tokens[:, None]], axis=1)
+        self.attention = extend_rows(self.attention, attention)
         ended = (tokens == self.eos) & ~stuck
         at_limit = ~ended & ~stuck & (step + 1 >= self.limits[self.row_example])
         self._finish(np.flatnonzero(ended), step + 1, ended=True, drop_last=True)
@@ -260,6 +283,7 @@ class RowSearch:
         if len(parents) < len(rows):
             self.row_ids, self.row_example = self.row_ids[parents], self.row_example[parents]
             self.tokens, self.scores = self.tokens[parents], self.scores[parents]
+            self.attention = None if self.attention is None else self.attention[parents]
         return parents
 
     def candidates(self, example: int) -> List[List[int]]:
@@ -280,6 +304,7 @@ class BeamSearch:
         self.cum = np.full((n_examples, k), -np.inf, dtype=np.float32)    # [A, K]; the K beams start
         self.cum[:, 0] = 0.0                                               # identical: expand beam 0 only
         self.tokens = np.zeros((n_examples * k, 0), dtype=np.int64)       # [A*K, step]
+        self.attention: Optional[np.ndarray] = None                        # [A*K, step, S] with return_attention
         self.finished: List[List[Hypothesis]] = [[] for _ in range(n_examples)]
         self.n_finished = np.zeros(n_examples, dtype=np.int64)             # [n_examples]
 
@@ -287,14 +312,19 @@ class BeamSearch:
     def row_example(self) -> np.ndarray:                                   # [A*K]
         return np.repeat(self.examples, self.k)
 
-    def _add(self, a: int, tokens: np.ndarray, score: float, length: int, ended: bool) -> None:
+    def _add(self, a: int, tokens: np.ndarray, score: float, length: int, ended: bool,
+             attention: Optional[np.ndarray] = None) -> None:
         self.n_finished[self.examples[a]] += 1
-        self.finished[self.examples[a]].append(
-            Hypothesis(tokens.tolist(), score, normalize(score, length, self.length_penalty), ended))
+        self.finished[self.examples[a]].append(Hypothesis(
+            tokens.tolist(), score, normalize(score, length, self.length_penalty), ended,
+            None if attention is None else attention[:len(tokens)]))
 
-    def advance(self, log_probs: np.ndarray, step: int) -> np.ndarray:
-        """log_probs [A*K, V] -> parents [A'*K]: the current row each next row continues."""
+    def advance(self, log_probs: np.ndarray, step: int, attention: Optional[np.ndarray] = None) -> np.ndarray:
+        """log_probs [A*K, V] -> parents [A'*K]: the current row each next row continues.
+        attention [A*K, S]: this step's cross-attention rows, kept with the tokens they chose."""
         k, n_act, v = self.k, len(self.examples), log_probs.shape[1]
+        before = self.attention                                            # [A*K, step, S]: the rows' history
+        history = extend_rows(before, attention)                           # ... and this step's row
         cand = (self.cum[:, :, None] + log_probs.reshape(n_act, k, v)).reshape(n_act, k * v)   # float32
         order = top_candidates(cand, 2 * k)                               # [A, 2K] flat ids, best first
         score = np.take_along_axis(cand, order, axis=1)
@@ -305,7 +335,8 @@ class BeamSearch:
         # EOS among the best K with a finite score: a finished hypothesis (it leaves the beam)
         ends = is_eos & (np.arange(2 * k) < k) & (score > -np.inf)
         for a, j in zip(*np.nonzero(ends)):
-            self._add(a, self.tokens[a * k + beam[a, j]], float(score[a, j]), step + 1, ended=True)
+            row = a * k + beam[a, j]
+            self._add(a, self.tokens[row], float(score[a, j]), step + 1, True, _row(history, row))
         # the first K non-EOS candidates continue (at most K of the 2K are EOS: one per beam)
         keep = ~is_eos & (np.cumsum(~is_eos, axis=1) <= k)
         cols = np.nonzero(keep)[1].reshape(n_act, k)
@@ -316,8 +347,9 @@ class BeamSearch:
         stuck = ~(new_cum > -np.inf).any(axis=1) & (self.n_finished[self.examples] < k)
         for a in np.flatnonzero(stuck):
             for b in np.flatnonzero(self.cum[a] > -np.inf):
-                self._add(a, self.tokens[a * k + b], float(self.cum[a, b]), step, ended=False)
+                self._add(a, self.tokens[a * k + b], float(self.cum[a, b]), step, False, _row(before, a * k + b))
         self.tokens = np.concatenate([self.tokens[parents], new_tokens], axis=1)
+        self.attention = None if history is None else history[parents]
         done = stuck.copy()
         for a in np.flatnonzero(~stuck & (self.n_finished[self.examples] >= k)):
             done[a] = beam_done([h.normalized_score for h in self.finished[self.examples[a]]], k, self.n,
@@ -325,13 +357,15 @@ class BeamSearch:
         at_limit = ~done & (step + 1 >= self.limits[self.examples])
         for a in np.flatnonzero(at_limit):                                 # live beams end without EOS
             for b in np.flatnonzero(new_cum[a] > -np.inf):
-                self._add(a, self.tokens[a * k + b], float(new_cum[a, b]), step + 1, ended=False)
+                self._add(a, self.tokens[a * k + b], float(new_cum[a, b]), step + 1, False,
+                          _row(self.attention, a * k + b))
         stay = ~done & ~at_limit
         self.cum = new_cum
         if not stay.all():
             keep_rows = (np.flatnonzero(stay)[:, None] * k + np.arange(k)).reshape(-1)
             parents, self.tokens = parents[keep_rows], self.tokens[keep_rows]
             self.cum, self.examples = new_cum[stay], self.examples[stay]
+            self.attention = None if self.attention is None else self.attention[keep_rows]
         return parents
 
     def candidates(self, example: int) -> List[List[int]]:
@@ -398,15 +432,19 @@ def decode_steps(engine: Engine, config: ModelConfig, sources: Sequence[Sequence
         encoder_mask, *cross = engine.take([encoder_mask, *cross], search.row_example)
     past = None
     last = np.full((len(search.row_example), 1), config.bos_id, dtype=np.int64)
+    attention = None
     for step in range(int(limits[todo].max())):
-        log_probs, past = engine.step(last, encoder_mask, past, cross)         # [R, V]
+        if options.return_attention:                                            # [R, V], [R, S]
+            log_probs, past, attention = engine.step(last, encoder_mask, past, cross, with_attention=True)
+        else:
+            log_probs, past = engine.step(last, encoder_mask, past, cross)     # [R, V]
         # a NaN or +inf logit makes its whole log-softmax row NaN: one column tells, without a pass over [R, V]
         if not (log_probs[:, config.eos_id] < np.inf).all():
             raise _broken_graph(engine)
         for apply_filter in filters:
             apply_filter(log_probs, search.tokens, search.row_example, step)
         try:
-            parents = search.advance(log_probs, step)                        # [R']
+            parents = search.advance(log_probs, step, attention)             # [R']
         except NonFiniteScores:
             raise _broken_graph(engine) from None
         yield search
@@ -417,13 +455,16 @@ def decode_steps(engine: Engine, config: ModelConfig, sources: Sequence[Sequence
             encoder_mask, *cross = engine.take([encoder_mask, *cross], parents[::k] // k)
             past = engine.take(past, parents)
         elif len(parents) < len(last):                                       # rows left: shrink all
-            encoder_mask, *state = engine.take([encoder_mask, *cross, *past], parents)
-            cross, past = state[:len(cross)], state[len(cross):]
+            encoder_mask, *cross = engine.take([encoder_mask, *cross], parents)
+            past = engine.take(past, parents)
         elif not np.array_equal(parents, np.arange(len(parents))):
             past = engine.take(past, parents)                               # beam reorder: one gather
         last = search.tokens[:, -1:]
     for j, i in enumerate(todo):
         results[i] = rank(search.finished[j], options.num_hypotheses)
+        for h in results[i]:                                   # the sentence's own source columns, no padding
+            if h.attention is not None:
+                h.attention = h.attention[:, :len(srcs[j])]
     return results
 
 

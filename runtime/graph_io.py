@@ -1,6 +1,15 @@
 """The input and output names of a package's two graphs (docs/CONTRACTS.md), written once: the exporter
 names the graphs it writes with them (export/onnx_export.py), the runtime binds and checks them
-(session.py). numpy-free and torch-free."""
+(session.py). numpy-free and torch-free.
+
+Two decoder step contracts (the manifest's format_version):
+  1  past_key_i / past_value_i [R, H, P, Dh] in, present_* [R, H, P+1, Dh] out: the cache grows by a
+     Concat every step.
+  2  a fixed-capacity cache: past_length (int64, 0-d) in, past_* [R, H, C, Dh] in and present_* [R, H, C, Dh]
+     out, the step's K/V written at position past_length (a ScatterElements that writes in place when
+     present_i is bound to past_i's memory); and cross_attention [R, S] out, the last decoder layer's
+     cross-attention weights averaged over heads.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,6 +18,9 @@ from typing import List
 from .config import ModelConfig
 
 ID_INPUTS = ("input_ids", "attention_mask", "encoder_attention_mask")      # int64 [batch, len]
+PAST_LENGTH = "past_length"             # format 2: int64, 0-d: the cache positions already written
+CROSS_ATTENTION = "cross_attention"     # format 2: float32 [R, S]
+DECODER_FORMATS = (1, 2)                # format_version -> decoder step contract (above)
 
 
 def cache_names(prefix: str, layers: int) -> List[str]:
@@ -20,15 +32,19 @@ def cache_names(prefix: str, layers: int) -> List[str]:
 class GraphNames:
     encoder_inputs: List[str]       # input_ids, attention_mask                        [batch, src_len] int64
     encoder_outputs: List[str]      # cross_key_i, cross_value_i                       [batch, heads, src_len, head_dim]
-    decoder_inputs: List[str]       # input_ids [rows, 1], encoder_attention_mask, past_*, cross_*
-    decoder_outputs: List[str]      # log_probs [rows, vocab], present_*
+    decoder_inputs: List[str]       # input_ids [rows, 1], encoder_attention_mask, (past_length,) past_*, cross_*
+    decoder_outputs: List[str]      # log_probs [rows, vocab], present_*, (cross_attention)
 
     @classmethod
-    def for_config(cls, cfg: ModelConfig) -> "GraphNames":
+    def for_config(cls, cfg: ModelConfig, format_version: int) -> "GraphNames":
+        if format_version not in DECODER_FORMATS:
+            raise ValueError(f"no decoder step contract for format_version {format_version!r}")
         n = cfg.decoder_layers
+        fixed = format_version >= 2
         return cls(
             encoder_inputs=["input_ids", "attention_mask"],
             encoder_outputs=cache_names("cross", n),
-            decoder_inputs=["input_ids", "encoder_attention_mask"] + cache_names("past", n) + cache_names("cross", n),
-            decoder_outputs=["log_probs"] + cache_names("present", n),
+            decoder_inputs=["input_ids", "encoder_attention_mask"] + [PAST_LENGTH] * fixed
+            + cache_names("past", n) + cache_names("cross", n),
+            decoder_outputs=["log_probs"] + cache_names("present", n) + [CROSS_ATTENTION] * fixed,
         )

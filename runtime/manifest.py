@@ -32,11 +32,13 @@ from tokenizers import Tokenizer
 
 from .config import ModelConfig
 from .errors import ModelPackageError
+from .graph_io import DECODER_FORMATS
 from .onnx_bytes import has_external_data
 from .shipped_models import available_models, resolve_model_dir
 
 FORMAT = "seq2onnx-model"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2                      # what `seq2onnx export` writes
+READ_FORMAT_VERSIONS = DECODER_FORMATS  # what this runtime reads: 1 and 2 differ in the decoder step (graph_io.py)
 MANIFEST = "manifest.json"
 REEXPORT = "re-export the model with `seq2onnx export`"
 # what a killed `seq2onnx export` leaves beside OUT_DIR (export/package.py): .OUT_DIR.partial-PID-XXXX (the
@@ -78,6 +80,11 @@ class ModelPackage:
     # False for packages exported before that contract: they take a copy per row (docs/CONTRACTS.md)
     cross_per_sentence: bool = False
     verify: bool = True          # read_file checks SHA-256s
+
+    @property
+    def format_version(self) -> int:
+        """1 or 2: which decoder step contract the graphs follow (graph_io.py)."""
+        return self.manifest["format_version"]
 
     def file_bytes(self, name: str) -> int:
         return self.manifest["files"][name]["bytes"]
@@ -265,11 +272,12 @@ def _read_manifest(root: Path) -> Dict[str, Any]:
         raise ModelPackageError(f"{path}: format is {_short(got)}, not {FORMAT!r}: this is not a seq2onnx model "
                                 f"package")
     version = manifest.get("format_version")
-    if version != FORMAT_VERSION or not isinstance(version, int) or isinstance(version, bool):
-        newer = isinstance(version, int) and not isinstance(version, bool) and version > FORMAT_VERSION
+    if version not in READ_FORMAT_VERSIONS or not isinstance(version, int) or isinstance(version, bool):
+        newer = isinstance(version, int) and not isinstance(version, bool) and version > max(READ_FORMAT_VERSIONS)
         fix = "upgrade seq2onnx (pip install -U seq2onnx)" if newer else REEXPORT
+        readable = " and ".join(map(str, READ_FORMAT_VERSIONS))
         raise ModelPackageError(f"{path}: format_version {_short(version)} is unknown; this runtime reads "
-                                f"format_version {FORMAT_VERSION}: {fix}")
+                                f"format_version {readable}: {fix}")
     return manifest
 
 

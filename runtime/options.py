@@ -58,6 +58,7 @@ class DecodingOptions:
     repetition_penalty: float = 1.0       # log-probs of already generated tokens are multiplied by it
     no_repeat_ngram_size: int = 0         # 0: off; n: no n-gram appears twice
     seed: Optional[int] = None            # sampling seed; None: fresh entropy
+    return_attention: bool = False        # keep each hypothesis's cross-attention rows (format-2 packages)
 
     def __post_init__(self) -> None:
         _check_int("beam_size", self.beam_size, 1, MAX_BEAM_SIZE)
@@ -79,6 +80,8 @@ class DecodingOptions:
         _check_int("no_repeat_ngram_size", self.no_repeat_ngram_size, 0)
         if self.seed is not None:
             _check_int("seed", self.seed, 0)
+        if not isinstance(self.return_attention, bool):
+            raise ValueError(f"return_attention must be True or False, got {self.return_attention!r}")
         if self.sampling:
             if self.beam_size != 1:
                 raise ValueError(f"sampling (sampling_topk={self.sampling_topk}) needs beam_size=1, "

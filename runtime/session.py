@@ -26,7 +26,7 @@ import onnxruntime as ort
 from .config import ModelConfig
 from .errors import ModelPackageError, Seq2OnnxError
 from .gather_graph import gather_model_bytes
-from .graph_io import ID_INPUTS, GraphNames, cache_names
+from .graph_io import CROSS_ATTENTION, ID_INPUTS, PAST_LENGTH, GraphNames, cache_names
 
 log = logging.getLogger("seq2onnx.runtime")
 
@@ -124,9 +124,9 @@ def resolve_device(device: str, device_id: int = 0) -> str:
 
 
 # --- sessions --------------------------------------------------------------------------------
-def expected_io(config: ModelConfig) -> Dict[str, Tuple[List[str], List[str]]]:
+def expected_io(config: ModelConfig, format_version: int) -> Dict[str, Tuple[List[str], List[str]]]:
     """Graph input/output names of docs/CONTRACTS.md (graph_io.py), by graph."""
-    names = GraphNames.for_config(config)
+    names = GraphNames.for_config(config, format_version)
     return {"encoder": (names.encoder_inputs, names.encoder_outputs),
             "decoder_step": (names.decoder_inputs, names.decoder_outputs)}
 
@@ -135,9 +135,10 @@ _CACHE_TYPES = ("tensor(float)", "tensor(float16)")       # cross K/V and caches
 
 
 def open_session(path: Any, graph: str, config: ModelConfig, sc: SessionConfig,
-                 data: Optional[bytes] = None) -> ort.InferenceSession:
+                 data: Optional[bytes] = None, format_version: Optional[int] = None) -> ort.InferenceSession:
     """An InferenceSession of the graph file `path` (or of `data`, its bytes as read and checked by the
-    package: then onnxruntime reads no file), its inputs/outputs checked against the contract."""
+    package: then onnxruntime reads no file), its inputs/outputs checked against the contract of
+    `format_version` (the package's; None: the decoder contract the graph's inputs show)."""
     try:
         sess = ort.InferenceSession(str(path) if data is None else data, sess_options=sc.session_options(),
                                     providers=sc.providers())
@@ -146,24 +147,33 @@ def open_session(path: Any, graph: str, config: ModelConfig, sc: SessionConfig,
                                 f"re-export the model") from e
     if sc.device == "cuda" and "CUDAExecutionProvider" not in sess.get_providers():
         raise Seq2OnnxError(f"{path}: the CUDA provider did not start for this graph; use device 'cpu'")
-    check_graph_io(sess, path, graph, config)
+    check_graph_io(sess, path, graph, config, graph_format(sess) if format_version is None else format_version)
     return sess
 
 
-def check_graph_io(sess: ort.InferenceSession, path: Any, graph: str, config: ModelConfig) -> None:
+def graph_format(sess: ort.InferenceSession) -> int:
+    """The decoder step contract a graph's inputs show: 2 with a past_length input, else 1 (graph_io.py)."""
+    return 2 if any(i.name == PAST_LENGTH for i in sess.get_inputs()) else 1
+
+
+def check_graph_io(sess: ort.InferenceSession, path: Any, graph: str, config: ModelConfig,
+                   format_version: int) -> None:
     """The session's inputs/outputs are the contract's (docs/CONTRACTS.md) for `config`: names (one pair of
     caches per decoder layer), dtypes, ranks, and heads and head_dim in every cross K/V and cache, so that
     a config that does not describe the graph is refused here, not at the first translation."""
-    inputs, outputs = expected_io(config)[graph]      # bounded: config.py caps decoder_layers
+    inputs, outputs = expected_io(config, format_version)[graph]      # bounded: config.py caps decoder_layers
     got_in = [i.name for i in sess.get_inputs()]
     got_out = [o.name for o in sess.get_outputs()]
     if sorted(got_in) != sorted(inputs) or sorted(got_out) != sorted(outputs):
         raise ModelPackageError(f"{path}: graph inputs/outputs {got_in} -> {got_out} do not match the "
-                                f"{graph} contract for {config.decoder_layers} decoder layers; re-export the model")
+                                f"{graph} contract of format_version {format_version} for {config.decoder_layers} "
+                                f"decoder layers; re-export the model")
     for arg in sess.get_inputs() + sess.get_outputs():
         if arg.name in ID_INPUTS:
             types, want = ("tensor(int64)",), [None, None]
-        elif arg.name == "log_probs":                  # its width: Translator._check_graph_vocab
+        elif arg.name == PAST_LENGTH:
+            types, want = ("tensor(int64)",), []
+        elif arg.name in ("log_probs", CROSS_ATTENTION):   # log_probs' width: Translator._check_graph_vocab
             types, want = ("tensor(float)",), [None, None]
         else:
             types, want = _CACHE_TYPES, [None, config.n_heads, None, config.head_dim]
@@ -192,25 +202,43 @@ class _Graphs:
 
     def __init__(self, encoder: ort.InferenceSession, decoder: ort.InferenceSession, config: ModelConfig,
                  cross_per_sentence: bool = False, decoder_path: str = "the decoder step graph"):
-        io = expected_io(config)
+        self.format_version = graph_format(decoder)        # 2: fixed-capacity cache written in place
+        io = expected_io(config, self.format_version)
         self.encoder, self.decoder, self.config = encoder, decoder, config
         self.decoder_path = decoder_path                 # names the graph in errors (decoding.py: NaN log-probs)
         self.cross_per_sentence = cross_per_sentence
         self.cross_names = io["encoder"][1]
-        self.past_names = [n for n in io["decoder_step"][0] if n.startswith("past_")]
-        self.output_names = io["decoder_step"][1]          # log_probs, present_*
+        self.past_names = cache_names("past", config.decoder_layers)
+        self.present_names = cache_names("present", config.decoder_layers)
         self.empty_past_shape = (config.n_heads, 0, config.head_dim)
         self.cache_dtype = cache_dtype(decoder, config)
+        self.has_attention = self.format_version >= 2      # the cross_attention output
+
+    def no_attention_error(self) -> Seq2OnnxError:
+        return Seq2OnnxError(f"{self.decoder_path} has no cross-attention output (a format_version 1 package): "
+                             f"re-export the model with `seq2onnx export` to get attention and alignments")
+
+    def capacity_for(self, length: int, capacity: int) -> int:
+        """Format 2: the cache capacity to hold `length` + 1 positions, from `capacity` now: doubled when full,
+        from FIXED_CACHE_START, at most max_positions (decoding never runs past it)."""
+        while capacity <= length:
+            capacity = max(FIXED_CACHE_START, 2 * capacity)
+        return min(capacity, self.config.max_positions)
+
+
+FIXED_CACHE_START = 16      # format 2: positions a fresh cache holds; it doubles when full
 
 
 class _CachePool:
     """Reused memory for one decoding call's self-attention cache (CPU).
 
-    Two sets of flat float32 buffers, one buffer per cache tensor. A step writes its present
-    into the set that does not hold its past, and a reorder writes into the set that does not
-    hold its source, so the sets alternate and nothing is allocated once they are big enough.
-    Fresh arrays cost a page fault per 4 KiB every step: for the Transformer-base beam-4 cache
-    (12 x [64, 8, P, 64]) np.take into new arrays measured 5-15x slower than into reused ones.
+    Two sets of flat float32 buffers, one buffer per cache tensor. Format 1: a step writes its present
+    into the set that does not hold its past; format 2: a step writes into its own set, in place. A reorder
+    (or a larger capacity) writes into the set that does not hold its source, so the sets alternate and
+    nothing is allocated once they are big enough. Fresh arrays cost a page fault per 4 KiB every step: for
+    the Transformer-base beam-4 cache (12 x [64, 8, P, 64]) np.take into new arrays measured 5-15x slower than
+    into reused ones. Buffers start as zeros, so every position a format-2 graph reads holds a finite float
+    (positions after past_length are masked out, and 0 x a finite value is 0).
     """
 
     def __init__(self, n: int):
@@ -222,8 +250,8 @@ class _CachePool:
         size = int(np.prod(shape))
         bufs = self.sets[which]
         if not bufs or bufs[0].size < size:
-            grown = max(size, int(bufs[0].size * 1.5) if bufs else 0)     # np.empty: pages come on first use
-            bufs = self.sets[which] = [np.empty(grown, dtype=np.float32) for _ in range(self.n)]
+            grown = max(size, int(bufs[0].size * 1.5) if bufs else 0)     # zero pages come on first use
+            bufs = self.sets[which] = [np.zeros(grown, dtype=np.float32) for _ in range(self.n)]
         return [b[:size].reshape(shape) for b in bufs]
 
     def log_probs_view(self, rows: int, vocab: int) -> np.ndarray:
@@ -233,52 +261,82 @@ class _CachePool:
 
 
 class _Cache(list):
-    """The self-attention cache of ArrayEngine: the arrays, and the pool set they live in."""
+    """The self-attention cache of ArrayEngine: the arrays, the pool set they live in, and (format 2) the
+    positions written (the arrays are [R, H, capacity, Dh])."""
 
-    def __init__(self, arrays: List[np.ndarray], pool: _CachePool, which: int):
+    def __init__(self, arrays: List[np.ndarray], pool: _CachePool, which: int, length: int = 0):
         super().__init__(arrays)
-        self.pool, self.which = pool, which
+        self.pool, self.which, self.length = pool, which, length
 
 
 class ArrayEngine(_Graphs):
     """Decoding engine on numpy arrays (CPU provider).
 
-    The decoder writes its outputs through IO binding into reused memory (_CachePool): the cache
-    arrays a step returns, and its log-probs, are valid until the step after next (the log-probs:
-    until the next step). A reorder (take) of such a cache gathers into the pool as well.
+    The decoder writes its outputs through IO binding into reused memory (_CachePool). Format 1: the cache
+    arrays a step returns are valid until the step after next, its log-probs until the next step. Format 2:
+    the step writes its K/V into the cache it was given, in place (present_i bound to past_i's memory); a
+    full cache moves into one of twice the capacity. A reorder (take) of a cache gathers into the pool.
     """
 
     def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> Tuple[np.ndarray, List[np.ndarray]]:
         cross = self.encoder.run(self.cross_names, {"input_ids": input_ids, "attention_mask": attention_mask})
         return attention_mask, cross
 
-    def step(self, input_ids, encoder_mask, past, cross):
+    def step(self, input_ids, encoder_mask, past, cross, with_attention: bool = False):
+        """-> (log_probs [R, V], present), and the cross-attention weights [R, S] with with_attention."""
+        if with_attention and not self.has_attention:
+            raise self.no_attention_error()
         rows = len(input_ids)
-        if isinstance(past, _Cache):
-            pool, out = past.pool, 1 - past.which
-        else:                                   # first step, or the rows changed: a new pool
-            pool, out = _CachePool(len(self.past_names)), 0
-            if past is None:
-                empty = np.zeros((rows, *self.empty_past_shape), dtype=np.float32)
-                past = [empty] * len(self.past_names)
-        present = pool.views(out, (rows, self.config.n_heads, past[0].shape[2] + 1, self.config.head_dim))
-        log_probs = pool.log_probs_view(rows, self.config.vocab_size)
         io = self.decoder.io_binding()
         io.bind_cpu_input("input_ids", np.ascontiguousarray(input_ids))
         io.bind_cpu_input("encoder_attention_mask", encoder_mask)
+        if self.format_version >= 2:
+            present = self._fixed_cache(past, rows)
+            io.bind_cpu_input(PAST_LENGTH, np.array(present.length, dtype=np.int64))
+            past = present                                  # written in place: inputs and outputs share memory
+        else:
+            if isinstance(past, _Cache):
+                pool, out = past.pool, 1 - past.which
+            else:                                   # first step, or the rows changed: a new pool
+                pool, out = _CachePool(len(self.past_names)), 0
+                if past is None:
+                    past = [np.zeros((rows, *self.empty_past_shape), dtype=np.float32)] * len(self.past_names)
+            h, dh = self.config.n_heads, self.config.head_dim
+            present = _Cache(pool.views(out, (rows, h, past[0].shape[2] + 1, dh)), pool, out)
+        log_probs = present.pool.log_probs_view(rows, self.config.vocab_size)
         for name, value in zip(self.past_names + self.cross_names, list(past) + list(cross)):
             io.bind_cpu_input(name, value)
-        for name, value in zip(self.output_names, [log_probs] + present):
+        for name, value in zip(["log_probs"] + self.present_names, [log_probs] + list(present)):
             io.bind_output(name, "cpu", 0, np.float32, value.shape, value.ctypes.data)
+        if with_attention:
+            io.bind_output(CROSS_ATTENTION, "cpu")
         self.decoder.run_with_iobinding(io)
-        return log_probs, _Cache(present, pool, out)
+        if self.format_version >= 2:
+            present = _Cache(list(present), present.pool, present.which, present.length + 1)
+        if with_attention:
+            return log_probs, present, io.get_outputs()[-1].numpy()
+        return log_probs, present
+
+    def _fixed_cache(self, past: Optional[_Cache], rows: int) -> _Cache:
+        """Format 2: the cache this step writes into: `past`, moved into a larger one when it is full."""
+        h, dh = self.config.n_heads, self.config.head_dim
+        if not isinstance(past, _Cache):                    # first step
+            pool = _CachePool(len(self.past_names))
+            return _Cache(pool.views(0, (rows, h, self.capacity_for(0, 0), dh)), pool, 0, 0)
+        capacity = past[0].shape[2]
+        if past.length < capacity:
+            return past
+        dst = past.pool.views(1 - past.which, (rows, h, self.capacity_for(past.length, capacity), dh))
+        for src, out in zip(past, dst):
+            out[:, :, :capacity] = src                       # the rest: finite values the mask hides
+        return _Cache(dst, past.pool, 1 - past.which, past.length)
 
     def take(self, values: List[np.ndarray], index: np.ndarray) -> List[np.ndarray]:
         if isinstance(values, _Cache):          # beam reorder: gather into the pool's other set
             dst = values.pool.views(1 - values.which, (len(index), *values[0].shape[1:]))
             for src, out in zip(values, dst):
                 np.take(src, index, axis=0, out=out, mode="wrap")   # "wrap": unbuffered; index is in range
-            return _Cache(dst, values.pool, 1 - values.which)
+            return _Cache(dst, values.pool, 1 - values.which, values.length)
         return [np.take(v, index, axis=0) for v in values]
 
 
@@ -312,22 +370,55 @@ class IoBindingEngine(_Graphs):
         mask = ort.OrtValue.ortvalue_from_numpy(attention_mask, self.device, self.device_id)
         return mask, list(io.get_outputs())
 
-    def step(self, input_ids, encoder_mask, past, cross):
-        if past is None:
-            empty = ort.OrtValue.ortvalue_from_shape_and_type(
-                [len(input_ids), *self.empty_past_shape], self.cache_dtype, self.device, self.device_id)
-            past = [empty] * len(self.past_names)
+    def step(self, input_ids, encoder_mask, past, cross, with_attention: bool = False):
+        if with_attention and not self.has_attention:
+            raise self.no_attention_error()
+        rows = len(input_ids)
         io = self.decoder.io_binding()
         io.bind_cpu_input("input_ids", np.ascontiguousarray(input_ids))
         io.bind_ortvalue_input("encoder_attention_mask", encoder_mask)
+        io.bind_output("log_probs", "cpu")                  # outputs come back in the order they were bound
+        if self.format_version >= 2:
+            past = self._fixed_cache(past, rows)
+            io.bind_cpu_input(PAST_LENGTH, np.array(past.length, dtype=np.int64))
+            for name, value in zip(self.present_names, past):
+                io.bind_ortvalue_output(name, value)        # written in place
+        else:
+            if past is None:
+                empty = ort.OrtValue.ortvalue_from_shape_and_type(
+                    [rows, *self.empty_past_shape], self.cache_dtype, self.device, self.device_id)
+                past = [empty] * len(self.past_names)
+            for name in self.present_names:
+                io.bind_output(name, self.device, self.device_id)
         for name, value in zip(self.past_names + self.cross_names, list(past) + list(cross)):
             io.bind_ortvalue_input(name, value)
-        io.bind_output("log_probs", "cpu")
-        for name in self.output_names[1:]:
-            io.bind_output(name, self.device, self.device_id)
+        if with_attention:
+            io.bind_output(CROSS_ATTENTION, "cpu")
         self.decoder.run_with_iobinding(io)
-        log_probs, *present = io.get_outputs()
-        return log_probs.numpy(), present
+        out = io.get_outputs()
+        present = _DeviceCache(past, past.length + 1) if self.format_version >= 2 else list(out[1:])
+        if with_attention:
+            return out[0].numpy(), present, out[-1].numpy()
+        return out[0].numpy(), present
+
+    def _fixed_cache(self, past: Optional["_DeviceCache"], rows: int) -> "_DeviceCache":
+        """Format 2: the cache this step writes into; a full one is copied into one of larger capacity
+        through the host (it happens log2(steps / FIXED_CACHE_START) times a call)."""
+        h, dh = self.config.n_heads, self.config.head_dim
+        if past is None:
+            capacity = self.capacity_for(0, 0)
+            return _DeviceCache([ort.OrtValue.ortvalue_from_numpy(np.zeros((rows, h, capacity, dh), self.cache_dtype),
+                                                                  self.device, self.device_id)
+                                 for _ in self.past_names], 0)
+        capacity = past[0].shape()[2]
+        if past.length < capacity:
+            return past
+        bigger = []
+        for value in past:
+            host = np.zeros((rows, h, self.capacity_for(past.length, capacity), dh), self.cache_dtype)
+            host[:, :, :capacity] = value.numpy()
+            bigger.append(ort.OrtValue.ortvalue_from_numpy(host, self.device, self.device_id))
+        return _DeviceCache(bigger, past.length)
 
     def take(self, values, index):
         sess = self._gather_session(values)
@@ -337,19 +428,31 @@ class IoBindingEngine(_Graphs):
             io.bind_ortvalue_input(f"x{i}", value)
             io.bind_output(f"y{i}", self.device, self.device_id)
         sess.run_with_iobinding(io)
+        if isinstance(values, _DeviceCache):
+            return _DeviceCache(io.get_outputs(), values.length)
         return list(io.get_outputs())
+
+
+class _DeviceCache(list):
+    """IoBindingEngine's format-2 cache: OrtValues [R, H, capacity, Dh] and the positions written."""
+
+    def __init__(self, values: List[ort.OrtValue], length: int):
+        super().__init__(values)
+        self.length = length
 
 
 _NUMPY_OF_ORT = {1: np.float32, 7: np.int64, 10: np.float16}     # onnx TensorProto.DataType -> numpy
 
 
 def open_engine(encoder_path: Any, decoder_path: Any, config: ModelConfig, sc: SessionConfig,
-                cross_per_sentence: bool = False, graphs: Optional[Tuple[bytes, bytes]] = None):
+                cross_per_sentence: bool = False, graphs: Optional[Tuple[bytes, bytes]] = None,
+                format_version: Optional[int] = None):
     """The engine for a resolved device: ArrayEngine on CPU, IoBindingEngine on CUDA. graphs: the two
-    graphs' bytes as the package read and checked them (ModelPackage.read_variant); else the paths are read."""
+    graphs' bytes as the package read and checked them (ModelPackage.read_variant); else the paths are read.
+    format_version: the package's (the graphs must follow its contract); None: whichever the graph shows."""
     encoder_data, decoder_data = graphs or (None, None)
-    encoder = open_session(encoder_path, "encoder", config, sc, encoder_data)
-    decoder = open_session(decoder_path, "decoder_step", config, sc, decoder_data)
+    encoder = open_session(encoder_path, "encoder", config, sc, encoder_data, format_version)
+    decoder = open_session(decoder_path, "decoder_step", config, sc, decoder_data, format_version)
     if sc.device == "cuda":
         return IoBindingEngine(encoder, decoder, config, "cuda", sc.device_id, sc.providers(), cross_per_sentence,
                                str(decoder_path))

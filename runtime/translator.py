@@ -25,6 +25,9 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
 
+import numpy as np
+
+from .alignment import hard_alignment
 from .decoding import Hypothesis, common_prefix, decode, decode_steps, score
 from .errors import ModelPackageError, Seq2OnnxError
 from .manifest import UNCHECKED, ModelPackage, read_package
@@ -50,6 +53,10 @@ class TranslationResult:
     truncated: bool = False                     # the source was cut to max_input_length
     finished: List[bool] = field(default_factory=list)   # per hypothesis: ended with EOS; False: stopped at
                                                 # the length limit (or where the options forbade every token)
+    attention: Optional[List[List[List[float]]]] = None   # return_attention: per hypothesis [target tokens]
+                                                # [source tokens + EOS], rows sum to 1 (runtime/alignment.py)
+    alignment: Optional[List[List[Tuple[int, int]]]] = None   # return_alignment: per hypothesis sorted
+                                                # (source word, target word) pairs (runtime/alignment.py)
 
 
 @dataclass
@@ -172,7 +179,8 @@ class Translator:
                           f"differ from float32 more than the export's thresholds allow", stacklevel=2)
         sc = SessionConfig(self.device, device_id, intra_threads, inter_threads, optimization)
         self.engine = open_engine(v.encoder, v.decoder_step, self.config, sc,
-                                  cross_per_sentence=self.package.cross_per_sentence, graphs=graphs)
+                                  cross_per_sentence=self.package.cross_per_sentence, graphs=graphs,
+                                  format_version=self.package.format_version)
         self._check_graph_vocab(v.decoder_step)
         self._check_graph_cross_axis(v.decoder_step)
         self._tokenizer = self.package.tokenizer
@@ -262,6 +270,16 @@ class Translator:
     def detokenize(self, ids: Sequence[int]) -> str:
         return self._tokenizer.decode(list(ids))
 
+    def pieces(self, ids: Sequence[int]) -> List[str]:
+        """The tokenizer's piece of each id ("▁drei", "hundert", "</s>")."""
+        return [self._tokenizer.id_to_token(int(i)) for i in ids]
+
+    def source_ids(self, text: str, max_input_length: Optional[int] = None) -> List[int]:
+        """The ids translate_batch decodes for `text`: its pieces, cut to max_input_length, and EOS."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")                     # translate_batch warns about the cut
+            return self._sources(self._check_texts([text]), max_input_length)[0][0]
+
     # --- the API ---------------------------------------------------------------------------------
     def translate_ids(self, sources: Sequence[Sequence[int]], max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
                       batch_type: str = "examples",
@@ -289,14 +307,23 @@ class Translator:
     def translate_batch(self, texts: Sequence[str], max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
                         batch_type: str = "examples",
                         max_input_length: Optional[int] = None, return_scores: bool = False,
-                        target_prefix: Optional[Sequence[Optional[str]]] = None,
+                        target_prefix: Optional[Sequence[Optional[str]]] = None, return_alignment: bool = False,
                         **decoding: Any) -> List[TranslationResult]:
         """Translate texts; results in the caller's order (awkward input: the module docstring).
         Decoding options: see DecodingOptions
         (beam_size, num_hypotheses, length_penalty, max_decoding_length, min_decoding_length,
         max_length_a, max_length_b, sampling_topk, sampling_topp, sampling_temperature,
-        repetition_penalty, no_repeat_ngram_size, seed)."""
-        DecodingOptions.from_kwargs(**decoding)                 # bad options fail before any work
+        repetition_penalty, no_repeat_ngram_size, seed, return_attention).
+        return_attention: each hypothesis's cross-attention [target tokens][source tokens + EOS];
+        return_alignment: its word alignment, (source word, target word) pairs (runtime/alignment.py).
+        Both need a format-2 package (`seq2onnx export` writes them) and cost nothing when not asked for."""
+        options = DecodingOptions.from_kwargs(**decoding)       # bad options fail before any work
+        if not isinstance(return_alignment, bool):
+            raise ValueError(f"return_alignment must be True or False, got {return_alignment!r}")
+        if (options.return_attention or return_alignment) and not self.engine.has_attention:
+            raise self.engine.no_attention_error()
+        if return_alignment:
+            decoding = dict(decoding, return_attention=True)
         texts = self._check_texts(texts)
         prefixes = self._prefixes(target_prefix, len(texts))
         todo = [i for i, t in enumerate(texts) if not is_blank(t)]   # blank texts: the empty hypothesis
@@ -312,7 +339,23 @@ class Translator:
                 self._tokenizer.decode_batch(ids), ids,
                 [x.score for x in h] if return_scores else None,
                 [x.normalized_score for x in h] if return_scores else None, cut, [x.finished for x in h])
+        if options.return_attention or return_alignment:
+            for i, h, source in zip(todo, hyps, sources):
+                self._attach_attention(results[i], h, source, options.return_attention, return_alignment)
+            for i in (i for i, t in enumerate(texts) if is_blank(t)):           # nothing read, nothing aligned
+                results[i].attention = [[]] if options.return_attention else None
+                results[i].alignment = [[]] if return_alignment else None
         return results
+
+    def _attach_attention(self, result: TranslationResult, hyps: List[Hypothesis], source: List[int],
+                          attention: bool, alignment: bool) -> None:
+        """Each hypothesis's attention rows (an empty hypothesis, decoded in 0 steps, has none) and alignment."""
+        rows = [np.zeros((0, len(source)), np.float32) if h.attention is None else h.attention for h in hyps]
+        if attention:
+            result.attention = [r.tolist() for r in rows]
+        if alignment:
+            src = self.pieces(source[:-1])                                         # the EOS column is not a word
+            result.alignment = [hard_alignment(r, src, self.pieces(h.tokens)) for r, h in zip(rows, hyps)]
 
     def score_ids(self, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]],
                   max_batch_size: int = DEFAULT_MAX_BATCH_SIZE, batch_type: str = "examples") -> List[List[float]]:

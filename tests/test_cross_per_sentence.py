@@ -31,7 +31,7 @@ from seq2onnx.runtime.session import IoBindingEngine, SessionConfig, open_sessio
 from seq2onnx.runtime.translator import Translator
 from seq2onnx.training import model as model_module
 from seq2onnx.training import reference
-from seq2onnx.training.model import attention, padding_bias
+from seq2onnx.training.model import attention_weights, padding_bias
 
 # Scores are float32 sums of ~10 log-probs of magnitude up to ~10 (an ulp is ~1e-6): on these sources
 # ONNX and PyTorch beam-4 scores differ by up to 1.2e-5 with per-sentence cross K/V and by 1.1e-5 with
@@ -252,12 +252,14 @@ def test_manifest_claiming_per_sentence_for_an_old_graph_is_refused(tmp_path):
 
 
 # --- the export's parity check covers beam-shaped steps ------------------------------------------------------
-def fold_heads_and_beams(self, x, kv, bias):
+def fold_heads_and_beams(self, x, kv, bias, need_weights=False):
     """A plausible wrong fold: [R, 1, D] -> [B, H, G, Dh] by reshape alone mixes heads and beams up.
     With G = 1 it is the right computation, so only checks with several rows per sentence can see it."""
     r, _, d = x.shape
     q = self.q_proj(x).reshape(kv[0].shape[0], self.n_heads, -1, self.head_dim)
-    return self.out_proj(attention(q, kv[0], kv[1], bias).transpose(1, 2).reshape(r, 1, d))
+    weights = attention_weights(q, kv[0], bias)                                   # [B, H, G, S]
+    out = self.out_proj(torch.matmul(weights, kv[1]).transpose(1, 2).reshape(r, 1, d))
+    return (out, weights.mean(dim=1).reshape(r, kv[0].shape[2])) if need_weights else out
 
 
 def test_export_parity_catches_a_decoder_wrong_only_for_beams(tiny_checkpoint, tiny_model, tmp_path, monkeypatch):
@@ -267,7 +269,8 @@ def test_export_parity_catches_a_decoder_wrong_only_for_beams(tiny_checkpoint, t
     bias = padding_bias(torch.ones(2, 5, dtype=torch.long), torch.float32)
     with torch.no_grad():
         one_row = torch.randn(2, 1, tiny_model.cfg.d_model, generator=g)          # G = 1: the same
-        assert torch.equal(fold_heads_and_beams(attn, one_row, kv, bias), attn.forward_per_sentence(one_row, kv, bias))
+        assert torch.allclose(fold_heads_and_beams(attn, one_row, kv, bias), attn.forward_per_sentence(one_row, kv, bias),
+                              atol=1e-6)
         four_rows = torch.randn(8, 1, tiny_model.cfg.d_model, generator=g)        # G = 4: not
         assert not torch.allclose(fold_heads_and_beams(attn, four_rows, kv, bias),
                                   attn.forward_per_sentence(four_rows, kv, bias), atol=1e-3)

@@ -71,7 +71,7 @@ def leftovers(parent: Path, name: str):
 # --- the package -----------------------------------------------------------------------------------
 def test_manifest_describes_the_package(tiny_package, tiny_ckpt):
     m = assert_complete_package(tiny_package)
-    assert (m["format"], m["format_version"]) == ("seq2onnx-model", 1)
+    assert (m["format"], m["format_version"]) == ("seq2onnx-model", 2)
     cfg = ModelConfig.from_dict(m["config"])
     assert cfg.to_dict() == tiny_ckpt["config"]
     assert m["vocab_size"] == cfg.vocab_size
@@ -92,16 +92,19 @@ def test_manifest_describes_the_package(tiny_package, tiny_ckpt):
                              {"name": "attention_mask", "dtype": "int64", "shape": ["batch", "src_len"]}]
     assert [o["name"] for o in enc["outputs"]] == onnx_export.cache_names("cross", n)
     assert {tuple(o["shape"]) for o in enc["outputs"]} == {("batch", h, "src_len", dh)}
-    assert [i["name"] for i in dec["inputs"]] == (["input_ids", "encoder_attention_mask"]
+    assert [i["name"] for i in dec["inputs"]] == (["input_ids", "encoder_attention_mask", "past_length"]
                                                   + onnx_export.cache_names("past", n)
                                                   + onnx_export.cache_names("cross", n))
     # rows (hypotheses) and sentences are separate axes: cross K/V and encoder mask come once per sentence
     assert dec["inputs"][0]["shape"] == ["rows", 1]
     assert dec["inputs"][1]["shape"] == ["sentences", "src_len"]
-    assert dec["inputs"][2]["shape"] == ["rows", h, "past_len", dh]
-    assert {tuple(i["shape"]) for i in dec["inputs"][2 + 2 * n:]} == {("sentences", h, "src_len", dh)}
+    assert dec["inputs"][2] == {"name": "past_length", "dtype": "int64", "shape": []}
+    # format 2: a fixed-capacity cache, the same shape in and out (written in place)
+    assert dec["inputs"][3]["shape"] == ["rows", h, "capacity", dh]
+    assert {tuple(i["shape"]) for i in dec["inputs"][3 + 2 * n:]} == {("sentences", h, "src_len", dh)}
     assert dec["outputs"][0] == {"name": "log_probs", "dtype": "float32", "shape": ["rows", cfg.vocab_size]}
-    assert dec["outputs"][1]["shape"] == ["rows", h, "past_len + 1", dh]
+    assert [o["shape"] for o in dec["outputs"][1:-1]] == [["rows", h, "capacity", dh]] * (2 * n)
+    assert dec["outputs"][-1] == {"name": "cross_attention", "dtype": "float32", "shape": ["rows", "src_len"]}
     assert dec["cross_per_sentence"] is True and "cross_per_sentence" not in enc
 
     # parity figures of both variants; the int8 ones pass their documented thresholds
@@ -195,8 +198,8 @@ def test_beam_options_follow_the_reference(fp32_pair, tiny_model, tiny_ckpt):
 def test_failed_parity_writes_nothing(tiny_checkpoint, tmp_path, monkeypatch, capsys):
     real_export = onnx_export.export_graphs
 
-    def export_then_corrupt(model, out_dir, opset=onnx_export.DEFAULT_OPSET):
-        enc, dec = real_export(model, out_dir, opset)
+    def export_then_corrupt(model, out_dir, opset=onnx_export.DEFAULT_OPSET, format_version=2):
+        enc, dec = real_export(model, out_dir, opset, format_version)
         graph = onnx.load(str(dec))
         weight = next(t for t in graph.graph.initializer if "output_projection" in t.name)
         values = onnx.numpy_helper.to_array(weight).copy()

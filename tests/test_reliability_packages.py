@@ -109,13 +109,22 @@ def test_corrupted_graph_that_onnxruntime_cannot_load(pkg, tiny_package, capsys)
 
 
 # --- the manifest -------------------------------------------------------------------------------------
-@pytest.mark.parametrize("version, fix", [(2, "upgrade seq2onnx (pip install -U seq2onnx)"), (0, REEXPORT),
+@pytest.mark.parametrize("version, fix", [(3, "upgrade seq2onnx (pip install -U seq2onnx)"), (0, REEXPORT),
                                           ("1", REEXPORT), (True, REEXPORT), (None, REEXPORT)])
 def test_unknown_format_version(pkg, capsys, version, fix):
     edit_manifest(pkg, (lambda m: m.pop("format_version")) if version is None else
                   (lambda m: m.update(format_version=version)))
     refused(pkg, f"{pkg / 'manifest.json'}: format_version {version!r} is unknown; this runtime reads "
-                 f"format_version 1: {fix}", capsys)
+                 f"format_version 1 and 2: {fix}", capsys)
+
+
+def test_a_format_version_that_does_not_match_the_graphs_is_refused(pkg, capsys):
+    """The package's graphs follow format 2: a manifest that claims 1 is refused at load, naming the decoder
+    graph and the contract it misses."""
+    edit_manifest(pkg, lambda m: m.update(format_version=1))
+    with pytest.raises(ModelPackageError, match=r"decoder_step.onnx: graph inputs/outputs .* do not match the "
+                                                r"decoder_step contract of format_version 1"):
+        Translator(pkg, device="cpu")
 
 
 def test_truncated_manifest(pkg, capsys):

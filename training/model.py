@@ -7,6 +7,8 @@ The model exposes the cut the ONNX export follows:
     encode(src_ids, src_mask)            -> memory [B, S, D]
     cross_kv(memory)                     -> per decoder layer (K, V) [B, H, S, Dh], computed once
     decode_step(ids, src_mask, past, cross) -> log-probs of the next token, new self-attention cache
+    decode_step_fixed(ids, src_mask, past_length, cache, cross) -> the same over a fixed-capacity cache,
+                                         and the cross-attention weights (format-2 graphs)
 and the full teacher-forced forward() used in training. decode_step over a growing cache
 computes exactly what forward() computes for the last position (tests/test_model.py).
 """
@@ -54,15 +56,20 @@ def causal_bias(t: int, dtype: torch.dtype, device: torch.device) -> torch.Tenso
     return torch.zeros(t, t, dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)[None, None]
 
 
+def attention_weights(q: torch.Tensor, k: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+    """softmax(Q K^T / sqrt(d_k) + bias).   q [B,H,Tq,Dh], k [B,H,Tk,Dh] -> [B,H,Tq,Tk], rows sum to 1."""
+    scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(q.shape[-1])       # [B,H,Tq,Tk]
+    if bias is not None:
+        scores = scores + bias
+    return torch.softmax(scores, dim=-1)
+
+
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[torch.Tensor],
               dropout_p: float = 0.0) -> torch.Tensor:
     """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k) + bias) V.   q [B,H,Tq,Dh], k/v [B,H,Tk,Dh]."""
     if torch.onnx.is_in_onnx_export():
         # the plain equation: a graph onnxruntime's optimizer recognises and fuses
-        scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(q.shape[-1])   # [B,H,Tq,Tk]
-        if bias is not None:
-            scores = scores + bias
-        return torch.matmul(torch.softmax(scores, dim=-1), v)
+        return torch.matmul(attention_weights(q, k, bias), v)
     # same function; on CUDA it runs flash / memory-efficient kernels
     return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p)
 
@@ -97,7 +104,8 @@ class MultiHeadAttention(nn.Module):
         b, _, t, _ = out.shape
         return self.out_proj(out.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim))
 
-    def forward_per_sentence(self, x: torch.Tensor, kv: KV, bias: torch.Tensor) -> torch.Tensor:
+    def forward_per_sentence(self, x: torch.Tensor, kv: KV, bias: torch.Tensor,
+                             need_weights: bool = False):
         """One query per row against the keys/values of its sentence, shared by the sentence's rows.
 
         x [R, 1, D] with R = B * G rows, row = sentence * G + g (G = R / B: the beams, 1 for greedy);
@@ -105,13 +113,21 @@ class MultiHeadAttention(nn.Module):
         become G query positions of one attention over its S keys, so the K/V are read once per
         sentence and each head multiplies [G, Dh] x [Dh, S] instead of G times [1, Dh] x [Dh, S].
         G = 1 (B = R) is exactly forward(). G is read from the shapes: the ONNX graph keeps it dynamic.
+        need_weights (inference): also return the attention weights averaged over heads, [R, S].
         """
         r, _, d = x.shape
         b = kv[0].shape[0]
         q = self.q_proj(x).reshape(b, -1, self.n_heads, self.head_dim).transpose(1, 2)   # [B, H, G, Dh]
-        p = self.attention_dropout if self.training else 0.0
-        out = attention(q, kv[0], kv[1], bias, p)                                        # [B, H, G, Dh]
-        return self.out_proj(out.transpose(1, 2).reshape(r, 1, d))                       # [B, G, H, Dh] -> [R, 1, D]
+        if need_weights:
+            weights = attention_weights(q, kv[0], bias)                                  # [B, H, G, S]
+            out = torch.matmul(weights, kv[1])
+        else:
+            p = self.attention_dropout if self.training else 0.0
+            out = attention(q, kv[0], kv[1], bias, p)                                    # [B, H, G, Dh]
+        out = self.out_proj(out.transpose(1, 2).reshape(r, 1, d))                        # [B, G, H, Dh] -> [R, 1, D]
+        if not need_weights:
+            return out
+        return out, weights.mean(dim=1).reshape(r, kv[0].shape[2])                       # [B, G, S] -> [R, S]
 
 
 class FeedForward(nn.Module):
@@ -172,20 +188,33 @@ class DecoderLayer(nn.Module):
         self.sub_self, self.sub_cross, self.sub_ffn = SubLayer(*args), SubLayer(*args), SubLayer(*args)
 
     def forward(self, x: torch.Tensor, past: Optional[KV], self_bias: Optional[torch.Tensor],
-                cross: KV, cross_bias: torch.Tensor, per_sentence: bool = False) -> Tuple[torch.Tensor, KV]:
+                cross: KV, cross_bias: torch.Tensor, per_sentence: bool = False,
+                write_at: Optional[torch.Tensor] = None, need_weights: bool = False):
         """x [B, T, D]; past (K, V) [B, H, P, Dh] or None -> (x [B, T, D], present [B, H, P+T, Dh]).
 
         per_sentence (one decoding step, T = 1): x and past have R rows, cross and cross_bias one per
-        sentence (B' = R / G rows), see MultiHeadAttention.forward_per_sentence."""
+        sentence (B' = R / G rows), see MultiHeadAttention.forward_per_sentence.
+        write_at (a fixed-capacity cache, T = 1): past is [R, H, C, Dh] and this step's K/V are written at
+        position write_at (a 0-d int64 tensor) instead of appended: present is past with that position
+        written, [R, H, C, Dh]; self_bias must hide the positions after write_at.
+        need_weights (per_sentence): also return the cross-attention weights, heads averaged, [R, S]."""
         h = self.sub_self.input(x)
         k, v = self.self_attn.project_kv(h)
-        if past is not None:
+        if write_at is not None:
+            where = write_at.reshape(1, 1, 1, 1).expand_as(k)                      # [R, H, 1, Dh]
+            k, v = past[0].scatter(2, where, k), past[1].scatter(2, where, v)
+        elif past is not None:
             k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
         x = self.sub_self.output(x, self.self_attn(h, (k, v), self_bias))
-        cross_attn = self.cross_attn.forward_per_sentence if per_sentence else self.cross_attn
-        x = self.sub_cross.output(x, cross_attn(self.sub_cross.input(x), cross, cross_bias))
+        weights = None
+        if need_weights:
+            y, weights = self.cross_attn.forward_per_sentence(self.sub_cross.input(x), cross, cross_bias, True)
+        else:
+            cross_attn = self.cross_attn.forward_per_sentence if per_sentence else self.cross_attn
+            y = cross_attn(self.sub_cross.input(x), cross, cross_bias)
+        x = self.sub_cross.output(x, y)
         x = self.sub_ffn.output(x, self.ffn(self.sub_ffn.input(x)))
-        return x, (k, v)
+        return (x, (k, v), weights) if need_weights else (x, (k, v))
 
 
 # The paper does not say how the weights start. The default, "normal-unit" (weight matrices N(0, 0.02) as HF
@@ -293,6 +322,30 @@ class Transformer(nn.Module):
         x, present = self._decode(x, src_mask, cross, past, None, per_sentence=True)
         logits = self.output_projection(x[:, -1])                    # [R, V]
         return torch.log_softmax(logits.float(), dim=-1), present
+
+    def decode_step_fixed(self, input_ids: torch.Tensor, src_mask: torch.Tensor, past_length: torch.Tensor,
+                          cache: List[KV], cross: List[KV]) -> Tuple[torch.Tensor, List[KV], torch.Tensor]:
+        """decode_step over a fixed-capacity cache (the format-2 decoder step graph, docs/CONTRACTS.md).
+
+        cache (K, V) [R, H, C, Dh] per layer holds the past at positions 0 .. past_length-1 (a 0-d int64
+        tensor, < C); this step's K/V are written at position past_length and the query attends to
+        positions 0 .. past_length, the rest hidden by the bias. Returns the log-probs [R, V] (those of
+        decode_step), the cache with that position written [R, H, C, Dh] per layer, and the last decoder
+        layer's cross-attention weights averaged over heads [R, S] (rows sum to 1).
+        """
+        x = self.tgt_embed(input_ids) * math.sqrt(self.cfg.d_model) + self.pe.index_select(0, past_length.reshape(1))
+        capacity = cache[0][0].shape[2]
+        hidden = torch.arange(capacity, device=x.device) > past_length                       # [C]
+        self_bias = torch.zeros(capacity, dtype=x.dtype, device=x.device).masked_fill(
+            hidden, torch.finfo(x.dtype).min)[None, None, None, :]                            # [1, 1, 1, C]
+        cross_bias = padding_bias(src_mask, x.dtype)
+        present, last = [], len(self.decoder_layers) - 1
+        for i, layer in enumerate(self.decoder_layers):
+            out = layer(x, cache[i], self_bias, cross[i], cross_bias, True, past_length, need_weights=i == last)
+            x, kv = out[0], out[1]
+            present.append(kv)
+        logits = self.output_projection(self.decoder_norm(x)[:, -1])                          # [R, V]
+        return torch.log_softmax(logits.float(), dim=-1), present, out[2]
 
     def empty_cache(self, batch: int, device=None, dtype=torch.float32) -> List[KV]:
         shape = (batch, self.cfg.n_heads, 0, self.cfg.head_dim)

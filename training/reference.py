@@ -193,3 +193,25 @@ def greedy_search(model: Transformer, sources: Sequence[Sequence[int]], max_leng
         length = len(tokens[i]) + (1 if ended[i] else 0)
         out.append(Hypothesis(tokens[i], scores[i], normalize(scores[i], length, length_penalty), ended[i]))
     return out
+
+
+@torch.no_grad()
+def cross_attention(model, source: Sequence[int], target: Sequence[int]) -> torch.Tensor:
+    """The last decoder layer's cross-attention weights, averaged over heads, for each target token: the model's
+    teacher-forced forward() over BOS + target (a path independent of the step graphs), one row per position
+    -> [len(target) + 1, len(source)]: row t is what the step that chose target[t] (the last: EOS) read."""
+    from seq2onnx.training.model import attention_weights
+    layer = model.decoder_layers[-1].cross_attn
+    rows: List[torch.Tensor] = []
+
+    def capture(module, args):
+        x, kv, bias = args[:3]                                                 # x [1, T, D], kv [1, H, S, Dh]
+        rows.append(attention_weights(module._split(module.q_proj(x)), kv[0], bias).mean(dim=1)[0])
+
+    hook = layer.register_forward_pre_hook(capture)
+    try:
+        src = torch.tensor([list(source)])
+        model(src, torch.ones_like(src), torch.tensor([[model.cfg.bos_id] + list(target)]))
+    finally:
+        hook.remove()
+    return rows[0]

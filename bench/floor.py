@@ -1,0 +1,126 @@
+"""The memory floor of batch-1 decoding: bytes of weights read per decoder step over memory bandwidth.
+
+    python bench/floor.py                 # this machine's memory bandwidth alone
+    python bench/floor.py PACKAGE         # + bytes per step and floor tokens/s of a seq2onnx package
+
+At batch 1 a decoder step multiplies one vector by every weight matrix, so each step reads every
+weight once from memory (the weights, 20-100 MB here, do not fit the CPU cache): no engine can step
+faster than bandwidth / bytes per step. run.py measures both in the same run and reports our
+batch-1 greedy tokens/s as a percentage of that floor. Machines differ: never carry a floor over.
+
+Bandwidth: the best of several tries of a read (np.maximum.reduce: SIMD, ~100 GB/s per core on
+cached data, so memory is what limits it) and a copy (np.copyto: bytes read plus bytes written) of
+arrays far larger than the CPU cache, split across 1 and 2 threads (numpy releases the GIL in both).
+The largest figure is the bandwidth; the detail says whether 2 threads beat 1.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Callable, Dict
+
+import numpy as np
+
+MIB = 2 ** 20
+GB = 1e9
+VARIANTS = {"fp32": "decoder_step.onnx", "int8": "decoder_step.int8.onnx"}   # our package's decoder step graphs
+
+
+def _best_rate(threads: int, nbytes: int, work: Callable[[int], None], tries: int):
+    """-> (best GB/s, every try's GB/s): work(i) does the i-th of `threads` chunks, all at once."""
+    rates = []
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(work, range(threads)))                   # warm-up: threads started, pages hot in the TLB
+        for _ in range(tries):
+            start = time.perf_counter()
+            list(pool.map(work, range(threads)))
+            rates.append(nbytes / (time.perf_counter() - start) / GB)
+    return max(rates), [round(r, 2) for r in rates]
+
+
+def bandwidth(array_mib: int = 512, tries: int = 5, threads: int = 2) -> Dict:
+    """Memory bandwidth in GB/s (1e9 bytes): the best of `tries` reads and copies of two float32 arrays
+    of array_mib each, on 1 and on `threads` threads. np.ones touches every page before timing
+    (np.zeros would map the shared zero page, which reads from cache)."""
+    src = np.ones(array_mib * MIB // 4, dtype=np.float32)
+    dst = np.ones_like(src)
+    detail: Dict = {"array_mib": array_mib, "tries": tries, "read_gb_s": {}, "copy_gb_s": {}}
+    best = {}
+    for n in sorted({1, threads}):
+        s, d = np.array_split(src, n), np.array_split(dst, n)
+        for op, nbytes, work in (("read", src.nbytes, lambda i: np.maximum.reduce(s[i])),
+                                 ("copy", 2 * src.nbytes, lambda i: np.copyto(d[i], s[i]))):
+            best[op, n], detail[f"{op}_gb_s"][str(n)] = _best_rate(n, nbytes, work, tries)
+    op, n = max(best, key=best.get)
+    detail.update(bandwidth_gb_s=round(best[op, n], 2), best=f"{op}, {n} thread{'s' * (n > 1)}",
+                  threads_beat_one=all(best[o, threads] > best[o, 1] for o in ("read", "copy")))
+    return detail
+
+
+def _dtype_bytes(data_type: int) -> int:
+    from onnx.helper import tensor_dtype_to_np_dtype
+    return np.dtype(tensor_dtype_to_np_dtype(data_type)).itemsize
+
+
+def step_bytes(graph_path: Path) -> Dict[str, int]:
+    """Bytes of weights one batch-1 step of this graph reads, from its initializers (sizes only: the
+    data is not loaded). -> {"initializer_bytes": all of them, "bytes_per_step": what a step reads}.
+
+    Every initializer is read whole, except one that only Gather nodes read (an embedding or position
+    table looked up by one id per step): one row of it is read. The fp32 graph's tied embedding table
+    is both looked up and the output projection, so it counts once, whole; the int8 graph keeps the
+    float32 table for the lookup beside an int8 copy for the projection, so there the float32 table
+    counts one row, the int8 copy whole.
+    """
+    import onnx
+
+    graph = onnx.load(str(graph_path), load_external_data=False).graph
+    readers: Dict[str, list] = {}
+    for node in graph.node:
+        for k, name in enumerate(node.input):
+            readers.setdefault(name, []).append((node, k))
+    total = read = 0
+    for init in graph.initializer:
+        dims = list(init.dims)
+        size = int(np.prod(dims, dtype=np.int64)) * _dtype_bytes(init.data_type)
+        total += size
+        lookups = readers.get(init.name, [])
+        only_looked_up = lookups and all(node.op_type == "Gather" and k == 0 and
+                                         all(a.name != "axis" or a.i == 0 for a in node.attribute)
+                                         for node, k in lookups)
+        read += size // dims[0] if only_looked_up and dims and dims[0] else size
+    return {"initializer_bytes": total, "bytes_per_step": read}
+
+
+def package_floor(package: Path, bandwidth_gb_s: float) -> Dict[str, Dict]:
+    """Per variant of our package: bytes per step and the floor tokens/s at batch 1."""
+    out = {}
+    for variant, name in VARIANTS.items():
+        if (package / name).exists():
+            sizes = step_bytes(package / name)
+            out[variant] = dict(sizes, floor_tok_s=round(bandwidth_gb_s * GB / sizes["bytes_per_step"], 1))
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("package", nargs="?", type=Path, help="a seq2onnx package: also its bytes per step and floor")
+    ap.add_argument("--array-mib", type=int, default=512, help="size of each of the two arrays (default 512)")
+    ap.add_argument("--tries", type=int, default=5, help="timed tries of each measurement (default 5)")
+    args = ap.parse_args(argv)
+    bw = bandwidth(args.array_mib, args.tries)
+    print(json.dumps(bw, indent=1))
+    print(f"bandwidth: {bw['bandwidth_gb_s']:.1f} GB/s ({bw['best']})")
+    if args.package:
+        for variant, f in package_floor(args.package, bw["bandwidth_gb_s"]).items():
+            print(f"{variant}: {f['bytes_per_step'] / 1e6:.1f} MB read per step "
+                  f"({f['initializer_bytes'] / 1e6:.1f} MB of initializers), floor {f['floor_tok_s']:.0f} tokens/s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 Tokens = List[List[int]]
 
@@ -179,11 +179,12 @@ def optimum_env(overlay: Path) -> dict:
 
 
 class OptimumWorker:
-    """The serving subprocess; one per benchmark, shared by the fp32 and int8 engines."""
+    """The serving subprocess; one per benchmark, shared by the fp32 and int8 engines. memory.py starts one
+    per variant, so that each variant's peak memory is its own (`variants`: the models it loads)."""
 
-    def __init__(self, overlay: Path, model_dir: Path, threads: int):
+    def __init__(self, overlay: Path, model_dir: Path, threads: int, variants: Sequence[str] = ("fp32", "int8")):
         self.proc = subprocess.Popen(
-            [sys.executable, str(BENCH / "optimum_worker.py"), "serve", str(model_dir), str(threads)],
+            [sys.executable, str(BENCH / "optimum_worker.py"), "serve", str(model_dir), str(threads), *variants],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=optimum_env(overlay))
         first = self.proc.stdout.readline()
         if not first or not json.loads(first).get("ready"):
@@ -197,6 +198,10 @@ class OptimumWorker:
         if not line:
             raise RuntimeError(f"the Optimum worker exited (code {self.proc.wait()}); its error is printed above")
         return json.loads(line)
+
+    def peak_rss_mib(self) -> float:
+        """The worker process's own peak resident memory (memory.own_peak_rss_mib, run there)."""
+        return self.request(peak_rss=True)["peak_rss_mib"]
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -214,3 +219,24 @@ class OptimumORT(Engine):
     def run(self, sources, beam, length):
         ans = self.worker.request(variant=self.variant, sources=[list(s) for s in sources], beam=beam, length=length)
         return ans["tokens"], ans["seconds"]
+
+
+def make_engine(system: str, variant: str, files: Dict[str, Optional[str]], threads: int, device: str = "cpu",
+                tokens: Sequence[str] = (), never: Sequence[int] = (),
+                worker: Optional[OptimumWorker] = None) -> Engine:
+    """One system (run.py's --systems: ours torch ct2 hf optimum) at one precision (its variant / compute type).
+
+    files: paths of "package", "checkpoint", "ct2" (plain strings: memory.py's children get them as JSON);
+    tokens, never: CTranslate2's id -> token strings and the ids no system generates; worker: Optimum's process.
+    """
+    if system == "ours":
+        return Seq2OnnxRuntime(Path(files["package"]), variant, threads, device)
+    if system == "torch":
+        return Seq2OnnxTorch(Path(files["checkpoint"]), threads, device)
+    if system == "ct2":
+        return CTranslate2(Path(files["ct2"]), variant, list(tokens), never, threads, device)
+    if system == "hf":
+        return HFTorch(Path(files["checkpoint"]), threads, device, variant)
+    if system == "optimum":
+        return OptimumORT(worker, variant)
+    raise ValueError(f"unknown system {system!r}")

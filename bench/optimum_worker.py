@@ -7,10 +7,12 @@ engines.ensure_optimum_overlay with pip --target --no-deps): transformers 4.57.6
 from the overlay, torch / numpy / onnxruntime from the venv. Nothing in the venv changes.
 
     python bench/optimum_worker.py export MARIAN_DIR OUT_DIR   # OUT_DIR/fp32 and OUT_DIR/int8
-    python bench/optimum_worker.py serve OUT_DIR THREADS       # JSON lines on stdin -> stdout
+    python bench/optimum_worker.py serve OUT_DIR THREADS [VARIANT ...]   # JSON lines on stdin -> stdout
 
-serve reads one request per line, {"variant": "fp32"|"int8", "sources": [[ids]], "beam": K,
-"length": N}, and answers {"tokens": [[ids]], "seconds": s}, s timed around generate() alone.
+serve loads the variants named (default fp32 and int8), reads one request per line, {"variant":
+"fp32"|"int8", "sources": [[ids]], "beam": K, "length": N}, and answers {"tokens": [[ids]], "seconds": s},
+s timed around generate() alone; {"peak_rss": true} answers {"peak_rss_mib": m}, this process's own
+peak resident memory (bench/memory.py).
 """
 from __future__ import annotations
 
@@ -60,7 +62,7 @@ def export(marian_dir: Path, out_dir: Path) -> None:
         raise
 
 
-def serve(model_dir: Path, threads: int) -> None:
+def serve(model_dir: Path, threads: int, variants=("fp32", "int8")) -> None:
     import onnxruntime as ort
     import torch
     from optimum.onnxruntime import ORTModelForSeq2SeqLM
@@ -72,11 +74,16 @@ def serve(model_dir: Path, threads: int) -> None:
     options.inter_op_num_threads = 1
     models = {variant: ORTModelForSeq2SeqLM.from_pretrained(str(model_dir / variant), session_options=options,
                                                             use_cache=True, use_merged=False)
-              for variant in ("fp32", "int8")}
-    pad, bos = models["fp32"].config.pad_token_id, models["fp32"].config.decoder_start_token_id
+              for variant in variants}
+    config = next(iter(models.values())).config
+    pad, bos = config.pad_token_id, config.decoder_start_token_id
     print(json.dumps({"ready": True}), file=answers, flush=True)
     for line in sys.stdin:
         req = json.loads(line)
+        if req.get("peak_rss"):
+            from bench.memory import own_peak_rss_mib      # the repository is on PYTHONPATH (engines.optimum_env)
+            print(json.dumps({"peak_rss_mib": own_peak_rss_mib()}), file=answers, flush=True)
+            continue
         ids = torch.tensor(req["sources"], dtype=torch.long)
         start = time.perf_counter()
         out = models[req["variant"]].generate(
@@ -90,8 +97,8 @@ def serve(model_dir: Path, threads: int) -> None:
 def main(argv) -> int:
     if len(argv) == 3 and argv[0] == "export":
         export(Path(argv[1]), Path(argv[2]))
-    elif len(argv) == 3 and argv[0] == "serve":
-        serve(Path(argv[1]), int(argv[2]))
+    elif len(argv) >= 3 and argv[0] == "serve":
+        serve(Path(argv[1]), int(argv[2]), argv[3:] or ("fp32", "int8"))
     else:
         print(__doc__, file=sys.stderr)
         return 2

@@ -36,6 +36,7 @@ class Timing:
     seconds: List[float]                    # one per counted round
     tokens_per_s: float                     # median
     ratio_to_baseline: Optional[float]      # median of per-round (baseline seconds / system seconds)
+    vocab_size: Optional[int] = None        # of the model the case ran on (run.py runs more than one)
 
 
 @dataclass
@@ -65,7 +66,8 @@ def _run_checked(engine: Engine, sources, beam: int, length: int):
 
 
 def run_case(engines: Sequence[Engine], case: Case, sources, length: int, rounds: int,
-             baseline: Optional[str]) -> CaseResult:
+             baseline: Optional[str], vocab_size: Optional[int] = None, label: Optional[str] = None) -> CaseResult:
+    """label: the case's name in progress lines (default case.name); vocab_size: recorded in each Timing."""
     result = CaseResult()
     seconds: Dict[str, List[float]] = {e.name: [] for e in engines}
     for r in range(rounds + 1):                                   # round 0: warm-up, not counted
@@ -74,7 +76,7 @@ def run_case(engines: Sequence[Engine], case: Case, sources, length: int, rounds
             result.outputs[e.name] = tokens
             if r > 0:
                 seconds[e.name].append(s)
-        print(f"  {case.name}: round {r}/{rounds} done" + (" (warm-up)" if r == 0 else ""),
+        print(f"  {label or case.name}: round {r}/{rounds} done" + (" (warm-up)" if r == 0 else ""),
               file=sys.stderr, flush=True)
     target_tokens = case.batch * length
     for e in engines:
@@ -82,7 +84,7 @@ def run_case(engines: Sequence[Engine], case: Case, sources, length: int, rounds
         if baseline in seconds:
             ratio = statistics.median(b / s for b, s in zip(seconds[baseline], seconds[e.name]))
         result.timings.append(Timing(e.name, e.precision, case.name, seconds[e.name],
-                                     target_tokens / statistics.median(seconds[e.name]), ratio))
+                                     target_tokens / statistics.median(seconds[e.name]), ratio, vocab_size))
     return result
 
 

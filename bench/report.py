@@ -102,6 +102,38 @@ def scaling_table(points: List[Scaling], generated: List[int], sources: List[int
     return "\n".join(lines)
 
 
+def memory_table(peak_rss: Dict[str, Dict[str, float]], systems: List[str]) -> str:
+    """peak_rss[vocab][system] = MiB; rows: vocabularies, columns: systems (as the speed table)."""
+    lines = ["| peak RSS (MiB) | " + " | ".join(systems) + " |", "|---|" + "---:|" * len(systems)]
+    for vocab, by in peak_rss.items():
+        lines.append(f"| vocab {vocab} | " + " | ".join(f"{by[s]:.0f}" if s in by else "-" for s in systems) + " |")
+    return "\n".join(lines)
+
+
+def floor_text(floor: Dict) -> str:
+    """The bandwidth with its tries, then per vocabulary and precision: bytes per step, floor, ours, % of it."""
+    bw = floor["bandwidth"]
+    per = {op: " / ".join(f"{max(bw[f'{op}_gb_s'][n]):.1f}" for n in sorted(bw[f"{op}_gb_s"]))
+           for op in ("read", "copy")}
+    threads = " / ".join(sorted(bw["read_gb_s"]))
+    lines = [f"Memory bandwidth {floor['bandwidth_gb_s']:.1f} GB/s: the best of {bw['tries']} tries ({bw['best']}) "
+             f"at reading and copying 2 x {bw['array_mib']} MiB; best read {per['read']} GB/s, copy (bytes read "
+             f"+ written) {per['copy']} GB/s on {threads} threads"
+             + ("." if bw["threads_beat_one"] else "; 2 threads did not beat 1 at both.") +
+             " Floor = bandwidth / bytes of weights read per batch-1 decoder step; % of floor: our "
+             f"{floor['case']} tokens/s in this run."]
+    if floor["by_vocab"]:                            # none without our package (--systems without ours)
+        lines += ["", f"| model | weights read per step (MB) | floor tokens/s | seq2onnx tokens/s, {floor['case']} "
+                  "| % of floor |", "|---|---:|---:|---:|---:|"]
+    for vocab, variants in floor["by_vocab"].items():
+        for variant, f in variants.items():
+            ours = f"{f['ours_tok_s']:.0f}" if "ours_tok_s" in f else "-"
+            pct = f"{f['percent_of_floor']:.0f}%" if "percent_of_floor" in f else "-"
+            lines.append(f"| {variant}, vocab {vocab} | {f['bytes_per_step'] / 1e6:.1f} | {f['floor_tok_s']:.0f} | "
+                         f"{ours} | {pct} |")
+    return "\n".join(lines)
+
+
 def write(out_dir: Path, stem: str, data: Dict, markdown: str) -> None:
     """out_dir/stem.json and out_dir/stem.md, each written atomically."""
     def plain(o):

@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))   # the suite's toy task
 from fixtures_training import TINY_STEPS, TINY_TARGET, TINY_VOCAB, toy_pairs, write_tsv  # noqa: E402
 
-from seq2onnx.training.model import INITS  # noqa: E402
+from seq2onnx.training.model import INIT_CHOICES  # noqa: E402
 from seq2onnx.training.train import TrainArgs, train  # noqa: E402
 
 TASKS = {
@@ -53,8 +53,8 @@ def run(task: str, seed: int, init: str, work: Path) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4])
-    ap.add_argument("--inits", nargs="+", default=[TrainArgs.init], choices=list(INITS),
-                    help="weight initialisations to compare (training/model.py INITS)")
+    ap.add_argument("--inits", nargs="+", default=[TrainArgs.init], choices=list(INIT_CHOICES),
+                    help="weight initialisations to compare (training/model.py INIT_CHOICES)")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "tiny_learning.json"))
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as work:

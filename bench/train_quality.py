@@ -49,6 +49,9 @@ RECIPE = dict(preset="small", vocab_size=8000, warmup_steps=1000, max_tokens=409
               # the recorded duel sorted each epoch whole (the trainer's default); --maxi-batch N
               # reaches the workers through the environment, as --test-max does
               maxi_batch=int(os.environ.get("TRAIN_QUALITY_MAXI_BATCH", "0")))
+# seq2onnx's --init (the trainer's default unless --init says otherwise); HF Marian keeps its own N(0, 0.02)
+if "TRAIN_QUALITY_INIT" in os.environ:
+    RECIPE["init"] = os.environ["TRAIN_QUALITY_INIT"]
 VALID_INTERVAL = 200          # steps, both systems
 SYSTEMS = ("seq2onnx", "hf-marian")
 
@@ -405,6 +408,7 @@ def main() -> None:
     p.add_argument("--test-max", type=int, help="decode only the first N test pairs (a smoke run)")
     p.add_argument("--maxi-batch", type=int, help="batches sorted together, both systems (default 0: the whole "
                                                       "epoch, as the recorded run)")
+    p.add_argument("--init", help="seq2onnx's weight init (training/model.py INITS; default: the trainer's)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--system", choices=SYSTEMS, help=argparse.SUPPRESS)
     p.add_argument("--ablation", type=int, help=argparse.SUPPRESS)
@@ -420,6 +424,8 @@ def main() -> None:
     if ns.maxi_batch is not None:
         os.environ["TRAIN_QUALITY_MAXI_BATCH"] = str(ns.maxi_batch)
         RECIPE["maxi_batch"] = ns.maxi_batch
+    if ns.init is not None:
+        os.environ["TRAIN_QUALITY_INIT"] = RECIPE["init"] = ns.init
     prepare(work)
     if ns.ablate is not None:
         ablate(work, ns.ablate or list(range(len(ABLATIONS))), ns.steps or 800)

@@ -25,7 +25,7 @@ from seq2onnx.training.checkpoint import (FORMAT_VERSION, average_checkpoints, l
 from seq2onnx.training.data import BAD_UTF8, EMPTY_SIDE, EXTRA_TAB, NO_TAB, TOO_LONG, BatchStream, Example, \
     SkipCounts, collate, encode_pairs, make_batches, read_parallel, read_tsv
 from seq2onnx.training.logs import MetricsLog
-from seq2onnx.training.model import Transformer
+from seq2onnx.training.model import Transformer, resolve_init
 from seq2onnx.training.numbers import FORMS, TEST_NUMBERS_FILE, number_pair
 from seq2onnx.training.optim import build_optimizer, label_smoothed_loss, noam_lr
 from seq2onnx.training.tokenizer import special_ids, tokenizer_from_json, train_tokenizer
@@ -641,6 +641,13 @@ def test_initialisations_draw_the_spreads_docs_training_names():
         assert abs(emb[1:].std().item() - embedding_std) < 0.03 * embedding_std, init
         assert not emb[0].any() and not w1.bias.any()                       # pad row and biases 0
         assert model.output_projection.weight is emb                        # still tied
+    # "auto" (the default): Marian's N(0, 0.02) from d_model 128 up, unit embeddings below
+    assert resolve_init("auto", 128) == "normal" and resolve_init("auto", 64) == "normal-unit"
+    assert TrainArgs(out="r", train="t", valid="v").init == "auto"
+    torch.manual_seed(0)
+    assert abs(Transformer(cfg).src_embed.weight[1:].std().item() - 0.02) < 0.03 * 0.02
+    tiny = ModelConfig.preset("tiny", vocab_size=1000, pad_id=0)
+    assert abs(Transformer(tiny).src_embed.weight[1:].std().item() - 64 ** -0.5) < 0.03 * 64 ** -0.5
     with pytest.raises(ValueError, match="unknown init 'kaiming'"):
         Transformer(cfg, init="kaiming")
     with pytest.raises(Seq2OnnxError, match="unknown --init 'kaiming'"):

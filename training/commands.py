@@ -28,7 +28,7 @@ def _positive_int(text: str) -> int:
 
 # --- seq2onnx train --------------------------------------------------------------------------
 def train_parser() -> argparse.ArgumentParser:
-    from .model import INITS
+    from .model import INIT_CHOICES
     from .train import BEST_METRICS, DEFAULT_VALID_INTERVAL, TrainArgs
     d = TrainArgs(out="")
     p = _Parser(prog="seq2onnx train", description="Train a Transformer (Vaswani et al., 2017) on parallel data. "
@@ -48,9 +48,10 @@ def train_parser() -> argparse.ArgumentParser:
     g.add_argument("--config", metavar="JSON", help="a ModelConfig JSON file instead of --preset")
     g.add_argument("--tokenizer", metavar="JSON", help="reuse this tokenizer.json instead of training one")
     g.add_argument("--vocab-size", type=_positive_int, default=d.vocab_size, help="BPE pieces (default %(default)s)")
-    g.add_argument("--init", choices=list(INITS), default=d.init,
+    g.add_argument("--init", choices=list(INIT_CHOICES), default=d.init,
                    help="how the weights start: weight matrices N(0, 0.02) or Xavier, embeddings N(0, d_model^-1/2) "
-                        "(unit) or N(0, 0.02) (normal); see docs/TRAINING.md (default %(default)s)")
+                        "(unit) or N(0, 0.02) (normal); auto: normal from d_model 128 up (real text), normal-unit "
+                        "below (tiny models); see docs/TRAINING.md (default %(default)s)")
     g.add_argument("--lowercase", action="store_true", help="the tokenizer lower-cases its input (and so its output)")
     g.add_argument("--split-digits", action="store_true", help="the tokenizer makes every digit its own piece")
     g.add_argument("--split-punctuation", action="store_true",

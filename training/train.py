@@ -35,7 +35,7 @@ from .checkpoint import make_checkpoint, rotate_step_checkpoints, save_checkpoin
 from .data import MAXI_BATCH
 from .evaluate import greedy_translations, translation_metrics, validation_loss
 from .logs import MetricsLog, Progress, plot_curves
-from .model import INITS, Transformer
+from .model import INIT_CHOICES, Transformer
 from .optim import build_optimizer, label_smoothed_loss
 from .run_setup import DistInfo, RunData, check_run_dir, load_run_data
 
@@ -66,7 +66,7 @@ class TrainArgs:
     split_digits: bool = False
     split_punctuation: bool = False
     group_digits: bool = False
-    init: str = "normal-unit"          # how the weights start (training/model.py INITS; the paper is silent)
+    init: str = "auto"                 # how the weights start (training/model.py INIT_CHOICES; the paper is silent)
     # optimisation (paper section 5.3-5.4)
     max_tokens: int = 4096             # padded tokens per batch and rank
     maxi_batch: int = MAXI_BATCH       # batches' worth of examples sorted by length together (0: the whole epoch)
@@ -108,8 +108,8 @@ class TrainArgs:
                 raise Seq2OnnxError(f"no {side} data: pass --{side} FILE.tsv or --{side}-src and --{side}-tgt")
         if self.best_metric not in BEST_METRICS:
             raise Seq2OnnxError(f"unknown --best-metric {self.best_metric!r}: choose one of {', '.join(BEST_METRICS)}")
-        if self.init not in INITS:
-            raise Seq2OnnxError(f"unknown --init {self.init!r}: choose one of {', '.join(INITS)}")
+        if self.init not in INIT_CHOICES:
+            raise Seq2OnnxError(f"unknown --init {self.init!r}: choose one of {', '.join(INIT_CHOICES)}")
         if self.amp not in ("none", *AMP_DTYPES):
             raise Seq2OnnxError(f"unknown --amp {self.amp!r}: choose none, bf16 or fp16")
         if self.device not in ("auto", "cpu", "cuda"):

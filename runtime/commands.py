@@ -5,13 +5,18 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import re
 import warnings
-from typing import Any, BinaryIO, Callable, Dict, List, Tuple
+from pathlib import Path
+from typing import Any, BinaryIO, Callable, Dict, List, Optional, Tuple
+
+import numpy as np
 
 from .cli import OneLineParser, printable, terminate_raises
 from .cli_io import (PROG, UTF8_MAX_BYTES, Progress, open_output, open_path, read_lines, stdin_bytes, stdout_text,
                      warn)
+from .alignment import format_alignment
 from .errors import Seq2OnnxError
 from .options import (DEFAULT_MAX_BATCH_SIZE, LENGTH_PENALTY_RANGE, MAX_BEAM_SIZE, MAX_CHARS_PER_TOKEN,
                       MAX_LENGTH_A, MAX_LENGTH_B, MIN_TOPP, REPETITION_PENALTY_RANGE, TEMPERATURE_RANGE,
@@ -43,6 +48,8 @@ pipe, the bytes are exact).
   --scores          SCORE<TAB>TEXT              SCORE = normalized score (score / length ** length_penalty)
   --n-best K        LINE<TAB>TEXT               up to K lines per input, best first, LINE = 1-based input line
   --n-best K --scores  LINE<TAB>SCORE<TAB>TEXT
+  --alignment       TEXT becomes TEXT ||| 0-0 1-2 ... (source word - target word, Marian's and fairseq's format)
+  --plot-attention DIR  also writes DIR/line-N.png, the best translation's attention over the source words
 options and their ranges (a value outside is a one-line error, exit 2, before anything is read):
   --beam-size 1..{MAX_BEAM_SIZE}; --n-best 1..beam size (1..{MAX_BEAM_SIZE} when sampling);
   --length-penalty {LENGTH_PENALTY_RANGE[0]:g}..{LENGTH_PENALTY_RANGE[1]:g};
@@ -104,6 +111,15 @@ def _translate_parser() -> argparse.ArgumentParser:
     d.add_argument("--scores", action="store_true", help="prefix each hypothesis with its normalized score")
     d.add_argument("--target-prefix", metavar="TEXT",
                    help="every translation starts with TEXT (the API's target_prefix), e.g. a term to force")
+    d.add_argument("--constraint", metavar="TEXT", action="append",
+                   help="every translation holds TEXT, a term (repeatable: all of them; beam search; the API's "
+                        "constraints); a line where none within the length limit does gets the closest, with a warning")
+    a = p.add_argument_group("attention (format-2 packages)")
+    a.add_argument("--alignment", action="store_true",
+                   help="append ' ||| ' and the word alignment to each translation (return_alignment)")
+    a.add_argument("--plot-attention", metavar="DIR",
+                   help="write one heatmap PNG per input line into DIR (made if missing; needs matplotlib: "
+                        'pip install "seq2onnx[plot]")')
     return p
 
 
@@ -144,16 +160,45 @@ def translate_main(argv: List[str]) -> int:
                     sampling_temperature=args.sampling_temperature, repetition_penalty=args.repetition_penalty,
                     no_repeat_ngram_size=args.no_repeat_ngram_size, seed=args.seed)
     _check_options(args, **decoding)
+    if args.plot_attention is not None:
+        _plot_dir(args.plot_attention)
     from .translator import max_source_chars
     return _run_lines(args, lambda tr, limit: UTF8_MAX_BYTES * max_source_chars(limit),
                       lambda tr, limit, block, out: out.write(_translate_block(tr, block, decoding, args, limit,
-                                                                               out.isatty())))
+                                                                               out.isatty())),
+                      check=_check_attention if args.alignment or args.plot_attention is not None else None)
+
+
+def _check_attention(tr: Any) -> None:
+    """--alignment / --plot-attention need a format-2 package: said once the model is loaded, before any line."""
+    if not tr.engine.has_attention:
+        raise tr.engine.no_attention_error()
+
+
+def _plot_dir(path: str) -> Path:
+    """--plot-attention DIR: matplotlib importable and DIR a folder we can write into, before any work."""
+    from .attention_plot import require_matplotlib
+    require_matplotlib()
+    folder = Path(path)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise Seq2OnnxError(f"--plot-attention {path}: cannot make that folder ({e.strerror or e}): pass a folder "
+                            f"you can write to") from None
+    if not os.access(folder, os.W_OK):
+        raise Seq2OnnxError(f"--plot-attention {path}: the folder is not writable: pass a folder you can write to")
+    return folder
 
 
 def _check_options(args: Any, **decoding: Any) -> None:
     """Options the API would refuse, refused before anything is opened or read."""
     if args.max_batch_size < 1:
         raise Seq2OnnxError(f"--max-batch-size must be >= 1, got {args.max_batch_size}")
+    for phrase in getattr(args, "constraint", None) or []:
+        if not phrase.split():
+            raise Seq2OnnxError(f"--constraint {phrase!r} is empty: give it at least one word")
+        if decoding["beam_size"] < 2:
+            raise Seq2OnnxError(f"--constraint needs beam search: --beam-size must be >= 2, got {decoding['beam_size']}")
     try:
         DecodingOptions.from_kwargs(**decoding)
     except ValueError as e:
@@ -161,7 +206,8 @@ def _check_options(args: Any, **decoding: Any) -> None:
 
 
 def _run_lines(args: Any, max_bytes: Callable[[Any, int], int],
-               handle: Callable[[Any, int, List[Tuple[int, str]], BinaryIO], Any]) -> int:
+               handle: Callable[[Any, int, List[Tuple[int, str]], BinaryIO], Any],
+               check: Optional[Callable[[Any], None]] = None) -> int:
     """What `translate` and `score` share: open --input and --output (a bad --output is refused before the
     model loads), load the model, read the lines (at most max_bytes(translator, limit) bytes each) in
     chunks of --max-batch-size (64 for token batches), let handle(translator, limit, chunk, out) write
@@ -171,6 +217,8 @@ def _run_lines(args: Any, max_bytes: Callable[[Any, int], int],
         try:
             with open_output(args.output) as out:
                 tr, limit = _load_translator(args)
+                if check is not None:
+                    check(tr)
                 chunk = args.max_batch_size if args.batch_type == "examples" else 64
                 lines = read_lines(source, max_bytes(tr, limit))
                 progress = Progress()
@@ -214,21 +262,44 @@ def _translate_block(tr: Any, block: List[Tuple[int, str]], decoding: Dict[str, 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")            # truncation: reported below with line numbers
             prefix = None if args.target_prefix is None else [args.target_prefix] * len(block)
+            phrases = None if args.constraint is None else [args.constraint] * len(block)
             out = tr.translate_batch([t for _, t in block], max_batch_size=args.max_batch_size,
                                      batch_type=args.batch_type, max_input_length=args.max_input_length,
-                                     return_scores=True, target_prefix=prefix, **decoding)
+                                     return_scores=True, target_prefix=prefix, constraints=phrases,
+                                     return_alignment=args.alignment,
+                                     return_attention=args.plot_attention is not None, **decoding)
     except ValueError as e:
-        raise Seq2OnnxError(_cli_message(e)) from e
+        raise Seq2OnnxError(re.sub(r"constraints\[\d+\]: the phrase", "--constraint", _cli_message(e))) from e
+    if args.plot_attention is not None:
+        _plot_block(tr, block, out, Path(args.plot_attention), args.max_input_length)
     data = b""
-    for (n, _), r in zip(block, out):
+    for (n, text), r in zip(block, out):
         if r.truncated:
             warn(f"line {n}: longer than {limit} tokens, truncated (--max-input-length)")
-        if not r.finished[0]:
+        if r.constraints_met is not None and not r.constraints_met[0] and text.strip():
+            warn(f"line {n}: no translation within the length limit holds every --constraint; this one misses "
+                 f"the fewest ({len(r.token_ids[0])} tokens, cut at the limit): --max-length-a/--max-length-b/"
+                 "--max-decoding-length set the limit")
+        elif not r.finished[0]:
             warn(f"line {n}: the translation stopped at the length limit before it ended ({len(r.token_ids[0])} "
                   "tokens): the model may be looping on this input; --max-length-a/--max-length-b/"
                   "--max-decoding-length set the limit")
-        data += _format(n, r.hypotheses, r.normalized_scores, args.n_best, args.scores, terminal)
+        texts = r.hypotheses if not args.alignment else \
+            [f"{LINE_BREAKS.sub(' ', t)} ||| {format_alignment(a)}" for t, a in zip(r.hypotheses, r.alignment)]
+        data += _format(n, texts, r.normalized_scores, args.n_best, args.scores, terminal)
     return data
+
+
+def _plot_block(tr: Any, block: List[Tuple[int, str]], out: List[Any], folder: Path,
+                max_input_length: Any) -> None:
+    """DIR/line-N.png for each line of the block: the best translation's attention (attention_plot.py)."""
+    from .attention_plot import plot_attention
+    from .translator import is_blank
+    for (n, text), r in zip(block, out):
+        source = [] if is_blank(text) else tr.source_ids(text, max_input_length)[:-1]
+        rows = np.array(r.attention[0], dtype=np.float64).reshape(len(r.token_ids[0]), len(source) + 1)
+        plot_attention(folder / f"line-{n}.png", rows, tr.pieces(source), tr.pieces(r.token_ids[0]),
+                       title=f"{printable(text)[:80]}  ->  {printable(r.hypotheses[0])[:80]}")
 
 
 # --- score -----------------------------------------------------------------------------------------

@@ -206,3 +206,36 @@ def test_score_names_the_line_whose_target_was_cut(tiny_package, tmp_path, capsy
     assert rc == 0 and len(out.splitlines()) == 2
     assert err.startswith("seq2onnx score: warning: line 2: target is longer than the model's ") and \
         err.count("\n") == 1, err
+
+
+def test_alignment_and_attention_plots(tiny_package, tmp_path, capsys, translator, sources):
+    """--alignment: TEXT ||| pairs, as return_alignment gives them; --plot-attention DIR: a PNG per input line,
+    a blank line included (a plot with no rows)."""
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(sources[:3] + [""]) + "\n", encoding="utf-8")
+    plots = tmp_path / "plots" / "new"
+    rc, out, _ = run_cli(["translate", str(tiny_package), "-i", str(src), "--alignment", "--n-best", "2",
+                          "--beam-size", "2", "--plot-attention", str(plots), "--device", "cpu"], capsys)
+    assert rc == 0
+    expected = translator.translate_batch(sources[:3] + [""], beam_size=2, num_hypotheses=2, return_alignment=True)
+    want = [f"{n}\t{text} ||| {' '.join(f'{s}-{t}' for s, t in pairs)}"
+            for n, r in enumerate(expected, 1) for text, pairs in zip(r.hypotheses, r.alignment)]
+    assert out.splitlines() == want
+    pngs = sorted(p.name for p in plots.iterdir())
+    assert pngs == ["line-1.png", "line-2.png", "line-3.png", "line-4.png"]
+    assert all((plots / p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+
+
+def test_attention_options_fail_clearly(tiny_package, tmp_path, capsys, monkeypatch):
+    from pathlib import Path as P
+    old = P(__file__).resolve().parent / "data" / "numbers-en-de-earlier-contract"
+    rc, out, err = run_cli(["translate", str(old), "--alignment", "--device", "cpu"], capsys)
+    assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "has no cross-attention output (a format_version 1 package): re-export the model" in err
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    rc, _, err = run_cli(["translate", str(tiny_package), "--plot-attention", str(blocker / "sub")], capsys)
+    assert rc == 2 and "--plot-attention" in err and "cannot make that folder" in err
+    monkeypatch.setitem(sys.modules, "matplotlib", None)                  # the [plot] extra not installed
+    rc, _, err = run_cli(["translate", str(tiny_package), "--plot-attention", str(tmp_path / "p")], capsys)
+    assert rc == 2 and 'pip install "seq2onnx[plot]"' in err and not (tmp_path / "p").exists()

@@ -9,6 +9,7 @@ from pathlib import Path
 
 RUNTIME = Path(__file__).resolve().parent.parent / "runtime"
 ALLOWED = {"numpy", "onnxruntime", "tokenizers", "seq2onnx"}
+OPTIONAL = {"matplotlib": "attention_plot.py"}        # module -> the one runtime file that may use it (extra [plot])
 
 PROBE = """
 import sys
@@ -38,7 +39,8 @@ def test_runtime_sources_import_only_light_modules():
     """What a hook also greps for: runtime/*.py imports numpy, onnxruntime, tokenizers, the stdlib."""
     stdlib = set(sys.stdlib_module_names)
     for path in sorted(RUNTIME.glob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and node.level == 0:
@@ -47,5 +49,8 @@ def test_runtime_sources_import_only_light_modules():
                 continue
             for name in names:
                 top = name.split(".")[0]
+                if OPTIONAL.get(top) == path.name:                  # an optional extra, imported where used
+                    assert node not in tree.body, f"{path.name} imports {name} at module level"
+                    continue
                 assert top in stdlib or top in ALLOWED, f"{path.name} imports {name}"
                 assert not name.startswith(("seq2onnx.training", "seq2onnx.export")), f"{path.name} imports {name}"

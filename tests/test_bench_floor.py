@@ -1,0 +1,64 @@
+"""bench/floor.py and bench/memory.py: the bytes a decoder step reads, the bandwidth probe, a process's own peak
+memory. Figures of a run are the benchmark's; these check that each helper measures what its name says."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))      # the repository root: `bench` package
+
+from bench.floor import bandwidth, step_bytes  # noqa: E402
+from bench.memory import own_peak_rss_mib  # noqa: E402
+
+
+def _graph(path: Path, table_also_projects: bool) -> Path:
+    """ids -> Gather(table) -> MatMul(weight) [-> MatMul(table^T)]: a table [10, 4] and a weight [4, 4], float32."""
+    table = numpy_helper.from_array(np.zeros((10, 4), np.float32), "table")
+    weight = numpy_helper.from_array(np.zeros((4, 4), np.float32), "weight")
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["x"]), helper.make_node("MatMul", ["x", "weight"], ["h"])]
+    out = "h"
+    if table_also_projects:
+        nodes += [helper.make_node("Transpose", ["table"], ["table_t"]),
+                  helper.make_node("MatMul", ["h", "table_t"], ["logits"])]
+        out = "logits"
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1])],
+                              [helper.make_tensor_value_info(out, TensorProto.FLOAT, None)], [table, weight])
+    onnx.save(helper.make_model(graph), str(path))
+    return path
+
+
+def test_a_looked_up_table_counts_one_row_and_a_projected_one_whole(tmp_path):
+    looked_up = step_bytes(_graph(tmp_path / "a.onnx", table_also_projects=False))
+    assert looked_up == {"initializer_bytes": 10 * 4 * 4 + 4 * 4 * 4, "bytes_per_step": 1 * 4 * 4 + 4 * 4 * 4}
+    tied = step_bytes(_graph(tmp_path / "b.onnx", table_also_projects=True))
+    assert tied == {"initializer_bytes": 10 * 4 * 4 + 4 * 4 * 4, "bytes_per_step": 10 * 4 * 4 + 4 * 4 * 4}
+
+
+def test_bandwidth_reports_each_way_and_the_best():
+    got = bandwidth(array_mib=8, tries=2, threads=2)
+    assert set(got["read_gb_s"]) == set(got["copy_gb_s"]) == {"1", "2"}
+    rates = [r for way in ("read_gb_s", "copy_gb_s") for tries in got[way].values() for r in tries]   # every try
+    assert all(r > 0 for r in rates) and got["bandwidth_gb_s"] == round(max(rates), 2)
+    assert isinstance(got["threads_beat_one"], bool)
+
+
+def test_own_peak_rss_is_the_childs_not_its_parents():
+    """A child that touches 64 MiB reports at least that; a child of a big parent that touches little reports
+    little (ru_maxrss would report the parent's peak: bench/memory.py)."""
+    code = ("import sys; sys.path.insert(0, {root!r}); import numpy as np; from bench.memory import own_peak_rss_mib;"
+            "before = own_peak_rss_mib(); a = np.ones({n}, np.uint8); print(before, own_peak_rss_mib())")
+    root = str(Path(__file__).resolve().parents[1])
+    before, after = map(float, subprocess.run([sys.executable, "-c", code.format(root=root, n=64 << 20)],
+                                              capture_output=True, text=True, check=True).stdout.split())
+    assert after - before >= 60
+    ballast = np.ones(256 << 20, np.uint8)                                 # this process: +256 MiB
+    assert own_peak_rss_mib() >= 256
+    _, small = map(float, subprocess.run([sys.executable, "-c", code.format(root=root, n=1)], capture_output=True,
+                                         text=True, check=True).stdout.split())
+    assert small < 200
+    del ballast

@@ -29,6 +29,11 @@ sentence, shared by its K rows (row = sentence * K + beam); when sentences stop,
 by sentence and the cache by row. Otherwise (packages of the earlier contract, and RowSearch,
 whose rows end one by one) they are copied to every row and gathered with the cache.
 
+Terminology constraints (decode's `constraints`, translate_batch's): `BeamSearch` takes a constraints.Constraints,
+which follows each row's progress through its sentence's phrases; EOS waits until a row holds them all, and the
+step's candidates are dealt out bank by bank (dynamic beam allocation) in place of the score order. Hypotheses
+that hold every phrase rank first. Without constraints none of this runs.
+
 Attention (options.return_attention): the engine's step also returns the cross-attention rows [R, S], and
 the search keeps them per row beside the tokens (`extend_rows`), reordered and finished with them, so a
 Hypothesis carries one row per token it chose.
@@ -52,6 +57,7 @@ from typing import Any, Generator, List, Optional, Protocol, Sequence, Tuple
 import numpy as np
 
 from .config import ModelConfig
+from .constraints import Constraints, Phrases, require_beam
 from .errors import ModelPackageError
 from .logit_filters import build_filters
 from .options import DecodingOptions
@@ -64,6 +70,7 @@ class Hypothesis:
     normalized_score: float     # score / length ** length_penalty; hypotheses rank by it
     finished: bool = True       # ended with EOS (False: stopped by the length limit)
     attention: Optional[np.ndarray] = None   # return_attention: [len(tokens), source ids] cross-attention rows
+    missing_constraints: int = 0            # constraint phrases it does not hold (0: all, or none were asked for)
 
 
 class Engine(Protocol):
@@ -107,8 +114,9 @@ def beam_done(finished: Sequence[float], beam_size: int, num_hypotheses: int, be
 
 
 def rank(hypotheses: List[Hypothesis], n: int) -> List[Hypothesis]:
-    """Best n by normalized score; a stable sort keeps the earlier-finished first on ties."""
-    hyps = sorted(hypotheses, key=lambda h: -h.normalized_score)
+    """Best n by normalized score, those that hold every constraint phrase first (then those missing fewest);
+    a stable sort keeps the earlier-finished first on ties."""
+    hyps = sorted(hypotheses, key=lambda h: (h.missing_constraints, -h.normalized_score))
     return hyps[:n] if hyps else [Hypothesis([], 0.0, 0.0, finished=False)]
 
 
@@ -293,10 +301,11 @@ class RowSearch:
 
 
 class BeamSearch:
-    """fairseq-style beam search over [A sentences, K beams], vectorised over sentences and beams."""
+    """fairseq-style beam search over [A sentences, K beams], vectorised over sentences and beams.
+    constraints: the phrases each sentence's hypotheses must hold (constraints.py: dynamic beam allocation)."""
 
     def __init__(self, n_examples: int, beam_size: int, limits: np.ndarray, eos: int, length_penalty: float,
-                 num_hypotheses: int = 1):
+                 num_hypotheses: int = 1, constraints: Optional[Constraints] = None):
         k = beam_size
         self.n = num_hypotheses                                            # returned per sentence
         self.k, self.eos, self.length_penalty, self.limits = k, eos, length_penalty, limits
@@ -307,17 +316,21 @@ class BeamSearch:
         self.attention: Optional[np.ndarray] = None                        # [A*K, step, S] with return_attention
         self.finished: List[List[Hypothesis]] = [[] for _ in range(n_examples)]
         self.n_finished = np.zeros(n_examples, dtype=np.int64)             # [n_examples]
+        self.constraints = constraints                                     # with its row states [A*K, phrases]
 
     @property
     def row_example(self) -> np.ndarray:                                   # [A*K]
         return np.repeat(self.examples, self.k)
 
     def _add(self, a: int, tokens: np.ndarray, score: float, length: int, ended: bool,
-             attention: Optional[np.ndarray] = None) -> None:
+             attention: Optional[np.ndarray] = None, row: int = 0) -> None:
+        """Sentence a's hypothesis `tokens`, which row `row` holds (its constraint states)."""
+        missing = 0 if self.constraints is None else int(self.constraints.missing(np.array([row]),
+                                                                                  self.examples[a:a + 1])[0])
         self.n_finished[self.examples[a]] += 1
         self.finished[self.examples[a]].append(Hypothesis(
             tokens.tolist(), score, normalize(score, length, self.length_penalty), ended,
-            None if attention is None else attention[:len(tokens)]))
+            None if attention is None else attention[:len(tokens)], missing))
 
     def advance(self, log_probs: np.ndarray, step: int, attention: Optional[np.ndarray] = None) -> np.ndarray:
         """log_probs [A*K, V] -> parents [A'*K]: the current row each next row continues.
@@ -325,8 +338,12 @@ class BeamSearch:
         k, n_act, v = self.k, len(self.examples), log_probs.shape[1]
         before = self.attention                                            # [A*K, step, S]: the rows' history
         history = extend_rows(before, attention)                           # ... and this step's row
+        if self.constraints is not None:                                   # EOS once every phrase is met
+            self.constraints.forbid_eos(log_probs, self.row_example, self.eos)
         cand = (self.cum[:, :, None] + log_probs.reshape(n_act, k, v)).reshape(n_act, k * v)   # float32
         order = top_candidates(cand, 2 * k)                               # [A, 2K] flat ids, best first
+        if self.constraints is not None:                                   # ... or dealt out bank by bank
+            order = self.constraints.order(cand, order, self.examples, k)
         score = np.take_along_axis(cand, order, axis=1)
         if not (score < np.inf).all():                # NaN or +inf among the best (NaN ranks below -inf)
             raise NonFiniteScores
@@ -336,7 +353,7 @@ class BeamSearch:
         ends = is_eos & (np.arange(2 * k) < k) & (score > -np.inf)
         for a, j in zip(*np.nonzero(ends)):
             row = a * k + beam[a, j]
-            self._add(a, self.tokens[row], float(score[a, j]), step + 1, True, _row(history, row))
+            self._add(a, self.tokens[row], float(score[a, j]), step + 1, True, _row(history, row), row)
         # the first K non-EOS candidates continue (at most K of the 2K are EOS: one per beam)
         keep = ~is_eos & (np.cumsum(~is_eos, axis=1) <= k)
         cols = np.nonzero(keep)[1].reshape(n_act, k)
@@ -347,8 +364,11 @@ class BeamSearch:
         stuck = ~(new_cum > -np.inf).any(axis=1) & (self.n_finished[self.examples] < k)
         for a in np.flatnonzero(stuck):
             for b in np.flatnonzero(self.cum[a] > -np.inf):
-                self._add(a, self.tokens[a * k + b], float(self.cum[a, b]), step, False, _row(before, a * k + b))
+                self._add(a, self.tokens[a * k + b], float(self.cum[a, b]), step, False, _row(before, a * k + b),
+                          a * k + b)
         self.tokens = np.concatenate([self.tokens[parents], new_tokens], axis=1)
+        if self.constraints is not None:
+            self.constraints.advance(parents, new_tokens[:, 0], self.row_example)
         self.attention = None if history is None else history[parents]
         done = stuck.copy()
         for a in np.flatnonzero(~stuck & (self.n_finished[self.examples] >= k)):
@@ -358,7 +378,7 @@ class BeamSearch:
         for a in np.flatnonzero(at_limit):                                 # live beams end without EOS
             for b in np.flatnonzero(new_cum[a] > -np.inf):
                 self._add(a, self.tokens[a * k + b], float(new_cum[a, b]), step + 1, False,
-                          _row(self.attention, a * k + b))
+                          _row(self.attention, a * k + b), a * k + b)
         stay = ~done & ~at_limit
         self.cum = new_cum
         if not stay.all():
@@ -366,6 +386,8 @@ class BeamSearch:
             parents, self.tokens = parents[keep_rows], self.tokens[keep_rows]
             self.cum, self.examples = new_cum[stay], self.examples[stay]
             self.attention = None if self.attention is None else self.attention[keep_rows]
+            if self.constraints is not None:
+                self.constraints.keep(keep_rows)
         return parents
 
     def candidates(self, example: int) -> List[List[int]]:
@@ -398,25 +420,33 @@ def step_limits(sources: Sequence[Sequence[int]], options: DecodingOptions, conf
 
 def decode_steps(engine: Engine, config: ModelConfig, sources: Sequence[Sequence[int]], options: DecodingOptions,
                  prefixes: Optional[Sequence[Sequence[int]]] = None, strategy: Optional[str] = None,
+                 constraints: Optional[Sequence[Optional[Phrases]]] = None,
                  ) -> Generator[Any, None, List[List[Hypothesis]]]:
     """Decode `sources` (id lists ending with EOS); yields the search after every step (streaming)
     and returns, per source, up to num_hypotheses hypotheses, best first.
 
     strategy: None picks greedy/sampling for beam_size 1 and beam search above; "beam" forces beam
     search even for beam_size 1 (tests compare it with greedy).
+    constraints: per source its phrases (non-empty id lists, or None): beam search with dynamic beam allocation
+    (constraints.py); the hypotheses that hold every phrase rank first (Hypothesis.missing_constraints).
     """
     n = len(sources)
+    phrases = [list(p or []) for p in constraints] if constraints is not None and any(constraints) else None
+    if phrases is not None and strategy != "beam":
+        require_beam(options.beam_size)
     limits = step_limits(sources, options, config)
     results: List[List[Hypothesis]] = [[] for _ in range(n)]
     todo = np.flatnonzero(limits > 0)                       # a limit of 0 steps: the empty hypothesis
     for i in np.flatnonzero(limits <= 0):
-        results[i] = rank([], 1)
+        results[i] = [Hypothesis([], 0.0, 0.0, False, missing_constraints=len(phrases[i]) if phrases else 0)]
     if len(todo) == 0:
         return results
     srcs = [sources[i] for i in todo]
     if options.beam_size > 1 or strategy == "beam":
+        tracker = None if phrases is None else Constraints([phrases[i] for i in todo], options.beam_size,
+                                                           config.vocab_size)
         search: Any = BeamSearch(len(srcs), options.beam_size, limits[todo], config.eos_id, options.length_penalty,
-                                 options.num_hypotheses)
+                                 options.num_hypotheses, tracker)
     else:
         width = options.num_hypotheses if options.sampling else 1
         sampler = Sampler(options, srcs, width) if options.sampling else None
@@ -470,9 +500,9 @@ def decode_steps(engine: Engine, config: ModelConfig, sources: Sequence[Sequence
 
 def decode(engine: Engine, config: ModelConfig, sources: Sequence[Sequence[int]], options: DecodingOptions,
            prefixes: Optional[Sequence[Sequence[int]]] = None, strategy: Optional[str] = None,
-           ) -> List[List[Hypothesis]]:
+           constraints: Optional[Sequence[Optional[Phrases]]] = None) -> List[List[Hypothesis]]:
     """decode_steps run to the end."""
-    steps = decode_steps(engine, config, sources, options, prefixes, strategy)
+    steps = decode_steps(engine, config, sources, options, prefixes, strategy, constraints)
     while True:
         try:
             next(steps)

@@ -28,6 +28,7 @@ from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from .alignment import hard_alignment
+from .constraints import check_phrase_ids, normalize_phrases, require_beam
 from .decoding import Hypothesis, common_prefix, decode, decode_steps, score
 from .errors import ModelPackageError, Seq2OnnxError
 from .manifest import UNCHECKED, ModelPackage, read_package
@@ -57,6 +58,9 @@ class TranslationResult:
                                                 # [source tokens + EOS], rows sum to 1 (runtime/alignment.py)
     alignment: Optional[List[List[Tuple[int, int]]]] = None   # return_alignment: per hypothesis sorted
                                                 # (source word, target word) pairs (runtime/alignment.py)
+    constraints_met: Optional[List[bool]] = None   # constraints: per hypothesis, it holds every phrase; False when
+                                                # no hypothesis within the length limit did (those missing fewest
+                                                # phrases are returned then, best first)
 
 
 @dataclass
@@ -257,6 +261,30 @@ class Translator:
         ids, _ = token_ids(self._tokenizer, [p or "" for p in target_prefix], limit)
         return [p[:limit] for p in ids]
 
+    def _constraint_ids(self, constraints: Any, n: int) -> Optional[List[List[List[int]]]]:
+        """Per input its phrases' ids: each phrase tokenized alone as target text (constraints.py says why)."""
+        if constraints is None:
+            return None
+        limit = self.config.max_positions
+        out = []
+        for i, phrases in enumerate(normalize_phrases(constraints, n)):
+            ids, cut = token_ids(self._tokenizer, phrases, limit)
+            for phrase, x, c in zip(phrases, ids, cut):
+                shown = phrase if len(phrase) <= 40 else phrase[:40] + "..."
+                if c or len(x) > limit:
+                    raise ValueError(f"constraints[{i}]: the phrase {shown!r} is longer than a translation can be "
+                                     f"(the model's max_positions, {limit} tokens)")
+                if self.config.unk_id in x:
+                    raise ValueError(f"constraints[{i}]: the phrase {shown!r} has characters the model's tokenizer "
+                                     f"does not know (they become <unk>): no translation can hold it")
+            out.append(ids)
+        return self._check_constraint_ids("constraints", out, n)
+
+    def _check_constraint_ids(self, name: str, constraint_ids: Any, n: int) -> List[List[List[int]]]:
+        cfg = self.config
+        return check_phrase_ids(name, constraint_ids, n, cfg.vocab_size, (cfg.pad_id, cfg.bos_id, cfg.eos_id),
+                                cfg.max_positions)
+
     def _check_id_batch(self, sources: Sequence[Sequence[int]], max_batch_size: int, batch_type: str) -> None:
         """What translate_ids and score_ids take alike: the batching options and the source id lists."""
         _check_count("max_batch_size", max_batch_size, 0)
@@ -284,11 +312,14 @@ class Translator:
     def translate_ids(self, sources: Sequence[Sequence[int]], max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
                       batch_type: str = "examples",
                       target_prefix_ids: Optional[Sequence[Sequence[int]]] = None,
+                      constraint_ids: Optional[Sequence[Optional[Sequence[Sequence[int]]]]] = None,
                       **decoding: Any) -> List[List[Hypothesis]]:
         """Id-level translation: sources are id lists ending with EOS (docs/CONTRACTS.md).
         Returns per source up to num_hypotheses Hypothesis(tokens, score, normalized_score, finished).
         max_batch_size: examples (or padded source tokens, batch_type "tokens") decoded at once; the
-        default keeps memory flat however many sources; 0 decodes them all in one batch."""
+        default keeps memory flat however many sources; 0 decodes them all in one batch.
+        constraint_ids: per source its phrases (id lists, or None), which every hypothesis must hold
+        (translate_batch's constraints; Hypothesis.missing_constraints counts those it does not)."""
         options = DecodingOptions.from_kwargs(**decoding)
         self._check_id_batch(sources, max_batch_size, batch_type)
         if target_prefix_ids is not None:
@@ -296,10 +327,16 @@ class Translator:
                 raise ValueError(f"target_prefix_ids must hold one id list per source ({len(sources)}), "
                                  f"got {len(target_prefix_ids)}")
             _check_ids("target_prefix_ids", target_prefix_ids, self.config.vocab_size)
+        phrases = None
+        if constraint_ids is not None:
+            phrases = self._check_constraint_ids("constraint_ids", constraint_ids, len(sources))
+            if any(phrases):
+                require_beam(options.beam_size)
         results: List[List[Hypothesis]] = [[] for _ in sources]
         for batch in split_batches([len(s) for s in sources], max_batch_size, batch_type):
             prefixes = None if target_prefix_ids is None else [target_prefix_ids[i] for i in batch]
-            out = decode(self.engine, self.config, [sources[i] for i in batch], options, prefixes)
+            out = decode(self.engine, self.config, [sources[i] for i in batch], options, prefixes,
+                         constraints=None if phrases is None else [phrases[i] for i in batch])
             for i, hyps in zip(batch, out):
                 results[i] = hyps
         return results
@@ -308,6 +345,7 @@ class Translator:
                         batch_type: str = "examples",
                         max_input_length: Optional[int] = None, return_scores: bool = False,
                         target_prefix: Optional[Sequence[Optional[str]]] = None, return_alignment: bool = False,
+                        constraints: Optional[Sequence[Optional[Sequence[str]]]] = None,
                         **decoding: Any) -> List[TranslationResult]:
         """Translate texts; results in the caller's order (awkward input: the module docstring).
         Decoding options: see DecodingOptions
@@ -316,7 +354,12 @@ class Translator:
         repetition_penalty, no_repeat_ngram_size, seed, return_attention).
         return_attention: each hypothesis's cross-attention [target tokens][source tokens + EOS];
         return_alignment: its word alignment, (source word, target word) pairs (runtime/alignment.py).
-        Both need a format-2 package (`seq2onnx export` writes them) and cost nothing when not asked for."""
+        Both need a format-2 package (`seq2onnx export` writes them) and cost nothing when not asked for.
+        constraints: per text a list of phrases (or None), e.g. [["Datei", "Ordner"], None]: terminology that every
+        hypothesis must hold, each phrase as a contiguous run of its tokens (tokenized alone, as target text: its
+        first piece a word start); beam search only (beam_size >= 2), with dynamic beam allocation
+        (runtime/constraints.py). TranslationResult.constraints_met says per hypothesis whether it holds them all:
+        False only when no hypothesis within the length limit does (docs/CONTRACTS.md, "Terminology constraints")."""
         options = DecodingOptions.from_kwargs(**decoding)       # bad options fail before any work
         if not isinstance(return_alignment, bool):
             raise ValueError(f"return_alignment must be True or False, got {return_alignment!r}")
@@ -326,10 +369,14 @@ class Translator:
             decoding = dict(decoding, return_attention=True)
         texts = self._check_texts(texts)
         prefixes = self._prefixes(target_prefix, len(texts))
+        phrases = self._constraint_ids(constraints, len(texts))
+        if phrases is not None and any(phrases):
+            require_beam(options.beam_size)
         todo = [i for i, t in enumerate(texts) if not is_blank(t)]   # blank texts: the empty hypothesis
         sources, truncated = self._sources([texts[i] for i in todo], max_input_length, todo)
         hyps = self.translate_ids(sources, max_batch_size, batch_type,
-                                  None if prefixes is None else [prefixes[i] for i in todo], **decoding)
+                                  None if prefixes is None else [prefixes[i] for i in todo],
+                                  None if phrases is None else [phrases[i] for i in todo], **decoding)
         zero = [0.0] if return_scores else None
         results = [TranslationResult([""], [[]], zero and [0.0], zero and [0.0], finished=[True]) if is_blank(t)
                    else None for t in texts]
@@ -339,6 +386,10 @@ class Translator:
                 self._tokenizer.decode_batch(ids), ids,
                 [x.score for x in h] if return_scores else None,
                 [x.normalized_score for x in h] if return_scores else None, cut, [x.finished for x in h])
+            if phrases is not None:
+                results[i].constraints_met = [x.missing_constraints == 0 for x in h]
+        for i in (i for i, t in enumerate(texts) if is_blank(t) and phrases is not None):   # not translated
+            results[i].constraints_met = [not phrases[i]]
         if options.return_attention or return_alignment:
             for i, h, source in zip(todo, hyps, sources):
                 self._attach_attention(results[i], h, source, options.return_attention, return_alignment)
@@ -399,13 +450,15 @@ class Translator:
         return [ScoringResult([self._tokenizer.id_to_token(t) for t in ids] + [eos], lp)
                 for ids, lp in zip(tgt_ids, scores)]
 
-    def translate(self, text: str, target_prefix: Optional[str] = None, **options: Any) -> str:
-        """The best translation of one text (options as translate_batch)."""
+    def translate(self, text: str, target_prefix: Optional[str] = None, constraints: Optional[Sequence[str]] = None,
+                  **options: Any) -> str:
+        """The best translation of one text (options as translate_batch; constraints: its phrases)."""
         prefix = None if target_prefix is None else [target_prefix]
-        return self.translate_batch([text], target_prefix=prefix, **options)[0].hypotheses[0]
+        phrases = None if constraints is None else [constraints]
+        return self.translate_batch([text], target_prefix=prefix, constraints=phrases, **options)[0].hypotheses[0]
 
     def generate_tokens(self, text: str, max_input_length: Optional[int] = None, target_prefix: Optional[str] = None,
-                        **decoding: Any) -> Iterator[str]:
+                        constraints: Optional[Sequence[str]] = None, **decoding: Any) -> Iterator[str]:
         """Stream the best translation of one text as text pieces; "".join(pieces) == translate(text).
 
         Greedy and sampling yield each token's text as it is chosen. Beam search yields the
@@ -416,11 +469,14 @@ class Translator:
             raise ValueError("generate_tokens streams one hypothesis: num_hypotheses must be 1")
         options = DecodingOptions.from_kwargs(**decoding)
         (text,) = self._check_texts([text])
+        phrases = self._constraint_ids(None if constraints is None else [constraints], 1)
+        if phrases is not None and any(phrases):
+            require_beam(options.beam_size)
         if is_blank(text):                                      # as translate(): the empty translation
             return
         sources, _ = self._sources([text], max_input_length)
         prefixes = None if target_prefix is None else self._prefixes([target_prefix], 1)
-        steps = decode_steps(self.engine, self.config, sources, options, prefixes)
+        steps = decode_steps(self.engine, self.config, sources, options, prefixes, constraints=phrases)
         emitted = ""
         while True:
             try:

@@ -215,3 +215,151 @@ def cross_attention(model, source: Sequence[int], target: Sequence[int]) -> torc
     finally:
         hook.remove()
     return rows[0]
+
+
+# --- terminology constraints ---------------------------------------------------------------------------------
+@dataclass
+class ConstrainedHypothesis(Hypothesis):
+    missing_constraints: int = 0     # phrases it does not hold
+
+
+def _holds(tokens: Sequence[int], phrase: Sequence[int]) -> bool:
+    """The phrase is a contiguous run of tokens."""
+    n = len(phrase)
+    return any(list(tokens[i:i + n]) == list(phrase) for i in range(len(tokens) - n + 1))
+
+
+def _progress(tokens: Sequence[int], phrase: Sequence[int]) -> int:
+    """The longest proper prefix of the phrase that the tokens end with."""
+    for n in range(min(len(phrase) - 1, len(tokens)), 0, -1):
+        if list(tokens[len(tokens) - n:]) == list(phrase[:n]):
+            return n
+    return 0
+
+
+def _bank(tokens: Sequence[int], phrases: Sequence[Sequence[int]]) -> int:
+    """Constraint ids met: those of the phrases held, plus the progress of the furthest phrase not held."""
+    held = sum(len(p) for p in phrases if _holds(tokens, p))
+    return held + max([_progress(tokens, p) for p in phrases if not _holds(tokens, p)], default=0)
+
+
+@torch.no_grad()
+def constrained_beam_search(model: Transformer, sources: Sequence[Sequence[int]],
+                            constraints: Sequence[Sequence[Sequence[int]]], beam_size: int = 4,
+                            num_hypotheses: int = 1, length_penalty: float = 1.0,
+                            max_length: Union[int, Sequence[int]] = 256,
+                            min_length: int = 0) -> List[List[ConstrainedHypothesis]]:
+    """Lexically constrained beam search with dynamic beam allocation (Post & Vilar, 2018), the runtime's
+    definition (runtime/constraints.py), written out sentence by sentence. `constraints`: per source its phrases
+    (id lists) that every hypothesis must hold as a contiguous run. As beam_search, except:
+      * EOS is forbidden in a beam that does not hold every phrase;
+      * a step's candidates are the best 2K of the K*V (as beam_search), each live beam's best token, and each
+        live beam's next id of each phrase it does not hold (phrase[progress]), without repeats and without
+        those scoring -inf; a candidate's bank is _bank of its beam's tokens and the candidate's token;
+      * they are ordered turn by turn: turn r takes the r-th best (score, then the lower flat index) of every
+        bank, the bank with the most ids met first; EOS candidates among the first K finish, the first K
+        others continue (padded with dead beams, score -inf, when fewer);
+      * the result ranks the hypotheses missing fewest phrases first, then by normalized score; a hypothesis
+        stopped by max_length says how many phrases it misses.
+    """
+    if beam_size < 2 or not 1 <= num_hypotheses <= beam_size:
+        raise ValueError("need beam_size >= 2 and 1 <= num_hypotheses <= beam_size")
+    cfg = model.cfg
+    model.eval()
+    device = next(model.parameters()).device
+    k, v_size, eos = beam_size, cfg.vocab_size, cfg.eos_id
+    src_ids, src_mask = pad_batch(sources, cfg.pad_id, device)
+    b = src_ids.shape[0]
+    limits = _limits(max_length, b, cfg.max_positions)
+    phrases = [[list(p) for p in c] for c in constraints]
+
+    memory = model.encode(src_ids, src_mask)
+    cross = [(kk.repeat_interleave(k, 0), vv.repeat_interleave(k, 0)) for kk, vv in model.cross_kv(memory)]
+    mask_k = src_mask.repeat_interleave(k, 0)
+    past = model.empty_cache(b * k, device)
+    cum = [[0.0] + [-math.inf] * (k - 1) for _ in range(b)]
+    seqs: List[List[List[int]]] = [[[] for _ in range(k)] for _ in range(b)]
+    last = torch.full((b * k, 1), cfg.bos_id, dtype=torch.long, device=device)
+    finished: List[List[ConstrainedHypothesis]] = [[] for _ in range(b)]
+    done = [False] * b
+
+    def finish(i: int, tokens: List[int], score: float, length: int, ended: bool) -> None:
+        missing = sum(not _holds(tokens, p) for p in phrases[i])
+        finished[i].append(ConstrainedHypothesis(list(tokens), score, normalize(score, length, length_penalty),
+                                                 ended, missing))
+
+    for step in range(max(limits, default=0) + 1):
+        for i in range(b):
+            if not done[i] and step == limits[i]:
+                for beam in range(k):
+                    if cum[i][beam] > -math.inf:
+                        finish(i, seqs[i][beam], cum[i][beam], step, False)
+                done[i] = True
+        if all(done):
+            break
+        logp, past = model.decode_step(last, mask_k, past, cross)            # [B*K, V]
+        logp[:, [cfg.pad_id, cfg.bos_id]] = -math.inf
+        if step < min_length:
+            logp[:, eos] = -math.inf
+        for i in range(b):
+            for beam in range(k):
+                if not all(_holds(seqs[i][beam], p) for p in phrases[i]):
+                    logp[i * k + beam, eos] = -math.inf
+        cand = (torch.tensor(cum, dtype=torch.float32, device=device)[:, :, None]
+                + logp.view(b, k, v_size)).view(b, k * v_size)
+        order = torch.sort(cand, dim=1, descending=True, stable=True).indices[:, :2 * k]
+        rows, toks, new_cum = [], [], []
+        for i in range(b):
+            flats = set(order[i].tolist())
+            for beam in range(k):
+                if cum[i][beam] > -math.inf:
+                    flats.add(beam * v_size + int(cand[i, beam * v_size:(beam + 1) * v_size].argmax()))
+                    for p in phrases[i]:
+                        if not _holds(seqs[i][beam], p):
+                            flats.add(beam * v_size + p[_progress(seqs[i][beam], p)])
+            banks: dict = {}
+            for flat in flats:
+                score = cand[i, flat].item()
+                if score > -math.inf:
+                    beam, tok = divmod(flat, v_size)
+                    banks.setdefault(_bank(seqs[i][beam] + [tok], phrases[i]), []).append((-score, flat))
+            dealt = []
+            for turn in range(max((len(c) for c in banks.values()), default=0)):
+                for bank in sorted(banks, reverse=True):
+                    ranked = sorted(banks[bank])
+                    if turn < len(ranked):
+                        dealt.append((ranked[turn][1], -ranked[turn][0]))
+            kept = []
+            for rank, (flat, score) in enumerate(dealt):
+                beam, tok = divmod(flat, v_size)
+                if tok == eos:
+                    if rank < k and not done[i]:
+                        finish(i, seqs[i][beam], score, step + 1, True)
+                    continue
+                if len(kept) < k:
+                    kept.append((beam, tok, score))
+            if not done[i] and beam_done([h.normalized_score for h in finished[i]], k, num_hypotheses,
+                                         normalize(max((s for _, _, s in kept), default=-math.inf),
+                                                   step + 1, length_penalty)):
+                done[i] = True
+            kept += [(0, eos, -math.inf)] * (k - len(kept))                    # dead beams
+            for beam, tok, score in kept:
+                rows.append(i * k + beam)
+                toks.append(tok)
+                new_cum.append(score)
+        if all(done):
+            break
+        seqs = [[seqs[r // k][r % k] + [t] for r, t in zip(rows[i * k:(i + 1) * k], toks[i * k:(i + 1) * k])]
+                for i in range(b)]
+        cum = [new_cum[i * k:(i + 1) * k] for i in range(b)]
+        index = torch.tensor(rows, device=device)
+        past = [(pk[index], pv[index]) for pk, pv in past]
+        last = torch.tensor(toks, device=device)[:, None]
+
+    results = []
+    for i in range(b):
+        hyps = sorted(finished[i], key=lambda h: (h.missing_constraints, -h.normalized_score))
+        if not hyps:                                                       # max_length == 0
+            hyps = [ConstrainedHypothesis([], 0.0, 0.0, False, len(phrases[i]))]
+        results.append(hyps[:num_hypotheses])
+    return results

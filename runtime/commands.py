@@ -198,7 +198,8 @@ def _check_options(args: Any, **decoding: Any) -> None:
         if not phrase.split():
             raise Seq2OnnxError(f"--constraint {phrase!r} is empty: give it at least one word")
         if decoding["beam_size"] < 2:
-            raise Seq2OnnxError(f"--constraint needs beam search: --beam-size must be >= 2, got {decoding['beam_size']}")
+            raise Seq2OnnxError(f"--constraint needs beam search: --beam-size must be >= 2, "
+                                f"got {decoding['beam_size']}")
     try:
         DecodingOptions.from_kwargs(**decoding)
     except ValueError as e:

@@ -6,7 +6,7 @@
 //     a fresh browser context (empty cache) each time; median of the loads;
 //   * tokens/s of translateBatch over the numbers 0..999 in words (tokens: the best hypothesis's, EOS counted),
 //     in Node (onnxruntime-node), in Chromium (onnxruntime-web, WASM) and in the Python runtime on this machine,
-//     after one warm-up call; median of the repeats; Node's and Chromium's as ratios to Python's.
+//     after two warm-up calls; median of the repeats; Node's and Chromium's as ratios to Python's.
 import { execFileSync } from "node:child_process";
 import { readFileSync, statSync, writeFileSync } from "node:fs";
 import os from "node:os";
@@ -20,7 +20,8 @@ const arg = (name, fallback) => {
   const i = process.argv.indexOf(name);
   return i > 0 ? Number(process.argv[i + 1]) : fallback;
 };
-const REPEATS = arg("--repeats", 3);
+const REPEATS = arg("--repeats", 5);
+const WARMUPS = 2; // calls before the timed ones (the JIT, onnxruntime's first runs)
 const PAGE_LOADS = arg("--page-loads", 3);
 const NUMBERS = arg("--numbers", 1000); // the inputs: the numbers 0..NUMBERS-1 in words
 const CHROMIUM = process.env.SEQ2ONNX_CHROMIUM || "/usr/bin/chromium";
@@ -35,6 +36,7 @@ async function timeNode(texts) {
   for (const [computeType, beamSize] of CONFIGS) {
     const t = await Translator.load(MODEL_DIR, { computeType });
     const tokens = tokensOf(await t.translateBatch(texts, { beamSize }));
+    for (let i = 1; i < WARMUPS; i++) await t.translateBatch(texts, { beamSize });
     const seconds = [];
     for (let i = 0; i < REPEATS; i++) {
       const start = performance.now();
@@ -48,7 +50,7 @@ async function timeNode(texts) {
 
 async function timePython(texts) {
   const results = await runPython(CONFIGS.map(([computeType, beamSize]) => ({ op: "bench", model: MODEL_DIR,
-    compute_type: computeType, texts, options: { beam_size: beamSize }, repeats: REPEATS })), { timeoutMs: 1_800_000 });
+    compute_type: computeType, texts, options: { beam_size: beamSize }, repeats: REPEATS, warmups: WARMUPS })), { timeoutMs: 1_800_000 });
   return Object.fromEntries(CONFIGS.map(([c, b], i) => [`${c} beam ${b}`, results[i]]));
 }
 
@@ -77,11 +79,12 @@ async function timeBrowser(texts) {
     await page.waitForFunction(() => window.demo?.ready, null, { timeout: 120_000 });
     const timed = {};
     for (const [computeType, beamSize] of CONFIGS) {
-      timed[`${computeType} beam ${beamSize}`] = await page.evaluate(async ([texts, computeType, beamSize, repeats]) => {
+      timed[`${computeType} beam ${beamSize}`] = await page.evaluate(async ([texts, computeType, beamSize, repeats, warmups]) => {
         const { Translator } = await import("/web/src/browser.js");
         const t = await Translator.load("/models/numbers-en-de", { computeType });
         const first = await t.translateBatch(texts, { beamSize });
         const tokens = first.reduce((n, r) => n + r.tokenIds[0].length + 1, 0);
+        for (let i = 1; i < warmups; i++) await t.translateBatch(texts, { beamSize });
         const seconds = [];
         for (let i = 0; i < repeats; i++) {
           const start = performance.now();
@@ -89,7 +92,7 @@ async function timeBrowser(texts) {
           seconds.push((performance.now() - start) / 1000);
         }
         return { tokens, seconds };
-      }, [texts, computeType, beamSize, REPEATS]);
+      }, [texts, computeType, beamSize, REPEATS, WARMUPS]);
     }
     const threads = await page.evaluate(async () => (await import("/web/src/browser.js")).ort.env.wasm.numThreads);
     return { firstTranslation, loaded, payload, timed, version: browser.version(), wasmThreads: threads };
@@ -148,7 +151,7 @@ const results = {
   command: `node bench.mjs --repeats ${REPEATS} --page-loads ${PAGE_LOADS} --numbers ${NUMBERS}`, date: new Date().toISOString(),
   machine: { cpu, cores: os.availableParallelism(), node: process.version, chromium: browser.version,
     python_and_onnxruntime: pythonVersion, onnxruntime_node: ortNode, onnxruntime_web: ortWeb, chromium_wasm_threads: browser.wasmThreads },
-  inputs: texts.length, repeats: REPEATS,
+  inputs: texts.length, repeats: REPEATS, warmups: WARMUPS,
   payload_bytes: browser.payload, first_translation_seconds: browser.firstTranslation, model_load_seconds: browser.loaded,
   tokens_per_second: rows, raw: { python, node, chromium: browser.timed },
 };

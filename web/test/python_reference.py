@@ -27,9 +27,9 @@ stdout, one result per job, so that a test pays for one interpreter start. Jobs:
       -> {"errors": [null | "message", ..]}: does DecodingOptions.from_kwargs(**case) refuse each case?
   {"op": "load", "model": DIR, "compute_type": ..}
       -> {"error": null | "the ModelPackageError's message"}: does the Python runtime load this folder?
-  {"op": "bench", "model": DIR, "compute_type": .., "texts": [..], "options": {..}, "repeats": N}
-      -> {"seconds": [..], "tokens": T}: wall time of translate_batch over the texts, N times (after one warm-up
-         call), and the tokens it generated (EOS counted), for tokens/s
+  {"op": "bench", "model": DIR, "compute_type": .., "texts": [..], "options": {..}, "repeats": N, "warmups": W}
+      -> {"seconds": [..], "tokens": T}: wall time of translate_batch over the texts, N times (after W warm-up
+         calls, default 1), and the tokens it generated (EOS counted), for tokens/s
 """
 from __future__ import annotations
 
@@ -146,7 +146,9 @@ def load(job: Dict[str, Any]) -> Dict[str, Any]:
 def bench(job: Dict[str, Any]) -> Dict[str, Any]:
     tr = _translator(job["model"], job["compute_type"])
     options = job.get("options", {})
-    out = tr.translate_batch(job["texts"], **options)                      # warm-up
+    out = tr.translate_batch(job["texts"], **options)                      # warm-up calls
+    for _ in range(job.get("warmups", 1) - 1):
+        tr.translate_batch(job["texts"], **options)
     tokens = sum(len(ids) + 1 for r in out for ids in r.token_ids[:1])      # best hypothesis, EOS counted
     seconds = []
     for _ in range(job["repeats"]):

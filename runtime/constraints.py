@@ -140,7 +140,6 @@ class Constraints:
                 size += tables[-1].size
         self.keys = np.array(keys + [n * vocab_size], dtype=np.int64)      # sorted; a sentinel past the last
         self.table = np.concatenate(tables)
-        self.total = self.length.sum(axis=1)                              # [B] constraint ids per sentence
         self.state = np.zeros((n * beam_size, width), dtype=np.int64)     # [rows, P]
 
     # --- the automata, vectorised over rows -----------------------------------------------------------------
@@ -181,11 +180,11 @@ class Constraints:
         best = cand.reshape(a_n, k, v).argmax(axis=2) + np.arange(k) * v                # [A, K]
         flat = np.concatenate([top, best, upcoming.reshape(a_n, -1)], axis=1)            # [A, M]
         m = flat.shape[1]
-        # repeats: all but one copy of each flat id in a row
-        by_id = np.sort(flat, axis=1, kind="stable")
+        # repeats: all but the first copy of each flat id in a row
+        by_id = np.argsort(flat, axis=1, kind="stable")
+        ids = np.take_along_axis(flat, by_id, axis=1)
         repeat = np.zeros_like(flat, dtype=bool)
-        np.put_along_axis(repeat, np.argsort(flat, axis=1, kind="stable"),
-                          np.concatenate([np.zeros((a_n, 1), bool), by_id[:, 1:] == by_id[:, :-1]], axis=1), axis=1)
+        np.put_along_axis(repeat, by_id, np.pad(ids[:, 1:] == ids[:, :-1], ((0, 0), (1, 0))), axis=1)
         score = np.take_along_axis(cand, flat, axis=1)
         # each candidate's bank: its parent row's states after its token
         parent = (np.arange(a_n)[:, None] * k + flat // v).reshape(-1)
@@ -196,7 +195,7 @@ class Constraints:
         # rank of each candidate within its bank (score down, flat id up) ...
         keys = (flat.ravel(), -score.ravel(), -bank.ravel(), tier.ravel(), row)
         ranked = np.lexsort(keys)
-        group = np.stack([k_[ranked] for k_ in keys[2:]])                               # bank, tier, row
+        group = np.stack([key[ranked] for key in keys[2:]])                             # bank, tier, row
         starts = np.concatenate([[True], (group[:, 1:] != group[:, :-1]).any(axis=0)])
         start = np.maximum.accumulate(np.where(starts, np.arange(len(ranked)), 0))
         rank = np.empty(len(ranked), dtype=np.int64)

@@ -6,7 +6,8 @@
 //     a fresh browser context (empty cache) each time; median of the loads;
 //   * tokens/s of translateBatch over the numbers 0..999 in words (tokens: the best hypothesis's, EOS counted),
 //     in Node (onnxruntime-node), in Chromium (onnxruntime-web, WASM) and in the Python runtime on this machine,
-//     after two warm-up calls; median of the repeats; Node's and Chromium's as ratios to Python's.
+//     after two warm-up calls; median of the repeats; Node's and Chromium's as ratios to Python's; all of it in
+//     --rounds rounds (Python, Node, Chromium in turn), medians of the rounds, with their range.
 import { execFileSync } from "node:child_process";
 import { readFileSync, statSync, writeFileSync } from "node:fs";
 import os from "node:os";
@@ -24,12 +25,22 @@ const REPEATS = arg("--repeats", 5);
 const WARMUPS = 2; // calls before the timed ones (the JIT, onnxruntime's first runs)
 const PAGE_LOADS = arg("--page-loads", 3);
 const NUMBERS = arg("--numbers", 1000); // the inputs: the numbers 0..NUMBERS-1 in words
+// rounds of Python, Node, Chromium in turn: the machine is shared, so a drift of its load spreads over all three;
+// a figure is the median of the rounds' medians, and the table shows the rounds' range
+const ROUNDS = arg("--rounds", 3);
 const CHROMIUM = process.env.SEQ2ONNX_CHROMIUM || "/usr/bin/chromium";
 const CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
   "--disable-component-update", "--disable-sync"];
 const CONFIGS = [["int8", 1], ["int8", 4], ["float32", 1], ["float32", 4]]; // [computeType, beamSize]
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const tokensOf = (results) => results.reduce((n, r) => n + r.tokenIds[0].length + 1, 0);
+
+/** Node's timings in a Node process of their own (`--phase node`): nothing but seq2onnx loaded (in this process,
+ * after a round of Chromium driven by playwright, Node's rates fell by up to half). */
+function timeNodeApart() {
+  const args = [process.argv[1], "--phase", "node", "--repeats", String(REPEATS), "--numbers", String(NUMBERS)];
+  return JSON.parse(execFileSync(process.execPath, args, { maxBuffer: 1 << 26, stdio: ["ignore", "pipe", "inherit"] }).toString());
+}
 
 async function timeNode(texts) {
   const out = {};
@@ -44,6 +55,7 @@ async function timeNode(texts) {
       seconds.push((performance.now() - start) / 1000);
     }
     out[`${computeType} beam ${beamSize}`] = { tokens, seconds };
+    await t.release();
   }
   return out;
 }
@@ -118,28 +130,47 @@ function payloadOf(stats) {
 }
 
 const texts = await numberTexts(Array.from({ length: NUMBERS }, (_, i) => i), ["canonical"]);
+if (process.argv.includes("--phase")) { // a child of this script: Node's timings only, as JSON on stdout
+  process.stdout.write(JSON.stringify(await timeNode(texts)));
+  process.exit(0);
+}
 console.error(`timing ${texts.length} inputs, ${REPEATS} repeats, ${PAGE_LOADS} page loads ...`);
-const python = await timePython(texts);
-const node = await timeNode(texts);
-const browser = await timeBrowser(texts);
+const rounds = [];
+for (let r = 0; r < ROUNDS; r++) {
+  console.error(`round ${r + 1} of ${ROUNDS}`);
+  rounds.push({ python: await timePython(texts), node: timeNodeApart(), browser: await timeBrowser(texts) });
+}
+const browser = rounds[0].browser; // payload and page loads: every round's are in the JSON
+const firstTranslation = rounds.flatMap((r) => r.browser.firstTranslation);
+const loaded = rounds.flatMap((r) => r.browser.loaded);
 
-const rows = Object.keys(node).map((key) => {
-  const rate = (x) => x.tokens / median(x.seconds);
-  return { config: key, tokens: node[key].tokens, python: rate(python[key]), node: rate(node[key]), chromium: rate(browser.timed[key]),
-    pythonSeconds: median(python[key].seconds), nodeSeconds: median(node[key].seconds), chromiumSeconds: median(browser.timed[key].seconds) };
+const rate = (x) => x.tokens / median(x.seconds);
+const rows = Object.keys(rounds[0].node).map((key) => {
+  const per = (system) => rounds.map((r) => rate(system === "chromium" ? r.browser.timed[key] : r[system][key]));
+  const row = { config: key, tokens: rounds[0].node[key].tokens };
+  for (const system of ["python", "node", "chromium"]) {
+    const rates = per(system);
+    Object.assign(row, { [system]: median(rates), [`${system}Rounds`]: rates });
+  }
+  row.nodeRatioRounds = rounds.map((_, i) => row.nodeRounds[i] / row.pythonRounds[i]);
+  row.chromiumRatioRounds = rounds.map((_, i) => row.chromiumRounds[i] / row.pythonRounds[i]);
+  return row;
 });
+const range = (xs, digits = 0) => `${Math.min(...xs).toFixed(digits)}-${Math.max(...xs).toFixed(digits)}`;
 const mb = (n) => (n / 2 ** 20).toFixed(2);
 const total = Object.values(browser.payload).reduce((a, k) => ({ sent: a.sent + k.sent, stored: a.stored + k.stored }), { sent: 0, stored: 0 });
 const lines = [
   `page payload (MiB sent / stored): ${Object.entries(browser.payload).map(([k, v]) => `${k} ${mb(v.sent)} / ${mb(v.stored)}`).join(", ")}; ` +
     `total ${mb(total.sent)} / ${mb(total.stored)}`,
-  `time to first translation in Chromium: median ${median(browser.firstTranslation).toFixed(2)} s of ${PAGE_LOADS} loads ` +
-    `(${browser.firstTranslation.map((s) => s.toFixed(2)).join(", ")}); model fetched and checked in ${median(browser.loaded).toFixed(2)} s`,
+  `time to first translation in Chromium: median ${median(firstTranslation).toFixed(2)} s of ${firstTranslation.length} loads ` +
+    `(${range(firstTranslation, 2)} s); model fetched and checked in ${median(loaded).toFixed(2)} s`,
   "",
+  `tokens/s, median of ${ROUNDS} rounds (each the median of ${REPEATS} calls), the rounds' range in brackets:`,
   `| translateBatch, ${texts.length} numbers | tokens | Python tok/s | Node tok/s | Chromium tok/s | Node / Python | Chromium / Python |`,
   "|---|---|---|---|---|---|---|",
-  ...rows.map((r) => `| ${r.config} | ${r.tokens} | ${r.python.toFixed(0)} | ${r.node.toFixed(0)} | ${r.chromium.toFixed(0)} | ` +
-    `${(r.node / r.python).toFixed(2)} | ${(r.chromium / r.python).toFixed(2)} |`),
+  ...rows.map((r) => `| ${r.config} | ${r.tokens} | ${r.python.toFixed(0)} (${range(r.pythonRounds)}) | ` +
+    `${r.node.toFixed(0)} (${range(r.nodeRounds)}) | ${r.chromium.toFixed(0)} (${range(r.chromiumRounds)}) | ` +
+    `${median(r.nodeRatioRounds).toFixed(2)} (${range(r.nodeRatioRounds, 2)}) | ${median(r.chromiumRatioRounds).toFixed(2)} (${range(r.chromiumRatioRounds, 2)}) |`),
 ];
 console.log(lines.join("\n"));
 
@@ -148,12 +179,13 @@ const pythonVersion = execFileSync(pythonPath(), ["-c", "import sys, onnxruntime
 const ortNode = JSON.parse(readFileSync(path.join(WEB_DIR, "node_modules/onnxruntime-node/package.json"), "utf8")).version;
 const ortWeb = JSON.parse(readFileSync(path.join(WEB_DIR, "node_modules/onnxruntime-web/package.json"), "utf8")).version;
 const results = {
-  command: `node bench.mjs --repeats ${REPEATS} --page-loads ${PAGE_LOADS} --numbers ${NUMBERS}`, date: new Date().toISOString(),
+  command: `node bench.mjs --rounds ${ROUNDS} --repeats ${REPEATS} --page-loads ${PAGE_LOADS} --numbers ${NUMBERS}`,
+  date: new Date().toISOString(), load_average_after: os.loadavg(),
   machine: { cpu, cores: os.availableParallelism(), node: process.version, chromium: browser.version,
     python_and_onnxruntime: pythonVersion, onnxruntime_node: ortNode, onnxruntime_web: ortWeb, chromium_wasm_threads: browser.wasmThreads },
-  inputs: texts.length, repeats: REPEATS, warmups: WARMUPS,
-  payload_bytes: browser.payload, first_translation_seconds: browser.firstTranslation, model_load_seconds: browser.loaded,
-  tokens_per_second: rows, raw: { python, node, chromium: browser.timed },
+  inputs: texts.length, rounds: ROUNDS, repeats: REPEATS, warmups: WARMUPS,
+  payload_bytes: browser.payload, first_translation_seconds: firstTranslation, model_load_seconds: loaded,
+  tokens_per_second: rows, raw: rounds,
 };
 writeFileSync(path.join(WEB_DIR, "bench-results.json"), `${JSON.stringify(results, null, 2)}\n`);
 console.error("wrote bench-results.json");

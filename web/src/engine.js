@@ -11,6 +11,7 @@
 //   step(inputIds BigInt64Array [R], encoderMask, past | null, cross) -> [logProbs Float32Array [R*V], present]
 //       encoderMask and cross have R rows, or with crossPerSentence R / G (the G beams of a sentence share them)
 //   take(values, index) -> values gathered along their first axis
+//   release() -> the sessions' native memory and threads freed
 //   crossPerSentence, decoderPath (names the graph when it returns NaN log-probs)
 import { ModelPackageError } from "./errors.js";
 
@@ -95,6 +96,10 @@ export class GrowingCacheEngine {
 
   take(values, index) {
     return values.map((v) => gatherRows(this.ort, v, index));
+  }
+
+  async release() {
+    await Promise.all([this.encoder.release(), this.decoder.release()]);
   }
 }
 

@@ -148,6 +148,11 @@ export class Translator {
     this.onWarning = onWarning;
   }
 
+  /** Release the onnxruntime sessions (their native memory and threads); the Translator is unusable after it. */
+  async release() {
+    await this.engine.release();
+  }
+
   // --- text <-> ids ---------------------------------------------------------------------------------
   checkTexts(texts) {
     if (typeof texts === "string") {

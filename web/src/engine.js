@@ -2,9 +2,10 @@
 //
 // A package's manifest format_version names the contract of its decoder step graph (runtime/graph_io.py):
 //   1  past_key_i / past_value_i [R, H, P, Dh] in, present_* [R, H, P+1, Dh] out: the cache grows every step.
+//   2  a fixed-capacity cache: past_length (int64, 0-d) in, past_* [R, H, C, Dh] in and present_* [R, H, C, Dh] out,
+//      the step's K/V written at position past_length; and cross_attention [R, S] out (not read here).
 // ENGINES maps each version to its engine; the manifest check reads the versions from it (READ_FORMAT_VERSIONS),
-// so a new contract (format_version 2: a fixed-capacity cache with a past_length input and a cross_attention
-// output) is one more class here that names its graph I/O and implements encode / step / take.
+// so a new contract is one more class here that names its graph I/O and implements encode / step / take.
 //
 // The engine hides where tensors live and how the decoder is called; decoding.js sees only:
 //   encode(inputIds BigInt64Array [B*S], attentionMask BigInt64Array [B*S], [B, S]) -> [encoderMask, cross]
@@ -103,7 +104,87 @@ export class GrowingCacheEngine {
   }
 }
 
-export const ENGINES = new Map([[1, GrowingCacheEngine]]);
+const PAST_LENGTH = "past_length";
+const CROSS_ATTENTION = "cross_attention";
+const FIXED_CACHE_START = 16; // positions a fresh format-2 cache holds; it doubles when full (runtime/session.py)
+
+/** A format-2 cache: its tensors [R, H, capacity, Dh] and the positions written. */
+class FixedCache {
+  constructor(tensors, positions) {
+    Object.assign(this, { tensors, positions });
+  }
+}
+
+/** format_version 2: the cache has a fixed capacity, the step writes its K/V at past_length; the capacity starts at
+ * FIXED_CACHE_START and doubles when full (at most max_positions), as runtime/session.py's engines do, so that the
+ * graph attends over the same shapes as in Python. */
+export class FixedCacheEngine extends GrowingCacheEngine {
+  static formatVersion = 2;
+
+  static io(config) {
+    const io = super.io(config);
+    io.decoder_step[0].splice(2, 0, PAST_LENGTH);
+    io.decoder_step[1].push(CROSS_ATTENTION);
+    return io;
+  }
+
+  static spec(name, config) {
+    if (name === PAST_LENGTH) return ["int64", []];
+    if (name === CROSS_ATTENTION) return ["float32", [null, null]];
+    return super.spec(name, config);
+  }
+
+  /** The capacity that holds `length` + 1 positions, from `capacity` now. */
+  capacityFor(length, capacity) {
+    while (capacity <= length) capacity = Math.max(FIXED_CACHE_START, 2 * capacity);
+    return Math.min(capacity, this.config.max_positions);
+  }
+
+  /** The cache this step writes into: `past`, moved into a larger one when it is full; zeros at first. */
+  fixedCache(past, rows) {
+    const { ort, config } = this, h = config.n_heads, dh = config.head_dim;
+    if (past === null) {
+      const capacity = this.capacityFor(0, 0);
+      const zeros = () => new ort.Tensor("float32", new Float32Array(rows * h * capacity * dh), [rows, h, capacity, dh]);
+      return new FixedCache(this.pastNames.map(zeros), 0);
+    }
+    const capacity = past.tensors[0].dims[2];
+    if (past.positions < capacity) return past;
+    const bigger = this.capacityFor(past.positions, capacity);
+    return new FixedCache(past.tensors.map((t) => {
+      const out = new Float32Array(rows * h * bigger * dh); // the rest: zeros the mask hides
+      for (let i = 0; i < rows * h; i++) out.set(t.data.subarray(i * capacity * dh, (i + 1) * capacity * dh), i * bigger * dh);
+      return new ort.Tensor("float32", out, [rows, h, bigger, dh]);
+    }), past.positions);
+  }
+
+  async step(inputIds, encoderMask, past, cross) {
+    const { ort, config } = this;
+    const rows = inputIds.length;
+    const cache = this.fixedCache(past, rows);
+    const feeds = { input_ids: new ort.Tensor("int64", inputIds, [rows, 1]), encoder_attention_mask: encoderMask,
+      [PAST_LENGTH]: new ort.Tensor("int64", BigInt64Array.of(BigInt(cache.positions)), []) };
+    this.pastNames.forEach((name, i) => (feeds[name] = cache.tensors[i]));
+    this.crossNames.forEach((name, i) => (feeds[name] = cross[i]));
+    let out;
+    if (this.outputsInto) { // onnxruntime writes the outputs into buffers allocated here
+      const dims = cache.tensors[0].dims, size = dims.reduce((a, b) => a * b, 1);
+      const fetches = { log_probs: new ort.Tensor("float32", new Float32Array(rows * config.vocab_size), [rows, config.vocab_size]) };
+      for (const name of this.presentNames) fetches[name] = new ort.Tensor("float32", new Float32Array(size), dims);
+      out = await this.decoder.run(feeds, fetches);
+    } else {
+      out = await this.decoder.run(feeds, ["log_probs", ...this.presentNames]);
+    }
+    return [out.log_probs.data, new FixedCache(this.presentNames.map((name) => out[name]), cache.positions + 1)];
+  }
+
+  take(values, index) {
+    if (values instanceof FixedCache) return new FixedCache(super.take(values.tensors, index), values.positions);
+    return super.take(values, index);
+  }
+}
+
+export const ENGINES = new Map([[1, GrowingCacheEngine], [2, FixedCacheEngine]]);
 export const READ_FORMAT_VERSIONS = [...ENGINES.keys()];
 
 async function openSession(ort, bytes, where, sessionOptions) {

@@ -83,6 +83,7 @@ describe("the demo page in Chromium", { skip: SKIP && "SEQ2ONNX_SKIP_BROWSER=1: 
       change(dir, m);
       writeFileSync(path.join(dir, "manifest.json"), JSON.stringify(m));
     }
+    await runPython([{ op: "export_random", out: path.join(broken, "format-2"), format_version: 2 }]);
     srv = await startServer({ mounts: { "/test-packages/": broken } });
     browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS, timeout: PAGE_TIMEOUT_MS });
     page = await browser.newPage({ viewport: { width: 900, height: 780 } });
@@ -154,6 +155,20 @@ describe("the demo page in Chromium", { skip: SKIP && "SEQ2ONNX_SKIP_BROWSER=1: 
         assert.equal(got.error, "ModelPackageError", `${name}: ${JSON.stringify(got)}`);
         assert.match(got.message, want);
       }
+    }
+  });
+
+  test("a format_version 2 package (fixed-capacity cache): the browser gives onnxruntime-web's results in Node", async () => {
+    const some = texts.filter((_, i) => i % 10 === 0);
+    for (const [computeType, options] of [["float32", { beamSize: 1 }], ["int8", { beamSize: 4, numHypotheses: 2 }]]) {
+      const js = await page.evaluate(async ([list, computeType, options]) => {
+        const { Translator } = await import("/web/src/browser.js");
+        const t = await Translator.load("/test-packages/format-2", { computeType, onWarning: () => {} });
+        return t.translateBatch(list, { ...options, returnScores: true });
+      }, [some, computeType, options]);
+      const t = await Translator.open(wasmInNode, path.join(broken, "format-2"), { computeType, onWarning: () => {} });
+      assert.deepEqual(js, await t.translateBatch(some, { ...options, returnScores: true }));
+      assert.ok(js.some((r) => r.tokenIds[0].length > 32), "some hypothesis outgrows two cache capacities");
     }
   });
 

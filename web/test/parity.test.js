@@ -4,7 +4,10 @@
 // decoding option on a smaller set, streaming, and seeded sampling. Python's answers come from
 // test/python_reference.py in this run.
 import assert from "node:assert/strict";
-import { before, describe, test } from "node:test";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { after, before, describe, test } from "node:test";
 import { Translator } from "../src/index.js";
 import { assertSameTranslations } from "./compare.js";
 import { EARLIER_CONTRACT, MODEL_DIR, numberTexts, ODD_LINES, pythonOptions, runPython } from "./python.js";
@@ -46,6 +49,25 @@ describe("a package of the earlier contract (cross K/V copied to every row), Nod
       assert.equal(t.engine.crossPerSentence, false);
       const js = await t.translateBatch(texts, { ...options, returnScores: true });
       assertSameTranslations(js, py[k].results, texts, { label: `earlier contract ${computeType} ${JSON.stringify(options)}` });
+    }
+  });
+});
+
+describe("a format_version 2 package (fixed-capacity cache), exported in this run, Node against Python", () => {
+  const work = mkdtempSync(path.join(tmpdir(), "seq2onnx-web-format2-"));
+  after(() => rmSync(work, { recursive: true, force: true }));
+
+  test("greedy and beam 4, fp32 and int8, the cache growing from 16 to 64 positions", async () => {
+    const [{ path: dir }] = await runPython([{ op: "export_random", out: path.join(work, "model"), format_version: 2 }]);
+    const texts = [...(await numberTexts(NUMBERS.filter((n) => n % 25 === 0), ["canonical"])), ...ODD_LINES];
+    const py = await runPython(CONFIGS.map(([computeType, o]) => translate({ model: dir, compute_type: computeType, texts, options: pythonOptions(o) })));
+    for (const [k, [computeType, options]] of CONFIGS.entries()) {
+      const t = await Translator.load(dir, { computeType, onWarning: () => {} }); // int8: "exported with --skip-int8-validation"
+      assert.equal(t.package.formatVersion, 2);
+      const js = await t.translateBatch(texts, { ...options, returnScores: true });
+      assertSameTranslations(js, py[k].results, texts, { label: `format 2 ${computeType} ${JSON.stringify(options)}` });
+      assert.ok(js.some((r) => r.tokenIds[0].length > 32), "some hypothesis outgrows two cache capacities");
+      await t.release();
     }
   });
 });

@@ -23,6 +23,10 @@ stdout, one result per job, so that a test pays for one interpreter start. Jobs:
           "seconds": S}: Translator.translate_batch(texts, return_scores=True, **options)
   {"op": "generate_tokens", "model": DIR, "compute_type": .., "text": T, "options": {..}}
       -> {"pieces": [..]}: list(Translator.generate_tokens(T, **options))
+  {"op": "export_random", "out": DIR, "format_version": 2}
+      -> {"path": DIR}: a model package (fp32 and int8) exported by `seq2onnx export`'s own pipeline (run_export)
+         from a checkpoint of random weights (seed 0) with the shipped tokenizer: a small model that decodes
+         until its length limit, so its cache fills and grows; needs torch (the dev venv has it)
   {"op": "check_options", "cases": [{..}, ..]}
       -> {"errors": [null | "message", ..]}: does DecodingOptions.from_kwargs(**case) refuse each case?
   {"op": "load", "model": DIR, "compute_type": ..}
@@ -119,6 +123,26 @@ def generate_tokens(job: Dict[str, Any]) -> Dict[str, Any]:
     return {"pieces": list(tr.generate_tokens(job["text"], **job.get("options", {})))}
 
 
+def export_random(job: Dict[str, Any]) -> Dict[str, Any]:
+    import torch
+
+    from seq2onnx.export.commands import ExportOptions, run_export
+    from seq2onnx.runtime.config import ModelConfig
+    from seq2onnx.training.checkpoint import make_checkpoint, save_checkpoint
+    from seq2onnx.training.model import Transformer
+
+    torch.manual_seed(0)
+    out = Path(job["out"])
+    tokenizer = (REPO / "models" / "numbers-en-de" / "tokenizer.json").read_text(encoding="utf-8")
+    config = ModelConfig(vocab_size=200, d_model=64, n_heads=4, d_ff=128, encoder_layers=2, decoder_layers=2,
+                         dropout=0.0, max_positions=64)
+    checkpoint = out.parent / f"{out.name}.pt"
+    save_checkpoint(make_checkpoint(config, Transformer(config).state_dict(), tokenizer, 0, 0, {}, {}), checkpoint)
+    run_export(ExportOptions(checkpoint=checkpoint, out_dir=out, int8=True, int8_validation=False,
+                             format_version=job.get("format_version", 2)))
+    return {"path": str(out)}
+
+
 def check_options(job: Dict[str, Any]) -> Dict[str, Any]:
     from seq2onnx.runtime.options import DecodingOptions
 
@@ -159,7 +183,7 @@ def bench(job: Dict[str, Any]) -> Dict[str, Any]:
 
 
 OPS = {"corpus": corpus, "numbers": numbers, "train_tokenizer": train_tokenizer, "tokenize": tokenize, "translate": translate,
-       "generate_tokens": generate_tokens, "check_options": check_options, "load": load, "bench": bench}
+       "generate_tokens": generate_tokens, "check_options": check_options, "export_random": export_random, "load": load, "bench": bench}
 
 
 def main() -> None:

@@ -304,7 +304,9 @@ class ArrayEngine(_Graphs):
             h, dh = self.config.n_heads, self.config.head_dim
             present = _Cache(pool.views(out, (rows, h, past[0].shape[2] + 1, dh)), pool, out)
         log_probs = present.pool.log_probs_view(rows, self.config.vocab_size)
-        for name, value in zip(self.past_names + self.cross_names, list(past) + list(cross)):
+        for name, value in zip(self.past_names, past):         # by address: bind_cpu_input copies a view of a pool
+            io.bind_input(name, "cpu", 0, np.float32, value.shape, value.ctypes.data)     # buffer (format 2: not
+        for name, value in zip(self.cross_names, cross):                                    # in place any more)
             io.bind_cpu_input(name, value)
         for name, value in zip(["log_probs"] + self.present_names, [log_probs] + list(present)):
             io.bind_output(name, "cpu", 0, np.float32, value.shape, value.ctypes.data)

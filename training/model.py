@@ -195,14 +195,15 @@ class DecoderLayer(nn.Module):
         per_sentence (one decoding step, T = 1): x and past have R rows, cross and cross_bias one per
         sentence (B' = R / G rows), see MultiHeadAttention.forward_per_sentence.
         write_at (a fixed-capacity cache, T = 1): past is [R, H, C, Dh] and this step's K/V are written at
-        position write_at (a 0-d int64 tensor) instead of appended: present is past with that position
-        written, [R, H, C, Dh]; self_bias must hide the positions after write_at.
+        position write_at instead of appended: present is past with that position written, [R, H, C, Dh];
+        self_bias must hide the positions after write_at. write_at is the index triple (rows [R, 1], heads
+        [1, H], position [R, H]) of decode_step_fixed: an index_put, which exports as one ScatterND that
+        copies R x H rows of Dh (onnxruntime's ScatterElements walks every element: 30x slower here).
         need_weights (per_sentence): also return the cross-attention weights, heads averaged, [R, S]."""
         h = self.sub_self.input(x)
         k, v = self.self_attn.project_kv(h)
         if write_at is not None:
-            where = write_at.reshape(1, 1, 1, 1).expand_as(k)                      # [R, H, 1, Dh]
-            k, v = past[0].scatter(2, where, k), past[1].scatter(2, where, v)
+            k, v = past[0].index_put(write_at, k[:, :, 0]), past[1].index_put(write_at, v[:, :, 0])
         elif past is not None:
             k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
         x = self.sub_self.output(x, self.self_attn(h, (k, v), self_bias))
@@ -351,9 +352,12 @@ class Transformer(nn.Module):
         self_bias = torch.zeros(capacity, dtype=x.dtype, device=x.device).masked_fill(
             hidden, torch.finfo(x.dtype).min)[None, None, None, :]                            # [1, 1, 1, C]
         cross_bias = padding_bias(src_mask, x.dtype)
+        rows, heads = input_ids.shape[0], self.cfg.n_heads
+        write_at = (torch.arange(rows, device=x.device)[:, None], torch.arange(heads, device=x.device)[None, :],
+                    past_length.reshape(1, 1).expand(rows, heads))                            # cache[r, h, past_length]
         present, last = [], len(self.decoder_layers) - 1
         for i, layer in enumerate(self.decoder_layers):
-            out = layer(x, cache[i], self_bias, cross[i], cross_bias, True, past_length, need_weights=i == last)
+            out = layer(x, cache[i], self_bias, cross[i], cross_bias, True, write_at, need_weights=i == last)
             x, kv = out[0], out[1]
             present.append(kv)
         logits = self.output_projection(self.decoder_norm(x)[:, -1])                          # [R, V]

@@ -6,7 +6,7 @@ Two decoder step contracts (the manifest's format_version):
   1  past_key_i / past_value_i [R, H, P, Dh] in, present_* [R, H, P+1, Dh] out: the cache grows by a
      Concat every step.
   2  a fixed-capacity cache: past_length (int64, 0-d) in, past_* [R, H, C, Dh] in and present_* [R, H, C, Dh]
-     out, the step's K/V written at position past_length (a ScatterElements that writes in place when
+     out, the step's K/V written at position past_length (a ScatterND that writes in place when
      present_i is bound to past_i's memory); and cross_attention [R, S] out, the last decoder layer's
      cross-attention weights averaged over heads.
 """

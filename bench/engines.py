@@ -56,8 +56,10 @@ class Seq2OnnxRuntime(Engine):
 
     def run(self, sources, beam, length):
         start = time.perf_counter()
+        # exactly `length` tokens: the relative limit (3 x source + 10 by default) is off, as in the other engines
         results = self.translator.translate_ids([list(s) for s in sources], beam_size=beam,
-                                                min_decoding_length=length, max_decoding_length=length)
+                                                min_decoding_length=length, max_decoding_length=length,
+                                                max_length_a=0.0, max_length_b=None)
         seconds = time.perf_counter() - start
         return [hyps[0].tokens for hyps in results], seconds
 

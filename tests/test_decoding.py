@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from fixtures_training import toy_pairs
 from limits import reference_max_length
-from seq2onnx.runtime.decoding import Sampler, decode, top_candidates
+from seq2onnx.runtime.decoding import Sampler, decode
+from seq2onnx.runtime.top_candidates import top_candidates
 from seq2onnx.runtime.logit_filters import ForcePrefix, NoRepeatNGram, RepetitionPenalty
 from seq2onnx.runtime.options import DecodingOptions
 from seq2onnx.runtime.translator import Translator

@@ -37,8 +37,8 @@ from typing import Any, Dict, List, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))                                   # the suite's toy task
-from fixtures_training import (DE, TINY_MAX_STEPS, TINY_STEPS, TINY_TARGET, TINY_VOCAB,  # noqa: E402
-                                toy_pairs, write_tsv)
+from fixtures_training import (TINY_MAX_STEPS, TINY_STEPS, TINY_TARGET, TINY_VOCAB, holds,  # noqa: E402
+                                toy_constraints, toy_pairs, write_tsv)
 
 from seq2onnx.runtime.decoding import step_limits  # noqa: E402
 from seq2onnx.runtime.options import DecodingOptions  # noqa: E402
@@ -74,11 +74,6 @@ def tiny_package() -> Path:
 
 
 # --- (1) satisfaction ----------------------------------------------------------------------------------------
-def holds(tokens: Sequence[int], phrase: Sequence[int]) -> bool:
-    n = len(phrase)
-    return any(list(tokens[i:i + n]) == list(phrase) for i in range(len(tokens) - n + 1))
-
-
 def shortest_holding(phrases: Sequence[Sequence[int]]) -> int:
     """The length of the shortest token sequence that holds every phrase (the shortest common superstring: the
     best order, each phrase overlapping the sequence so far as much as it can)."""
@@ -93,20 +88,6 @@ def merge(order: Sequence[Sequence[int]]) -> List[int]:
     for p in order[1:]:
         overlap = max(k for k in range(min(len(out), len(p)) + 1) if k == 0 or out[-k:] == list(p[:k]))
         out += list(p[overlap:])
-    return out
-
-
-def toy_constraints(pairs: Sequence[tuple], rng: random.Random) -> List[List[str]]:
-    out = []
-    for _, target in pairs:
-        words, phrases = target.split(), []
-        for _ in range(rng.randint(1, 3)):
-            if rng.random() < 0.5:
-                start = rng.randrange(len(words))
-                phrases.append(" ".join(words[start:start + rng.randint(1, 2)]))
-            else:
-                phrases.append(" ".join(rng.choice(DE) for _ in range(rng.randint(1, 2))))
-        out.append(phrases)
     return out
 
 
@@ -236,7 +217,7 @@ def main() -> None:
     tr = Translator(tiny_package(), device="cpu", intra_threads=1)
     pairs = toy_pairs(SENTENCES, seed=1818, min_words=1, max_words=8)
     sources = [tr.source_ids(s) for s, _ in pairs]
-    phrases = tr._constraint_ids(toy_constraints(pairs, rng), len(pairs))
+    phrases = tr._constraint_ids(toy_constraints(pairs, rng, most=3), len(pairs))
     result: Dict[str, Any] = {
         "command": " ".join(["python"] + sys.argv),
         "satisfaction": [satisfaction(tr, sources, phrases, beam_size=k, **limit)

@@ -42,6 +42,28 @@ def toy_pairs(n: int, seed: int, min_words: int = 2, max_words: int = 5) -> List
     return pairs
 
 
+def toy_constraints(pairs: List[Tuple[str, str]], rng: random.Random, most: int) -> List[List[str]]:
+    """Terminology constraints for toy pairs: per pair 1..most phrases of 1-2 words, a run of its reference
+    translation or random German digit words (tests/test_constraints.py, bench/constraints.py)."""
+    out = []
+    for _, target in pairs:
+        words, phrases = target.split(), []
+        for _ in range(rng.randint(1, most)):
+            if rng.random() < 0.5:
+                start = rng.randrange(len(words))
+                phrases.append(" ".join(words[start:start + rng.randint(1, 2)]))
+            else:
+                phrases.append(" ".join(rng.choice(DE) for _ in range(rng.randint(1, 2))))
+        out.append(phrases)
+    return out
+
+
+def holds(tokens, phrase) -> bool:
+    """The phrase is a contiguous run of the tokens."""
+    n = len(phrase)
+    return any(list(tokens[i:i + n]) == list(phrase) for i in range(len(tokens) - n + 1))
+
+
 def write_tsv(path: Path, pairs: List[Tuple[str, str]]) -> Path:
     path.write_text("".join(f"{s}\t{t}\n" for s, t in pairs), encoding="utf-8")
     return path

@@ -11,11 +11,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fixtures_training import DE, toy_pairs
+import fixtures_training
+from fixtures_training import DE, holds, toy_pairs
 from limits import reference_max_length
 from seq2onnx.runtime.cli import main
 from seq2onnx.runtime.constraints import Constraints
-from seq2onnx.runtime.decoding import step_limits, top_candidates
+from seq2onnx.runtime.decoding import step_limits
+from seq2onnx.runtime.top_candidates import top_candidates
 from seq2onnx.runtime.options import DecodingOptions
 from seq2onnx.runtime.translator import Translator
 
@@ -27,26 +29,8 @@ def translator(tiny_package):
     return Translator(tiny_package, device="cpu", intra_threads=1)
 
 
-def holds(tokens, phrase):
-    """The phrase is a contiguous run of the tokens."""
-    n = len(phrase)
-    return any(list(tokens[i:i + n]) == list(phrase) for i in range(len(tokens) - n + 1))
-
-
 def toy_constraints(pairs, seed, most=2):
-    """Per pair 1..most phrases of 1-2 words: a run of its reference translation, or random German digit words."""
-    rng = random.Random(seed)
-    out = []
-    for _, target in pairs:
-        words, phrases = target.split(), []
-        for _ in range(rng.randint(1, most)):
-            if rng.random() < 0.5:
-                start = rng.randrange(len(words))
-                phrases.append(" ".join(words[start:start + rng.randint(1, 2)]))
-            else:
-                phrases.append(" ".join(rng.choice(DE) for _ in range(rng.randint(1, 2))))
-        out.append(phrases)
-    return out
+    return fixtures_training.toy_constraints(pairs, random.Random(seed), most)
 
 
 @pytest.fixture(scope="module")

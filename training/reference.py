@@ -68,6 +68,20 @@ def _limits(max_length: Union[int, Sequence[int]], n: int, max_positions: int) -
     return [min(m, max_positions) for m in limits]
 
 
+def _beam_start(model: Transformer, sources: Sequence[Sequence[int]], k: int, max_length):
+    """What both beam searches start from: the sources encoded once and repeated K times (row = sentence * K
+    + beam) -> (device, B, per-sentence limits, mask [B*K, S], cross K/V per layer, an empty cache)."""
+    cfg = model.cfg
+    model.eval()
+    device = next(model.parameters()).device
+    src_ids, src_mask = pad_batch(sources, cfg.pad_id, device)
+    b = src_ids.shape[0]
+    memory = model.encode(src_ids, src_mask)
+    cross = [(kk.repeat_interleave(k, 0), vv.repeat_interleave(k, 0)) for kk, vv in model.cross_kv(memory)]
+    return (device, b, _limits(max_length, b, cfg.max_positions), src_mask.repeat_interleave(k, 0), cross,
+            model.empty_cache(b * k, device))
+
+
 @torch.no_grad()
 def beam_search(model: Transformer, sources: Sequence[Sequence[int]], beam_size: int = 4,
                 num_hypotheses: int = 1, length_penalty: float = 1.0,
@@ -76,18 +90,8 @@ def beam_search(model: Transformer, sources: Sequence[Sequence[int]], beam_size:
     if beam_size < 1 or not 1 <= num_hypotheses <= beam_size:
         raise ValueError("need beam_size >= 1 and 1 <= num_hypotheses <= beam_size")
     cfg = model.cfg
-    model.eval()
-    device = next(model.parameters()).device
     k, v_size, eos = beam_size, cfg.vocab_size, cfg.eos_id
-    src_ids, src_mask = pad_batch(sources, cfg.pad_id, device)
-    b = src_ids.shape[0]
-    limits = _limits(max_length, b, cfg.max_positions)
-
-    # encode once, then repeat every source K times: row = sentence * K + beam
-    memory = model.encode(src_ids, src_mask)
-    cross = [(kk.repeat_interleave(k, 0), vv.repeat_interleave(k, 0)) for kk, vv in model.cross_kv(memory)]
-    mask_k = src_mask.repeat_interleave(k, 0)
-    past = model.empty_cache(b * k, device)
+    device, b, limits, mask_k, cross, past = _beam_start(model, sources, k, max_length)
 
     cum = torch.full((b, k), -math.inf, dtype=torch.float32, device=device)
     cum[:, 0] = 0.0
@@ -265,18 +269,9 @@ def constrained_beam_search(model: Transformer, sources: Sequence[Sequence[int]]
     if beam_size < 2 or not 1 <= num_hypotheses <= beam_size:
         raise ValueError("need beam_size >= 2 and 1 <= num_hypotheses <= beam_size")
     cfg = model.cfg
-    model.eval()
-    device = next(model.parameters()).device
     k, v_size, eos = beam_size, cfg.vocab_size, cfg.eos_id
-    src_ids, src_mask = pad_batch(sources, cfg.pad_id, device)
-    b = src_ids.shape[0]
-    limits = _limits(max_length, b, cfg.max_positions)
+    device, b, limits, mask_k, cross, past = _beam_start(model, sources, k, max_length)
     phrases = [[list(p) for p in c] for c in constraints]
-
-    memory = model.encode(src_ids, src_mask)
-    cross = [(kk.repeat_interleave(k, 0), vv.repeat_interleave(k, 0)) for kk, vv in model.cross_kv(memory)]
-    mask_k = src_mask.repeat_interleave(k, 0)
-    past = model.empty_cache(b * k, device)
     cum = [[0.0] + [-math.inf] * (k - 1) for _ in range(b)]
     seqs: List[List[List[int]]] = [[[] for _ in range(k)] for _ in range(b)]
     last = torch.full((b * k, 1), cfg.bos_id, dtype=torch.long, device=device)

@@ -22,10 +22,11 @@ import { buildFilters } from "./logit_filters.js";
 import { crc32OfIds, Random } from "./random.js";
 
 /** generated ids (without EOS), score (sum of log-probs, EOS included when generated), normalizedScore (the
- * ranking score), finished (ended with EOS; false: stopped by the length limit or by filters forbidding all) */
+ * ranking score), finished (ended with EOS; false: stopped by the length limit or by filters forbidding all),
+ * attention (returnAttention: one Float32Array row over the source ids per token, else null) */
 export class Hypothesis {
-  constructor(tokens, score, normalizedScore, finished = true) {
-    Object.assign(this, { tokens, score, normalizedScore, finished });
+  constructor(tokens, score, normalizedScore, finished = true, attention = null) {
+    Object.assign(this, { tokens, score, normalizedScore, finished, attention });
   }
 }
 
@@ -164,6 +165,14 @@ function argmax(row) {
 }
 
 // --- searches ---------------------------------------------------------------------------------------
+/** The per-row attention history (an array of rows per row) with this step's rows (Float32Array [R*S]) appended
+ * (runtime/decoding.py extend_rows); null: not kept. */
+export function extendRows(history, rows, nRows) {
+  if (rows === null) return history;
+  const s = rows.length / nRows;
+  return Array.from({ length: nRows }, (_, r) => [...(history?.[r] ?? []), rows.slice(r * s, (r + 1) * s)]);
+}
+
 /** Greedy (argmax, lowest id on ties) or sampling: each row is one independent hypothesis. */
 export class RowSearch {
   constructor(nExamples, width, limits, eos, lengthPenalty, sampler = null) {
@@ -172,17 +181,20 @@ export class RowSearch {
     this.rowExample = this.rowIds.map((i) => Math.floor(i / width));
     this.tokens = this.rowIds.map(() => []);
     this.scores = this.rowIds.map(() => 0.0); // float64, as the reference
+    this.attention = null; // [R][step] rows with returnAttention
     this.finished = Array.from({ length: nExamples }, () => []);
   }
 
   finish(r, length, ended, dropLast) {
     const score = this.scores[r];
     const tokens = dropLast ? this.tokens[r].slice(0, -1) : this.tokens[r].slice();
-    this.finished[this.rowExample[r]].push(new Hypothesis(tokens, score, normalize(score, length, this.lengthPenalty), ended));
+    const attention = this.attention === null ? null : this.attention[r].slice(0, tokens.length);
+    this.finished[this.rowExample[r]].push(new Hypothesis(tokens, score, normalize(score, length, this.lengthPenalty), ended, attention));
   }
 
-  /** Pick each row's next token; return the parents (current rows that go on). */
-  advance(logProbs, vocab, step) {
+  /** Pick each row's next token; return the parents (current rows that go on). attention (Float32Array [R*S] or
+   * null): this step's cross-attention rows, kept with the tokens they chose. */
+  advance(logProbs, vocab, step, attention = null) {
     const rows = this.rowIds.length;
     const stuck = [];
     for (let r = 0; r < rows; r++) {
@@ -207,6 +219,7 @@ export class RowSearch {
       ended.push(tokens[r] === this.eos && !stuck[r]);
       atLimit.push(!ended[r] && !stuck[r] && step + 1 >= this.limits[this.rowExample[r]]);
     }
+    this.attention = extendRows(this.attention, attention, rows);
     for (let r = 0; r < rows; r++) if (ended[r]) this.finish(r, step + 1, true, true);
     for (let r = 0; r < rows; r++) if (atLimit[r]) this.finish(r, step + 1, false, false);
     for (let r = 0; r < rows; r++) if (stuck[r]) this.finish(r, step, false, true);
@@ -216,6 +229,7 @@ export class RowSearch {
       this.rowExample = parents.map((r) => this.rowExample[r]);
       this.tokens = parents.map((r) => this.tokens[r]);
       this.scores = parents.map((r) => this.scores[r]);
+      if (this.attention !== null) this.attention = parents.map((r) => this.attention[r]);
     }
     return parents;
   }
@@ -236,6 +250,7 @@ export class BeamSearch {
     this.cum = new Float32Array(nExamples * k).fill(-Infinity); // [A, K] float32; the K beams start identical:
     for (let a = 0; a < nExamples; a++) this.cum[a * k] = 0.0; //  expand beam 0 only
     this.tokens = Array.from({ length: nExamples * k }, () => []); // [A*K] rows
+    this.attention = null; // [A*K][step] rows with returnAttention
     this.finished = Array.from({ length: nExamples }, () => []);
     this.nFinished = new Array(nExamples).fill(0);
   }
@@ -244,15 +259,20 @@ export class BeamSearch {
     return this.examples.flatMap((e) => new Array(this.k).fill(e));
   }
 
-  add(a, tokens, score, length, ended) {
+  add(a, tokens, score, length, ended, attention = null) {
     const example = this.examples[a];
     this.nFinished[example] += 1;
-    this.finished[example].push(new Hypothesis(tokens.slice(), score, normalize(score, length, this.lengthPenalty), ended));
+    this.finished[example].push(new Hypothesis(tokens.slice(), score, normalize(score, length, this.lengthPenalty), ended,
+      attention === null ? null : attention.slice(0, tokens.length)));
   }
 
-  /** logProbs [A*K * V] -> parents [A'*K]: the current row each next row continues. */
-  advance(logProbs, vocab, step) {
+  /** logProbs [A*K * V] -> parents [A'*K]: the current row each next row continues. attention (Float32Array
+   * [A*K*S] or null): this step's cross-attention rows, kept with the tokens they chose. */
+  advance(logProbs, vocab, step, attention = null) {
     const { k } = this, nAct = this.examples.length, width = k * vocab;
+    const before = this.attention; // the rows' history
+    const history = extendRows(before, attention, nAct * k); // ... and this step's row
+    const rowOf = (h, row) => (h === null ? null : h[row]);
     const cand = new Float32Array(nAct * width); // cum + log-prob, in float32
     for (let row = 0; row < nAct * k; row++) {
       const c = this.cum[row];
@@ -270,7 +290,10 @@ export class BeamSearch {
     // EOS among the best K with a finite score: a finished hypothesis (it leaves the beam)
     for (let a = 0; a < nAct; a++) {
       for (let j = 0; j < Math.min(k, token[a].length); j++) {
-        if (token[a][j] === this.eos && score[a][j] > -Infinity) this.add(a, this.tokens[a * k + beam[a][j]], score[a][j], step + 1, true);
+        if (token[a][j] === this.eos && score[a][j] > -Infinity) {
+          const row = a * k + beam[a][j];
+          this.add(a, this.tokens[row], score[a][j], step + 1, true, rowOf(history, row));
+        }
       }
     }
     // the first K non-EOS candidates continue (at most K of the 2K are EOS: one per beam)
@@ -291,10 +314,11 @@ export class BeamSearch {
       const anyLive = newCum.subarray(a * k, (a + 1) * k).some((v) => v > -Infinity);
       stuck.push(!anyLive && this.nFinished[this.examples[a]] < k);
       if (stuck[a]) {
-        for (let b = 0; b < k; b++) if (this.cum[a * k + b] > -Infinity) this.add(a, this.tokens[a * k + b], this.cum[a * k + b], step, false);
+        for (let b = 0; b < k; b++) if (this.cum[a * k + b] > -Infinity) this.add(a, this.tokens[a * k + b], this.cum[a * k + b], step, false, rowOf(before, a * k + b));
       }
     }
     this.tokens = parents.map((p, i) => [...this.tokens[p], newTokens[i]]);
+    this.attention = history === null ? null : parents.map((p) => history[p]);
     const done = stuck.slice();
     for (let a = 0; a < nAct; a++) {
       if (stuck[a] || this.nFinished[this.examples[a]] < k) continue;
@@ -306,7 +330,9 @@ export class BeamSearch {
     for (let a = 0; a < nAct; a++) {
       const atLimit = !done[a] && step + 1 >= this.limits[this.examples[a]];
       if (atLimit) { // live beams end without EOS
-        for (let b = 0; b < k; b++) if (newCum[a * k + b] > -Infinity) this.add(a, this.tokens[a * k + b], newCum[a * k + b], step + 1, false);
+        for (let b = 0; b < k; b++) if (newCum[a * k + b] > -Infinity) {
+          this.add(a, this.tokens[a * k + b], newCum[a * k + b], step + 1, false, rowOf(this.attention, a * k + b));
+        }
       }
       stay.push(!done[a] && !atLimit);
     }
@@ -316,6 +342,7 @@ export class BeamSearch {
       stay.forEach((s, a) => { if (s) for (let b = 0; b < k; b++) keepRows.push(a * k + b); });
       const kept = keepRows.map((r) => parents[r]);
       this.tokens = keepRows.map((r) => this.tokens[r]);
+      if (this.attention !== null) this.attention = keepRows.map((r) => this.attention[r]);
       this.cum = Float32Array.from(keepRows, (r) => newCum[r]);
       this.examples = this.examples.filter((_, a) => stay[a]);
       return kept;
@@ -385,14 +412,14 @@ export async function* decodeSteps(engine, config, sources, options, prefixes = 
   let last = new BigInt64Array(search.rowExample.length).fill(BigInt(config.bos_id));
   const maxSteps = Math.max(...todoLimits);
   for (let step = 0; step < maxSteps; step++) {
-    let logProbs;
-    [logProbs, past] = await engine.step(last, encoderMask, past, cross); // [R * V]
+    const [logProbs, present, attention] = await engine.step(last, encoderMask, past, cross, options.returnAttention); // [R * V], [R * S]
+    past = present;
     // a NaN or +inf logit makes its whole log-softmax row NaN: one column tells
     for (let r = 0; r < last.length; r++) if (!(logProbs[r * vocab + config.eos_id] < Infinity)) throw brokenGraph(engine);
     for (const applyFilter of filters) applyFilter(logProbs, vocab, search.tokens, search.rowExample, step);
     let parents;
     try {
-      parents = search.advance(logProbs, vocab, step);
+      parents = search.advance(logProbs, vocab, step, attention);
     } catch (e) {
       if (e instanceof NonFiniteScores) throw brokenGraph(engine);
       throw e;
@@ -412,7 +439,12 @@ export async function* decodeSteps(engine, config, sources, options, prefixes = 
     }
     last = BigInt64Array.from(search.tokens, (row) => BigInt(row[row.length - 1]));
   }
-  todo.forEach((i, j) => (results[i] = rank(search.finished[j], options.numHypotheses)));
+  todo.forEach((i, j) => {
+    results[i] = rank(search.finished[j], options.numHypotheses);
+    for (const h of results[i]) { // the sentence's own source columns, no padding
+      if (h.attention !== null) h.attention = h.attention.map((row) => row.slice(0, srcs[j].length));
+    }
+  });
   return results;
 }
 

@@ -3,18 +3,21 @@
 // A package's manifest format_version names the contract of its decoder step graph (runtime/graph_io.py):
 //   1  past_key_i / past_value_i [R, H, P, Dh] in, present_* [R, H, P+1, Dh] out: the cache grows every step.
 //   2  a fixed-capacity cache: past_length (int64, 0-d) in, past_* [R, H, C, Dh] in and present_* [R, H, C, Dh] out,
-//      the step's K/V written at position past_length; and cross_attention [R, S] out (not read here).
+//      the step's K/V written at position past_length; and cross_attention [R, S] out (read for returnAttention).
 // ENGINES maps each version to its engine; the manifest check reads the versions from it (READ_FORMAT_VERSIONS),
 // so a new contract is one more class here that names its graph I/O and implements encode / step / take.
 //
 // The engine hides where tensors live and how the decoder is called; decoding.js sees only:
 //   encode(inputIds BigInt64Array [B*S], attentionMask BigInt64Array [B*S], [B, S]) -> [encoderMask, cross]
-//   step(inputIds BigInt64Array [R], encoderMask, past | null, cross) -> [logProbs Float32Array [R*V], present]
-//       encoderMask and cross have R rows, or with crossPerSentence R / G (the G beams of a sentence share them)
+//   step(inputIds BigInt64Array [R], encoderMask, past | null, cross, withAttention = false)
+//       -> [logProbs Float32Array [R*V], present, attention Float32Array [R*S] | null]
+//       encoderMask and cross have R rows, or with crossPerSentence R / G (the G beams of a sentence share them);
+//       attention (hasAttention engines, when asked): the last decoder layer's cross-attention, heads averaged
+//   noAttentionError() -> the error for returnAttention on an engine without hasAttention
 //   take(values, index) -> values gathered along their first axis
 //   release() -> the sessions' native memory and threads freed
 //   crossPerSentence, decoderPath (names the graph when it returns NaN log-probs)
-import { ModelPackageError } from "./errors.js";
+import { ModelPackageError, Seq2OnnxError } from "./errors.js";
 
 export function cacheNames(prefix, layers) {
   const names = [];
@@ -37,6 +40,12 @@ function gatherRows(ort, tensor, index) {
 /** format_version 1: the self-attention cache grows by one position a step (docs/CONTRACTS.md, ONNX graphs). */
 export class GrowingCacheEngine {
   static formatVersion = 1;
+  hasAttention = false; // no cross_attention output
+
+  noAttentionError() {
+    return new Seq2OnnxError(`${this.decoderPath} has no cross-attention output (a format_version 1 package): re-export ` +
+      "the model with `seq2onnx export` to get attention and alignments");
+  }
 
   /** graph -> [input names, output names] of the contract for `config` */
   static io(config) {
@@ -92,7 +101,7 @@ export class GrowingCacheEngine {
     } else {
       out = await this.decoder.run(feeds);
     }
-    return [out.log_probs.data, this.presentNames.map((name) => out[name])];
+    return [out.log_probs.data, this.presentNames.map((name) => out[name]), null];
   }
 
   take(values, index) {
@@ -120,6 +129,7 @@ class FixedCache {
  * graph attends over the same shapes as in Python. */
 export class FixedCacheEngine extends GrowingCacheEngine {
   static formatVersion = 2;
+  hasAttention = true;
 
   static io(config) {
     const io = super.io(config);
@@ -158,10 +168,11 @@ export class FixedCacheEngine extends GrowingCacheEngine {
     }), past.positions);
   }
 
-  async step(inputIds, encoderMask, past, cross) {
+  async step(inputIds, encoderMask, past, cross, withAttention = false) {
     const { ort, config } = this;
     const rows = inputIds.length;
     const cache = this.fixedCache(past, rows);
+    const wanted = withAttention ? ["log_probs", ...this.presentNames, CROSS_ATTENTION] : ["log_probs", ...this.presentNames];
     const feeds = { input_ids: new ort.Tensor("int64", inputIds, [rows, 1]), encoder_attention_mask: encoderMask,
       [PAST_LENGTH]: new ort.Tensor("int64", BigInt64Array.of(BigInt(cache.positions)), []) };
     this.pastNames.forEach((name, i) => (feeds[name] = cache.tensors[i]));
@@ -171,11 +182,16 @@ export class FixedCacheEngine extends GrowingCacheEngine {
       const dims = cache.tensors[0].dims, size = dims.reduce((a, b) => a * b, 1);
       const fetches = { log_probs: new ort.Tensor("float32", new Float32Array(rows * config.vocab_size), [rows, config.vocab_size]) };
       for (const name of this.presentNames) fetches[name] = new ort.Tensor("float32", new Float32Array(size), dims);
+      if (withAttention) {
+        const srcLen = encoderMask.dims[1];
+        fetches[CROSS_ATTENTION] = new ort.Tensor("float32", new Float32Array(rows * srcLen), [rows, srcLen]);
+      }
       out = await this.decoder.run(feeds, fetches);
     } else {
-      out = await this.decoder.run(feeds, ["log_probs", ...this.presentNames]);
+      out = await this.decoder.run(feeds, wanted);
     }
-    return [out.log_probs.data, new FixedCache(this.presentNames.map((name) => out[name]), cache.positions + 1)];
+    return [out.log_probs.data, new FixedCache(this.presentNames.map((name) => out[name]), cache.positions + 1),
+      withAttention ? out[CROSS_ATTENTION].data : null];
   }
 
   take(values, index) {

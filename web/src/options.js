@@ -28,6 +28,7 @@ export const DECODING_DEFAULTS = Object.freeze({
   repetitionPenalty: 1.0, // log-probs of already generated tokens are multiplied by it
   noRepeatNgramSize: 0, // 0: off; n: no n-gram appears twice
   seed: null, // sampling seed; null: fresh entropy
+  returnAttention: false, // keep each hypothesis's cross-attention rows (format_version 2 packages)
 });
 
 const show = (v) => (typeof v === "string" ? JSON.stringify(v) : v === undefined ? "undefined" : String(v));
@@ -68,6 +69,7 @@ export function decodingOptions(given = {}) {
   checkFloat("repetitionPenalty", o.repetitionPenalty, `in [${rLow}, ${rHigh}]`, (x) => rLow <= x && x <= rHigh);
   checkInt("noRepeatNgramSize", o.noRepeatNgramSize, 0);
   if (o.seed !== null) checkInt("seed", o.seed, 0);
+  if (typeof o.returnAttention !== "boolean") throw new RangeError(`returnAttention must be true or false, got ${show(o.returnAttention)}`);
   o.sampling = o.samplingTopk !== 1;
   if (o.sampling) {
     if (o.beamSize !== 1) {

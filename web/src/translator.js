@@ -210,6 +210,23 @@ export class Translator {
     return this.tokenizer.decode(ids);
   }
 
+  /** The tokenizer's piece of each id ("▁drei", "hundert", "</s>"): labels for attention rows and columns. */
+  pieces(ids) {
+    return ids.map((id) => this.tokenizer.idToToken(id));
+  }
+
+  /** The ids translateBatch decodes for `text`: its pieces, cut to maxInputLength, and EOS (the columns of its
+   * attention); no warnings (translateBatch gives them). */
+  sourceIds(text, maxInputLength = null) {
+    const warn = this.onWarning;
+    this.onWarning = () => {};
+    try {
+      return this.sources(this.checkTexts([text]), maxInputLength)[0][0];
+    } finally {
+      this.onWarning = warn;
+    }
+  }
+
   // --- the API --------------------------------------------------------------------------------------
   /** Id-level translation: sources are id lists ending with EOS. -> per source up to numHypotheses Hypothesis
    * (tokens, score, normalizedScore, finished). Options: maxBatchSize, batchType, targetPrefixIds and the
@@ -217,6 +234,7 @@ export class Translator {
   async translateIds(sources, options = {}) {
     const [own, decoding] = splitOptions(options, { maxBatchSize: DEFAULT_MAX_BATCH_SIZE, batchType: "examples", targetPrefixIds: null });
     const opts = decodingOptions(decoding);
+    if (opts.returnAttention && !this.engine.hasAttention) throw this.engine.noAttentionError();
     checkInt("maxBatchSize", own.maxBatchSize, 0);
     if (!BATCH_TYPES.includes(own.batchType)) throw new RangeError(`batchType must be one of ${BATCH_TYPES.join(", ")}, got ${own.batchType}`);
     for (const s of sources) {
@@ -242,11 +260,13 @@ export class Translator {
   }
 
   /** Translate texts; results in the caller's order: [{hypotheses, tokenIds, scores, normalizedScores,
-   * truncated, finished}] (scores and normalizedScores with returnScores, else null). Options: maxBatchSize,
+   * truncated, finished, attention}] (scores and normalizedScores with returnScores, attention with returnAttention,
+   * else null). Options: maxBatchSize,
    * batchType, maxInputLength, returnScores, targetPrefix and the decoding options (options.js). */
   async translateBatch(texts, options = {}) {
     const [own, decoding] = splitOptions(options, TEXT_DEFAULTS);
-    decodingOptions(decoding); // bad options fail before any work
+    const opts = decodingOptions(decoding); // bad options fail before any work
+    if (opts.returnAttention && !this.engine.hasAttention) throw this.engine.noAttentionError();
     texts = this.checkTexts(texts);
     const prefixes = this.prefixes(own.targetPrefix, texts.length);
     const todo = texts.map((t, i) => i).filter((i) => !isBlank(texts[i])); // blank texts: the empty hypothesis
@@ -255,7 +275,7 @@ export class Translator {
       targetPrefixIds: prefixes === null ? null : todo.map((i) => prefixes[i]), ...decoding });
     const zero = own.returnScores ? [0.0] : null;
     const results = texts.map(() => ({ hypotheses: [""], tokenIds: [[]], scores: zero, normalizedScores: zero,
-      truncated: false, finished: [true] }));
+      truncated: false, finished: [true], attention: opts.returnAttention ? [[]] : null }));
     todo.forEach((i, j) => {
       const h = hyps[j];
       results[i] = {
@@ -265,6 +285,8 @@ export class Translator {
         normalizedScores: own.returnScores ? h.map((x) => x.normalizedScore) : null,
         truncated: truncated[j],
         finished: h.map((x) => x.finished),
+        // per hypothesis [target tokens][source tokens + EOS] (an empty hypothesis, decoded in 0 steps, has none)
+        attention: opts.returnAttention ? h.map((x) => (x.attention ?? []).map((row) => Array.from(row))) : null,
       };
     });
     return results;

@@ -51,6 +51,15 @@ describe("a package of the earlier contract (cross K/V copied to every row), Nod
       assertSameTranslations(js, py[k].results, texts, { label: `earlier contract ${computeType} ${JSON.stringify(options)}` });
     }
   });
+
+  test("returnAttention is refused in one line, as in Python (format_version 1 has no cross-attention output)", async () => {
+    const t = await Translator.load(EARLIER_CONTRACT, { computeType: "float32" });
+    for (const call of [() => t.translateBatch(["one"], { returnAttention: true }), () => t.translateIds([[5, 2]], { returnAttention: true })]) {
+      await assert.rejects(call, (e) => e.name === "Seq2OnnxError" && /has no cross-attention output \(a format_version 1 package\): re-export/.test(e.message) && !e.message.includes("\n"));
+    }
+    await assert.rejects(() => t.translateBatch(["one"], { returnAttention: "yes" }), /returnAttention must be true or false, got "yes"/);
+    await t.release();
+  });
 });
 
 describe("a format_version 2 package (fixed-capacity cache), exported in this run, Node against Python", () => {
@@ -67,6 +76,25 @@ describe("a format_version 2 package (fixed-capacity cache), exported in this ru
       const js = await t.translateBatch(texts, { ...options, returnScores: true });
       assertSameTranslations(js, py[k].results, texts, { label: `format 2 ${computeType} ${JSON.stringify(options)}` });
       assert.ok(js.some((r) => r.tokenIds[0].length > 32), "some hypothesis outgrows two cache capacities");
+      await t.release();
+    }
+    // returnAttention: every hypothesis's cross-attention rows as Python's, through beam reorders and sentences
+    // leaving the batch (greedy, beam 4 with 2-best, n-best 4 with length penalty 0)
+    const withAttention = [["float32", { beamSize: 1 }], ["float32", { beamSize: 4, numHypotheses: 2 }],
+      ["float32", { beamSize: 4, numHypotheses: 4, lengthPenalty: 0, maxDecodingLength: 20 }], ["int8", { beamSize: 4, numHypotheses: 2 }]];
+    const pyAttention = await runPython(withAttention.map(([computeType, o]) => translate({ model: dir, compute_type: computeType, texts,
+      options: pythonOptions({ ...o, returnAttention: true }) })));
+    for (const [k, [computeType, options]] of withAttention.entries()) {
+      const t = await Translator.load(dir, { computeType, onWarning: () => {} });
+      const js = await t.translateBatch(texts, { ...options, returnAttention: true, returnScores: true });
+      assert.ok(pyAttention[k].results.every((r) => r.attention.length === r.token_ids.length), "Python returned attention");
+      assertSameTranslations(js, pyAttention[k].results, texts, { label: `format 2 attention ${computeType} ${JSON.stringify(options)}` });
+      for (const r of js) {
+        r.attention.forEach((rows, j) => {
+          assert.equal(rows.length, r.tokenIds[j].length, "one attention row per target token");
+          for (const row of rows) assert.ok(Math.abs(row.reduce((a, b) => a + b, 0) - 1) < 1e-4, "each row sums to 1");
+        });
+      }
       await t.release();
     }
   });

@@ -19,7 +19,7 @@ stdout, one result per job, so that a test pays for one interpreter start. Jobs:
       -> {"ids": [[..]], "decoded": [..], "vocab_size": N}: ids as the runtime encodes text (specials_as_text), and
          decode(ids) (special tokens skipped) as the runtime turns ids into text
   {"op": "translate", "model": DIR, "compute_type": "float32" | "int8", "texts": [..], "options": {..}}
-      -> {"results": [{hypotheses, token_ids, scores, normalized_scores, finished, truncated}], "warnings": [..],
+      -> {"results": [{hypotheses, token_ids, scores, normalized_scores, finished, truncated, attention}], "warnings": [..],
           "seconds": S}: Translator.translate_batch(texts, return_scores=True, **options)
   {"op": "generate_tokens", "model": DIR, "compute_type": .., "text": T, "options": {..}}
       -> {"pieces": [..]}: list(Translator.generate_tokens(T, **options))
@@ -113,7 +113,8 @@ def translate(job: Dict[str, Any]) -> Dict[str, Any]:
         out = tr.translate_batch(job["texts"], return_scores=True, **job.get("options", {}))
         seconds = time.perf_counter() - start
     results = [{"hypotheses": r.hypotheses, "token_ids": r.token_ids, "scores": r.scores,
-                "normalized_scores": r.normalized_scores, "finished": r.finished, "truncated": r.truncated}
+                "normalized_scores": r.normalized_scores, "finished": r.finished, "truncated": r.truncated,
+                "attention": r.attention}
                for r in out]
     return {"results": results, "warnings": [str(w.message) for w in caught], "seconds": seconds}
 

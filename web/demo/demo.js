@@ -1,6 +1,6 @@
 // The demo page: load the int8 variant of models/numbers-en-de (served from the repository's models/ folder),
-// translate what is typed, show the n-best list with scores. window.demo exposes the translator and the
-// timings to the browser test and to bench.mjs.
+// translate what is typed, show the n-best list with scores and the best translation's attention heatmap.
+// window.demo exposes the translator and the timings to the browser test and to bench.mjs.
 import { Translator } from "../src/browser.js";
 
 const MODEL = new URL("../../models/numbers-en-de", location.href).href;
@@ -22,14 +22,45 @@ function show(text, scores, normalized) {
   }));
 }
 
+/** The best hypothesis's cross-attention as a table: a row per target piece, a column per source piece (EOS
+ * included); each cell's shade is its weight (a row sums to 1), weights >= 0.1 written in it. */
+function showAttention(text, tokenIds, attention) {
+  const table = $("attention");
+  const sourcePieces = demo.translator.pieces(demo.translator.sourceIds(text));
+  const targetPieces = demo.translator.pieces(tokenIds);
+  const cell = (tag, content, cls) => {
+    const c = document.createElement(tag);
+    c.textContent = content;
+    if (cls) c.className = cls;
+    return c;
+  };
+  const head = document.createElement("tr");
+  head.append(cell("th", ""), ...sourcePieces.map((p) => cell("th", p.replace(/^\u2581/, ""), "src")));
+  const rows = attention.map((weights, t) => {
+    const row = document.createElement("tr");
+    row.append(cell("th", targetPieces[t].replace(/^\u2581/, ""), "tgt"));
+    for (const w of weights) {
+      const c = cell("td", w >= 0.1 ? w.toFixed(2) : "", "w");
+      c.style.background = `rgba(53, 85, 212, ${w.toFixed(3)})`;
+      if (w >= 0.5) c.style.color = "#fff";
+      c.title = w.toFixed(4);
+      row.append(c);
+    }
+    return row;
+  });
+  table.replaceChildren(head, ...rows);
+  $("attention-section").hidden = attention.length === 0;
+}
+
 async function translate() {
   const text = $("text").value;
   const beamSize = Number($("beam").value);
   const numHypotheses = Math.min(Number($("nbest").value), beamSize);
   const start = performance.now();
-  const [r] = await demo.translator.translateBatch([text], { beamSize, numHypotheses, returnScores: true });
+  const [r] = await demo.translator.translateBatch([text], { beamSize, numHypotheses, returnScores: true, returnAttention: true });
   const ms = performance.now() - start;
   show(r.hypotheses, r.scores, r.normalizedScores);
+  showAttention(text, r.tokenIds[0], r.attention[0]);
   demo.timings.firstTranslationMs ??= performance.now(); // since the page's navigation started
   demo.lastResult = r;
   demo.lastText = text;

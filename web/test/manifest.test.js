@@ -32,7 +32,7 @@ const CASES = {
   "not a seq2onnx manifest": [() => ({ ...clone(), format: "other" }), /format is 'other', not 'seq2onnx-model'/],
   "a newer format_version": [() => ({ ...clone(), format_version: 3 }), /format_version 3 is unknown; this runtime reads format_version 1 and 2: upgrade/],
   "format_version as a string": [() => ({ ...clone(), format_version: "1" }), /format_version '1' is unknown/],
-  "format_version 1.0": [() => JSON.stringify(clone()).replace('"format_version":1', '"format_version":1.0'), /format_version 1\.0 is unknown/],
+  "format_version 2.0": [() => JSON.stringify(clone()).replace('"format_version":2', '"format_version":2.0'), /format_version 2\.0 is unknown/],
   "format_version true": [() => ({ ...clone(), format_version: true }), /format_version True is unknown/],
   "a config field missing": [() => { const m = clone(); delete m.config.d_ff; return m; }, /the field config\.d_ff is missing/],
   "vocab_size 200.0": [() => JSON.stringify(clone()).replace('"vocab_size":200,"d_model"', '"vocab_size":200.0,"d_model"'), /vocab_size must be an integer/],
@@ -100,7 +100,7 @@ const CASES = {
     const m = clone();
     replaceFile(dir, m, "decoder_step.onnx", readFileSync(path.join(MODEL_DIR, "encoder.onnx")));
     return m;
-  }, /decoder_step\.onnx: graph inputs\/outputs .* do not match the decoder_step contract of format_version 1/],
+  }, /decoder_step\.onnx: graph inputs\/outputs .* do not match the decoder_step contract of format_version 2/],
   "a graph that is no ONNX model": [(dir) => { const m = clone(); replaceFile(dir, m, "encoder.onnx", Buffer.from([0x08, 0x80])); return m; }, /encoder\.onnx is not a valid ONNX model/],
   "a manifest that is not JSON": [() => "{\"format\": ", /manifest\.json is not valid JSON/],
   "a manifest with a byte-order mark": [() => `\ufeff${JSON.stringify(clone())}`, /manifest\.json is not valid JSON/],

@@ -18,7 +18,8 @@ The cut follows the model's own encode + cross_kv / decode_step methods. Both gr
 with the torch.onnx dynamo exporter from `.eval()` at a batch of 2 sentences, 10 decoder rows and
 distinct lengths (S=7, P=3), so that no axis is specialised; batch (encoder), rows, sentences,
 src_len and past_len are named dynamic axes. Weights are stored inside the .onnx files (no
-external .data file).
+external .data file). Projections that read one tensor (Q, K, V; the encoder's cross K/V of every decoder
+layer) are then fused into one MatMul each (export/fuse.py), before the graphs are checked against PyTorch.
 """
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ import onnxscript  # noqa: F401 - the dynamo exporter needs it; a missing one is
 import torch
 import torch.nn as nn
 
+from seq2onnx.export import fuse
 from seq2onnx.runtime.config import ModelConfig
 from seq2onnx.runtime.errors import Seq2OnnxError
 from seq2onnx.runtime.graph_io import GraphNames, cache_names  # noqa: F401 - the runtime owns the names
@@ -202,6 +204,10 @@ def export_graphs(model: Transformer, out_dir: Path, opset: int = DEFAULT_OPSET,
                 enc_path)
     _export_one(STEP_GRAPHS[format_version](model), dec_args, names.decoder_inputs, names.decoder_outputs, dec_shapes, opset,
                 dec_path)
+    for path in (enc_path, dec_path):               # sibling projections as one MatMul (export/fuse.py)
+        graph = onnx.load(str(path))
+        if fuse.fuse_sibling_projections(graph):
+            onnx.save(graph, str(path))
     return enc_path, dec_path
 
 

@@ -436,3 +436,59 @@ def test_missing_onnxscript_names_the_extra(tiny_checkpoint, tmp_path):
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "onnxscript" in lines[0] and "seq2onnx[train]" in lines[0], proc.stderr
+
+
+# --- sibling projections fused (export/fuse.py) ----------------------------------------------------------
+def _sibling_graph(rng) -> onnx.ModelProto:
+    """x [B, 8] -> three projections of x (8 -> 8, 8 -> 8, 8 -> 4), each MatMul + bias Add; a fourth MatMul of
+    another tensor and one without a bias stay as they are."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    def w(name, *shape):
+        return numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+
+    inits = [w("wq", 8, 8), w("bq", 8), w("wk", 8, 8), w("bk", 8), w("wv", 8, 4), w("bv", 4), w("wo", 8, 8),
+             w("wn", 8, 3)]
+    nodes = [helper.make_node("MatMul", ["x", "wq"], ["q0"], name="mq"), helper.make_node("Add", ["q0", "bq"], ["q"], name="aq"),
+             helper.make_node("MatMul", ["x", "wk"], ["k0"], name="mk"), helper.make_node("Add", ["bk", "k0"], ["k"], name="ak"),
+             helper.make_node("MatMul", ["x", "wv"], ["v0"], name="mv"), helper.make_node("Add", ["v0", "bv"], ["v"], name="av"),
+             helper.make_node("MatMul", ["q", "wo"], ["o"], name="mo"),
+             helper.make_node("MatMul", ["x", "wn"], ["n"], name="mn")]
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["b", d]) for n, d in (("o", 8), ("k", 8), ("v", 4), ("n", 3))]
+    graph = helper.make_graph(nodes, "siblings", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 8])],
+                              outs, inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+
+
+def test_sibling_projections_are_fused_into_one_matmul_with_the_same_outputs(tmp_path):
+    import onnxruntime as ort
+
+    from seq2onnx.export import fuse
+
+    rng = np.random.default_rng(0)
+    model = _sibling_graph(rng)
+    x = rng.standard_normal((5, 8)).astype(np.float32)
+    before = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    assert fuse.fuse_sibling_projections(model) == 1
+    onnx.checker.check_model(model, full_check=True)
+    ops = [n.op_type for n in model.graph.node]
+    assert ops.count("MatMul") == 3 and ops.count("Split") == 1       # q|k|v as one; wo and the bias-less wn kept
+    assert {t.name for t in model.graph.initializer} >= {"wo", "wn"} and "wq" not in {t.name for t in model.graph.initializer}
+    after = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    for a, b in zip(before, after):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
+    assert fuse.fuse_sibling_projections(model) == 0                  # nothing left to fuse
+
+
+def test_exported_graphs_read_each_tensor_with_one_projection(tiny_package):
+    """The exporter fuses every layer's self-attention Q, K, V (encoder and decoder) and the encoder's cross K/V
+    of every decoder layer: no two weight MatMuls of a graph read the same tensor; int8 quantises the fused ones."""
+    cfg = json.loads((tiny_package / "manifest.json").read_text(encoding="utf-8"))["config"]
+    for name, groups in (("encoder.onnx", cfg["encoder_layers"] + 1), ("decoder_step.onnx", cfg["decoder_layers"])):
+        model = onnx.load(str(tiny_package / name))
+        weights = {t.name for t in model.graph.initializer}
+        readers = [n.input[0] for n in model.graph.node if n.op_type == "MatMul" and n.input[1] in weights]
+        assert len(readers) == len(set(readers)), name
+        assert sum(n.op_type == "Split" for n in model.graph.node) == groups, name
+        int8 = onnx.load(str(tiny_package / name.replace(".onnx", ".int8.onnx")))
+        assert sum(n.op_type == "MatMulInteger" for n in int8.graph.node) == len(readers) + (name == "decoder_step.onnx")

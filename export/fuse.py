@@ -1,0 +1,81 @@
+"""One rewrite of the traced fp32 graphs, before they are checked against PyTorch: sibling projections fused.
+
+Projections that read the same tensor (each layer's self-attention Q, K and V; in the encoder, every decoder
+layer's cross-attention K and V of the encoder output) are traced as separate MatMul + Add pairs:
+
+    y_i = x W_i + b_i                       W_i [K, N_i], b_i [N_i], i = 1..n
+
+They become one MatMul + Add over the concatenated weights and one Split:
+
+    [y_1 | ... | y_n] = x [W_1 | ... | W_n] + [b_1 | ... | b_n]
+
+Each output element is the same dot product as before, and the export's parity gate checks the fused graphs
+against PyTorch. One matrix product instead of three reads the same weights in fewer, larger kernel calls; the
+int8 variant (export/quantize.py) quantises the fused MatMul like any other.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Dict, List
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+
+def _bias_add(node: onnx.NodeProto, consumers: Dict[str, List[onnx.NodeProto]], initializers) -> onnx.NodeProto:
+    """The Add of a constant bias that is `node`'s only reader, or None."""
+    readers = consumers.get(node.output[0], [])
+    if len(readers) != 1 or readers[0].op_type != "Add":
+        return None
+    add = readers[0]
+    other = add.input[1] if add.input[0] == node.output[0] else add.input[0]
+    return add if other in initializers and initializers[other].ndim == 1 else None
+
+
+def fuse_sibling_projections(model: onnx.ModelProto) -> int:
+    """Fuse the MatMul + bias Add pairs that read one tensor (module docstring) -> how many groups."""
+    graph = model.graph
+    initializers = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    consumers: Dict[str, List[onnx.NodeProto]] = defaultdict(list)
+    for node in graph.node:
+        for name in node.input:
+            consumers[name].append(node)
+    groups: Dict[str, List[tuple]] = defaultdict(list)
+    for node in graph.node:
+        if node.op_type == "MatMul" and node.input[1] in initializers and initializers[node.input[1]].ndim == 2:
+            add = _bias_add(node, consumers, initializers)
+            if add is not None:
+                groups[node.input[0]].append((node, add))
+    fused, removed, replacement = 0, set(), {}
+    for x, pairs in groups.items():
+        if len(pairs) < 2 or len({initializers[m.input[1]].shape[0] for m, _ in pairs}) != 1:
+            continue
+        weights = [initializers[m.input[1]] for m, _ in pairs]
+        biases = [initializers[a.input[1] if a.input[0] == m.output[0] else a.input[0]] for m, a in pairs]
+        if any(w.shape[1] != b.shape[0] for w, b in zip(weights, biases)):
+            continue
+        stem = f"fused_projection_{fused}"
+        graph.initializer.extend([
+            numpy_helper.from_array(np.concatenate(weights, axis=1), f"{stem}.weight"),
+            numpy_helper.from_array(np.concatenate(biases), f"{stem}.bias"),
+            numpy_helper.from_array(np.array([w.shape[1] for w in weights], dtype=np.int64), f"{stem}.split")])
+        first = pairs[0][0]
+        replacement[first.name] = [
+            helper.make_node("MatMul", [x, f"{stem}.weight"], [f"{stem}.product"], name=f"{stem}.matmul"),
+            helper.make_node("Add", [f"{stem}.product", f"{stem}.bias"], [f"{stem}.sum"], name=f"{stem}.add"),
+            helper.make_node("Split", [f"{stem}.sum", f"{stem}.split"], [a.output[0] for _, a in pairs],
+                             name=f"{stem}.split", axis=-1)]
+        removed.update(n.name for pair in pairs for n in pair)
+        fused += 1
+    if fused:
+        nodes = []
+        for node in graph.node:                       # the fused nodes where the group's first MatMul was
+            nodes.extend(replacement.get(node.name, []) if node.name in removed else [node])
+        del graph.node[:]
+        graph.node.extend(nodes)
+        used = {name for node in graph.node for name in node.input}
+        keep = [t for t in graph.initializer if t.name in used]
+        del graph.initializer[:]
+        graph.initializer.extend(keep)
+    return fused

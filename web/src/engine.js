@@ -178,10 +178,10 @@ export class FixedCacheEngine extends GrowingCacheEngine {
     this.pastNames.forEach((name, i) => (feeds[name] = cache.tensors[i]));
     this.crossNames.forEach((name, i) => (feeds[name] = cross[i]));
     let out;
-    if (this.outputsInto) { // onnxruntime writes the outputs into buffers allocated here
-      const dims = cache.tensors[0].dims, size = dims.reduce((a, b) => a * b, 1);
+    if (this.outputsInto) { // onnxruntime writes the outputs into buffers given here: each present_i into past_i's
+      // own buffer, so the step writes its K/V in place and no step copies the cache (runtime/session.py binds so)
       const fetches = { log_probs: new ort.Tensor("float32", new Float32Array(rows * config.vocab_size), [rows, config.vocab_size]) };
-      for (const name of this.presentNames) fetches[name] = new ort.Tensor("float32", new Float32Array(size), dims);
+      this.presentNames.forEach((name, i) => (fetches[name] = cache.tensors[i]));
       if (withAttention) {
         const srcLen = encoderMask.dims[1];
         fetches[CROSS_ATTENTION] = new ort.Tensor("float32", new Float32Array(rows * srcLen), [rows, srcLen]);

@@ -68,6 +68,17 @@ def _limits(max_length: Union[int, Sequence[int]], n: int, max_positions: int) -
     return [min(m, max_positions) for m in limits]
 
 
+def _step_log_probs(model: Transformer, last, mask, past, cross, step: int, min_length: int):
+    """One decoder step's log-probs with the reference's rules: PAD and BOS are never generated, EOS not before
+    min_length tokens -> (log_probs [rows, V], the next cache)."""
+    cfg = model.cfg
+    logp, past = model.decode_step(last, mask, past, cross)
+    logp[:, [cfg.pad_id, cfg.bos_id]] = -math.inf
+    if step < min_length:
+        logp[:, cfg.eos_id] = -math.inf
+    return logp, past
+
+
 def _beam_start(model: Transformer, sources: Sequence[Sequence[int]], k: int, max_length):
     """What both beam searches start from: the sources encoded once and repeated K times (row = sentence * K
     + beam) -> (device, B, per-sentence limits, mask [B*K, S], cross K/V per layer, an empty cache)."""
@@ -112,10 +123,7 @@ def beam_search(model: Transformer, sources: Sequence[Sequence[int]], beam_size:
                 done[i] = True
         if all(done):
             break
-        logp, past = model.decode_step(last, mask_k, past, cross)            # [B*K, V]
-        logp[:, [cfg.pad_id, cfg.bos_id]] = -math.inf
-        if step < min_length:
-            logp[:, eos] = -math.inf
+        logp, past = _step_log_probs(model, last, mask_k, past, cross, step, min_length)   # [B*K, V]
         cand = (cum[:, :, None] + logp.view(b, k, v_size)).view(b, k * v_size)
         order = torch.sort(cand, dim=1, descending=True, stable=True).indices[:, :2 * k]   # [B, 2K]
         next_rows, next_tokens, next_cum = [], [], []
@@ -175,10 +183,7 @@ def greedy_search(model: Transformer, sources: Sequence[Sequence[int]], max_leng
     scores = [0.0] * b
     ended = [False] * b
     for step in range(max(limits, default=0)):
-        logp, past = model.decode_step(last, src_mask, past, cross)
-        logp[:, [cfg.pad_id, cfg.bos_id]] = -math.inf
-        if step < min_length:
-            logp[:, cfg.eos_id] = -math.inf
+        logp, past = _step_log_probs(model, last, src_mask, past, cross, step, min_length)
         best = logp.argmax(dim=-1)                                          # first max on ties
         for i in range(b):
             if ended[i] or step >= limits[i]:                               # its limit: it stops, unfinished
@@ -292,10 +297,7 @@ def constrained_beam_search(model: Transformer, sources: Sequence[Sequence[int]]
                 done[i] = True
         if all(done):
             break
-        logp, past = model.decode_step(last, mask_k, past, cross)            # [B*K, V]
-        logp[:, [cfg.pad_id, cfg.bos_id]] = -math.inf
-        if step < min_length:
-            logp[:, eos] = -math.inf
+        logp, past = _step_log_probs(model, last, mask_k, past, cross, step, min_length)   # [B*K, V]
         for i in range(b):
             for beam in range(k):
                 if not all(_holds(seqs[i][beam], p) for p in phrases[i]):

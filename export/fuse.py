@@ -16,21 +16,22 @@ int8 variant (export/quantize.py) quantises the fused MatMul like any other.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Dict, List
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
 
-def _bias_add(node: onnx.NodeProto, consumers: Dict[str, List[onnx.NodeProto]], initializers) -> onnx.NodeProto:
-    """The Add of a constant bias that is `node`'s only reader, or None."""
+def _bias_add(node: onnx.NodeProto, consumers: Dict[str, List[onnx.NodeProto]],
+              initializers) -> Optional[Tuple[onnx.NodeProto, str]]:
+    """(the Add of a constant bias that is `node`'s only reader, the bias's name), or None."""
     readers = consumers.get(node.output[0], [])
     if len(readers) != 1 or readers[0].op_type != "Add":
         return None
     add = readers[0]
-    other = add.input[1] if add.input[0] == node.output[0] else add.input[0]
-    return add if other in initializers and initializers[other].ndim == 1 else None
+    bias = add.input[1] if add.input[0] == node.output[0] else add.input[0]
+    return (add, bias) if bias in initializers and initializers[bias].ndim == 1 else None
 
 
 def fuse_sibling_projections(model: onnx.ModelProto) -> int:
@@ -41,18 +42,18 @@ def fuse_sibling_projections(model: onnx.ModelProto) -> int:
     for node in graph.node:
         for name in node.input:
             consumers[name].append(node)
-    groups: Dict[str, List[tuple]] = defaultdict(list)
+    groups: Dict[str, List[tuple]] = defaultdict(list)      # x -> [(MatMul, bias Add, bias name)]
     for node in graph.node:
         if node.op_type == "MatMul" and node.input[1] in initializers and initializers[node.input[1]].ndim == 2:
-            add = _bias_add(node, consumers, initializers)
-            if add is not None:
-                groups[node.input[0]].append((node, add))
+            found = _bias_add(node, consumers, initializers)
+            if found is not None:
+                groups[node.input[0]].append((node, *found))
     fused, removed, replacement = 0, set(), {}
     for x, pairs in groups.items():
-        if len(pairs) < 2 or len({initializers[m.input[1]].shape[0] for m, _ in pairs}) != 1:
+        if len(pairs) < 2 or len({initializers[m.input[1]].shape[0] for m, _, _ in pairs}) != 1:
             continue
-        weights = [initializers[m.input[1]] for m, _ in pairs]
-        biases = [initializers[a.input[1] if a.input[0] == m.output[0] else a.input[0]] for m, a in pairs]
+        weights = [initializers[m.input[1]] for m, _, _ in pairs]
+        biases = [initializers[bias] for _, _, bias in pairs]
         if any(w.shape[1] != b.shape[0] for w, b in zip(weights, biases)):
             continue
         stem = f"fused_projection_{fused}"
@@ -64,9 +65,9 @@ def fuse_sibling_projections(model: onnx.ModelProto) -> int:
         replacement[first.name] = [
             helper.make_node("MatMul", [x, f"{stem}.weight"], [f"{stem}.product"], name=f"{stem}.matmul"),
             helper.make_node("Add", [f"{stem}.product", f"{stem}.bias"], [f"{stem}.sum"], name=f"{stem}.add"),
-            helper.make_node("Split", [f"{stem}.sum", f"{stem}.split"], [a.output[0] for _, a in pairs],
+            helper.make_node("Split", [f"{stem}.sum", f"{stem}.split"], [a.output[0] for _, a, _ in pairs],
                              name=f"{stem}.split", axis=-1)]
-        removed.update(n.name for pair in pairs for n in pair)
+        removed.update(n.name for m, a, _ in pairs for n in (m, a))
         fused += 1
     if fused:
         nodes = []

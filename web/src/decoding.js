@@ -412,8 +412,8 @@ export async function* decodeSteps(engine, config, sources, options, prefixes = 
   let last = new BigInt64Array(search.rowExample.length).fill(BigInt(config.bos_id));
   const maxSteps = Math.max(...todoLimits);
   for (let step = 0; step < maxSteps; step++) {
-    const [logProbs, present, attention] = await engine.step(last, encoderMask, past, cross, options.returnAttention); // [R * V], [R * S]
-    past = present;
+    let logProbs, attention;
+    [logProbs, past, attention] = await engine.step(last, encoderMask, past, cross, options.returnAttention); // [R * V], [R * S]
     // a NaN or +inf logit makes its whole log-softmax row NaN: one column tells
     for (let r = 0; r < last.length; r++) if (!(logProbs[r * vocab + config.eos_id] < Infinity)) throw brokenGraph(engine);
     for (const applyFilter of filters) applyFilter(logProbs, vocab, search.tokens, search.rowExample, step);

@@ -172,7 +172,6 @@ export class FixedCacheEngine extends GrowingCacheEngine {
     const { ort, config } = this;
     const rows = inputIds.length;
     const cache = this.fixedCache(past, rows);
-    const wanted = withAttention ? ["log_probs", ...this.presentNames, CROSS_ATTENTION] : ["log_probs", ...this.presentNames];
     const feeds = { input_ids: new ort.Tensor("int64", inputIds, [rows, 1]), encoder_attention_mask: encoderMask,
       [PAST_LENGTH]: new ort.Tensor("int64", BigInt64Array.of(BigInt(cache.positions)), []) };
     this.pastNames.forEach((name, i) => (feeds[name] = cache.tensors[i]));
@@ -188,7 +187,7 @@ export class FixedCacheEngine extends GrowingCacheEngine {
       }
       out = await this.decoder.run(feeds, fetches);
     } else {
-      out = await this.decoder.run(feeds, wanted);
+      out = await this.decoder.run(feeds, ["log_probs", ...this.presentNames, ...(withAttention ? [CROSS_ATTENTION] : [])]);
     }
     return [out.log_probs.data, new FixedCache(this.presentNames.map((name) => out[name]), cache.positions + 1),
       withAttention ? out[CROSS_ATTENTION].data : null];

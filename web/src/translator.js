@@ -227,14 +227,20 @@ export class Translator {
     }
   }
 
+  /** The decoding options checked (options.js), and returnAttention against this package's graphs. */
+  decodingOptions(decoding) {
+    const opts = decodingOptions(decoding);
+    if (opts.returnAttention && !this.engine.hasAttention) throw this.engine.noAttentionError();
+    return opts;
+  }
+
   // --- the API --------------------------------------------------------------------------------------
   /** Id-level translation: sources are id lists ending with EOS. -> per source up to numHypotheses Hypothesis
    * (tokens, score, normalizedScore, finished). Options: maxBatchSize, batchType, targetPrefixIds and the
    * decoding options. */
   async translateIds(sources, options = {}) {
     const [own, decoding] = splitOptions(options, { maxBatchSize: DEFAULT_MAX_BATCH_SIZE, batchType: "examples", targetPrefixIds: null });
-    const opts = decodingOptions(decoding);
-    if (opts.returnAttention && !this.engine.hasAttention) throw this.engine.noAttentionError();
+    const opts = this.decodingOptions(decoding);
     checkInt("maxBatchSize", own.maxBatchSize, 0);
     if (!BATCH_TYPES.includes(own.batchType)) throw new RangeError(`batchType must be one of ${BATCH_TYPES.join(", ")}, got ${own.batchType}`);
     for (const s of sources) {
@@ -265,8 +271,7 @@ export class Translator {
    * batchType, maxInputLength, returnScores, targetPrefix and the decoding options (options.js). */
   async translateBatch(texts, options = {}) {
     const [own, decoding] = splitOptions(options, TEXT_DEFAULTS);
-    const opts = decodingOptions(decoding); // bad options fail before any work
-    if (opts.returnAttention && !this.engine.hasAttention) throw this.engine.noAttentionError();
+    const opts = this.decodingOptions(decoding); // bad options fail before any work
     texts = this.checkTexts(texts);
     const prefixes = this.prefixes(own.targetPrefix, texts.length);
     const todo = texts.map((t, i) => i).filter((i) => !isBlank(texts[i])); // blank texts: the empty hypothesis

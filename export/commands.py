@@ -25,7 +25,8 @@ import torch
 from seq2onnx.runtime import __version__
 from seq2onnx.runtime.cli import OneLineParser
 from seq2onnx.runtime.errors import Seq2OnnxError
-from seq2onnx.runtime.graph_io import CROSS_ATTENTION, DECODER_FORMATS, cache_names
+from seq2onnx.runtime.graph_io import (CROSS_ATTENTION, DECODER_FORMATS, FUSED_ATTENTION_DOMAIN, FUSED_ATTENTION_OPS,
+                                       MIN_ONNXRUNTIME, cache_names)
 from seq2onnx.runtime.manifest import FORMAT_VERSION
 from seq2onnx.training.checkpoint import load_checkpoint
 from seq2onnx.training.tokenizer import SPECIAL_TOKENS, tokenizer_from_json
@@ -37,6 +38,7 @@ MIN_OPSET = 18   # the torch.onnx dynamo exporter writes opset 18 and newer
 PARITY_LINES = sum(parity.REAL_BATCH_SIZES)
 VARIANT_FILES = {"int8": ("encoder.int8.onnx", "decoder_step.int8.onnx"),
                  "fp16": ("encoder.fp16.onnx", "decoder_step.fp16.onnx")}
+FUSED_DECODER_FILE = ".decoder_step.fused.onnx"      # int8: the fp32 trace it is quantised from (not kept)
 
 
 @dataclass
@@ -140,7 +142,8 @@ def run_export(opts: ExportOptions, log: Callable[[str], None] = lambda msg: Non
 
         t = time.perf_counter()
         if opts.int8:
-            variants["int8"] = _int8_variant(model, staging, enc, dec, names, batches, opts.int8_validation)
+            variants["int8"] = _int8_variant(model, staging, enc, dec, names, batches, opts.int8_validation,
+                                             opts.opset, opts.format_version)
         if opts.fp16:
             variants["fp16"] = _fp16_variant(model, staging, enc, dec, names, batches)
         stage_seconds["quantise"] = time.perf_counter() - t
@@ -221,12 +224,28 @@ def _check_variant(fp32: Path, variant: Path, inputs: List[str], outputs: List[s
 
 
 def _int8_variant(model, staging: Path, enc: Path, dec: Path, names: GraphNames,
-                  batches: List[parity.ParityBatch], validate: bool = True) -> Dict[str, Any]:
+                  batches: List[parity.ParityBatch], validate: bool = True, opset: int = DEFAULT_OPSET,
+                  format_version: int = FORMAT_VERSION) -> Dict[str, Any]:
     """validate False (--skip-int8-validation): the figures are measured and recorded, the thresholds
-    not applied; status "validation-skipped" instead of "checked". The graph checks always apply."""
+    not applied; status "validation-skipped" instead of "checked". The graph checks always apply.
+
+    Format 2: the decoder step is quantised from a trace whose attention is onnxruntime's fused CPU ops
+    (onnx_export.export_fused_decoder), which first passes the fp32 parity gate as the fp32 graph does."""
     enc8, dec8 = (staging / f for f in VARIANT_FILES["int8"])
-    quantize.quantize_int8(enc, enc8)
-    quantize.quantize_int8(dec, dec8)
+    source, entry = dec, {}
+    if format_version >= 2:
+        source = onnx_export.export_fused_decoder(model, staging / FUSED_DECODER_FILE, opset)
+        _check(source, names.decoder_inputs, names.decoder_outputs)
+        fused = parity.check_fp32(parity.measure(model, parity.OnnxPair(enc, source, model.cfg), batches))
+        entry["attention"] = {"ops": [f"{FUSED_ATTENTION_DOMAIN}.{op}" for op in FUSED_ATTENTION_OPS],
+                              "min_onnxruntime": ".".join(map(str, MIN_ONNXRUNTIME)),
+                              "fp32_parity": fused.to_dict()}
+    try:
+        quantize.quantize_int8(enc, enc8)
+        quantize.quantize_int8(source, dec8)
+    finally:
+        if source != dec:
+            source.unlink()
     _check_variant(enc, enc8, names.encoder_inputs, names.encoder_outputs)
     _check_variant(dec, dec8, names.decoder_inputs, names.decoder_outputs)
     report = parity.measure(model, parity.OnnxPair(enc8, dec8, model.cfg), batches)
@@ -236,6 +255,7 @@ def _int8_variant(model, staging: Path, enc: Path, dec: Path, names: GraphNames,
             "status": "checked" if validate else "validation-skipped",
             "quantization": {"tool": "onnxruntime.quantization.quantize_dynamic", "weight_type": "QInt8",
                              "op_types": list(quantize.QUANTIZED_OPS), "per_channel": quantize.PER_CHANNEL},
+            **entry,
             "thresholds": {"top1_agreement": parity.MIN_TOP1_AGREEMENT,
                            "greedy_token_match": parity.MIN_GREEDY_TOKEN_MATCH},
             "parity": report.to_dict()}

@@ -21,6 +21,14 @@ ID_INPUTS = ("input_ids", "attention_mask", "encoder_attention_mask")      # int
 PAST_LENGTH = "past_length"             # format 2: int64, 0-d: the cache positions already written
 CROSS_ATTENTION = "cross_attention"     # format 2: float32 [R, S]
 DECODER_FORMATS = (1, 2)                # format_version -> decoder step contract (above)
+# The format-2 decoder step that `seq2onnx export` writes runs its attention as onnxruntime's fused ops
+# (training/model.py FixedCacheStep): GroupQueryAttention over the self-attention cache, MultiHeadAttention for
+# the cross-attention of every layer but the last (whose weights are the cross_attention output).
+FUSED_ATTENTION_DOMAIN = "com.microsoft"
+FUSED_ATTENTION_OPS = ("GroupQueryAttention", "MultiHeadAttention")
+# onnxruntime 1.19 and 1.20 compute GroupQueryAttention over a cache they are not given in place wrongly (log-probs
+# off by 6 on the benchmark model); 1.21 is the first that matches PyTorch (pyproject.toml's lower bound)
+MIN_ONNXRUNTIME = (1, 21)
 
 
 def cache_names(prefix: str, layers: int) -> List[str]:

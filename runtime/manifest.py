@@ -51,6 +51,7 @@ MAX_JSON_DEPTH = 32
 MAX_FILE_BYTES = (1 << 31) - 1          # protobuf's limit: onnxruntime loads no larger graph (without external data)
 MAX_TOKENIZER_BYTES = 1 << 28           # 256 MiB; a 250k-piece tokenizer.json is ~30 MB
 SHA256 = re.compile(r"[0-9a-f]{64}")
+VERSION = re.compile(r"\d{1,4}(\.\d{1,4}){0,3}")     # attention.min_onnxruntime: "1.21"
 FILE_NAME = re.compile(r"[A-Za-z0-9._+-]{1,255}")    # names in 'files': in the folder, nothing else
 # manifest variant status (CONTRACTS.md) -> why the variant was not held to the export's thresholds
 UNCHECKED = {"validation-skipped": "was exported with --skip-int8-validation",
@@ -67,6 +68,8 @@ class Variant:
     precision: str               # float32 | int8 | float16
     parity: Dict[str, Any]       # the exporter's figures for this variant
     status: str = "checked"      # checked | validation-skipped (int8) | unchecked-on-CUDA (fp16): CONTRACTS.md
+    # the onnxruntime its graphs need (attention.min_onnxruntime: the int8 variant's fused attention ops); () none
+    min_onnxruntime: Tuple[int, ...] = ()
 
 
 @dataclass
@@ -332,7 +335,13 @@ def _read_variants(root: Path, manifest: Dict[str, Any]) -> Dict[str, Variant]:
         if status not in STATUSES:
             raise ModelPackageError(f"{where}: {field}['status'] should be one of {', '.join(STATUSES)}, got "
                                     f"{_short(status)}; {REEXPORT}")
-        variants[name] = Variant(name, paths[0], paths[1], precision, dict(parity), status)
+        attention = _field(entry, "attention", dict, where, f"{field}['attention']", default={})
+        needs = _field(attention, "min_onnxruntime", str, where, f"{field}['attention']['min_onnxruntime']", default="")
+        if needs and not VERSION.fullmatch(needs):
+            raise ModelPackageError(f"{where}: {field}['attention']['min_onnxruntime'] should be a version such as "
+                                    f"1.21, got {_short(needs)}; {REEXPORT}")
+        variants[name] = Variant(name, paths[0], paths[1], precision, dict(parity), status,
+                                 tuple(int(x) for x in needs.split(".")) if needs else ())
     if "fp32" not in variants:
         raise ModelPackageError(f"{where}: no 'fp32' variant; {REEXPORT}")
     return variants

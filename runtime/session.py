@@ -127,6 +127,25 @@ def resolve_device(device: str, device_id: int = 0) -> str:
 
 
 # --- sessions --------------------------------------------------------------------------------
+def onnxruntime_version(version: str = ort.__version__) -> Tuple[int, ...]:
+    """"1.31.1" -> (1, 31, 1); the leading numbers of a development version ("1.22.0.dev20250101" -> (1, 22, 0))."""
+    numbers = []
+    for part in version.split("."):
+        if not part.isdigit():
+            break
+        numbers.append(int(part))
+    return tuple(numbers)
+
+
+def check_onnxruntime(needed: Tuple[int, ...], what: str, version: str = ort.__version__) -> None:
+    """A variant whose graphs need a newer onnxruntime (its fused attention ops: graph_io.MIN_ONNXRUNTIME) is refused
+    in one line: an older one loads them and computes wrong log-probs."""
+    if needed and onnxruntime_version(version) < needed:
+        want = ".".join(map(str, needed))
+        raise Seq2OnnxError(f"{what} needs onnxruntime >= {want} (its graphs use onnxruntime's fused attention ops), "
+                            f"this is {version}: pip install -U \"onnxruntime>={want}\" (onnxruntime-gpu on Linux x86_64)")
+
+
 def expected_io(config: ModelConfig, format_version: int) -> Dict[str, Tuple[List[str], List[str]]]:
     """Graph input/output names of docs/CONTRACTS.md (graph_io.py), by graph."""
     names = GraphNames.for_config(config, format_version)

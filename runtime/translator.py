@@ -33,7 +33,7 @@ from .decoding import Hypothesis, common_prefix, decode, decode_steps, score
 from .errors import ModelPackageError, Seq2OnnxError
 from .manifest import UNCHECKED, ModelPackage, read_package
 from .options import DEFAULT_MAX_BATCH_SIZE, MAX_CHARS_PER_TOKEN, DecodingOptions
-from .session import SessionConfig, open_engine, resolve_device
+from .session import SessionConfig, check_onnxruntime, open_engine, resolve_device
 
 log = logging.getLogger("seq2onnx.runtime")
 
@@ -181,6 +181,7 @@ class Translator:
         if v.status in UNCHECKED:
             warnings.warn(f"{self.package.root}: the {self.variant} variant {UNCHECKED[v.status]}; its tokens may "
                           f"differ from float32 more than the export's thresholds allow", stacklevel=2)
+        check_onnxruntime(v.min_onnxruntime, f"{self.package.root}: the {self.variant} variant")
         sc = SessionConfig(self.device, device_id, intra_threads, inter_threads, optimization)
         self.engine = open_engine(v.encoder, v.decoder_step, self.config, sc,
                                   cross_per_sentence=self.package.cross_per_sentence, graphs=graphs,

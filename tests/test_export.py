@@ -26,6 +26,7 @@ import torch
 from fixtures_training import toy_pairs
 from seq2onnx.export import onnx_export, package, parity
 from seq2onnx.export.commands import ExportOptions, run_export
+from seq2onnx.runtime import session
 from seq2onnx.runtime.cli import main as cli_main
 from seq2onnx.runtime.config import ModelConfig
 from seq2onnx.runtime.errors import ModelPackageError, Seq2OnnxError
@@ -119,20 +120,54 @@ def test_manifest_describes_the_package(tiny_package, tiny_ckpt):
     assert int8["parity"]["top1_agreement"] >= int8["thresholds"]["top1_agreement"] == parity.MIN_TOP1_AGREEMENT
     assert int8["parity"]["greedy_token_match"] >= int8["thresholds"]["greedy_token_match"]
     assert int8["status"] == "checked"
+    # the int8 decoder step is quantised from a trace with onnxruntime's fused attention, which passed the fp32 gate
+    assert int8["attention"]["ops"] == ["com.microsoft.GroupQueryAttention", "com.microsoft.MultiHeadAttention"]
+    assert int8["attention"]["min_onnxruntime"] == "1.21"
+    fused = int8["attention"]["fp32_parity"]
+    assert fused["decoder_max_abs_diff"] <= parity.FP32_TOLERANCE and fused["cache_max_abs_diff"] <= 1e-3
+    assert fused["greedy_token_match"] == 1.0 and fused["beam4_token_match"] == 1.0
+    assert not any(p.name.startswith(".") for p in tiny_package.iterdir())      # the fp32 fused trace is not kept
     assert (tiny_package / "README.md").read_text(encoding="utf-8").startswith("# seq2onnx model package")
 
 
 def test_graphs_use_plain_attention_and_finite_masks(tiny_package):
-    for name in ("encoder.onnx", "decoder_step.onnx"):
+    for name in ("encoder.onnx", "decoder_step.onnx", "encoder.int8.onnx"):
         model = onnx.load(str(tiny_package / name))
         ops = {node.op_type for node in model.graph.node}
-        assert "Softmax" in ops and "MatMul" in ops and not ops & onnx_export.FORBIDDEN_OPS
+        assert "Softmax" in ops and not ops & onnx_export.FORBIDDEN_OPS
         for t in model.graph.initializer:
             if t.data_type == onnx.TensorProto.FLOAT:
                 assert np.isfinite(onnx.numpy_helper.to_array(t)).all(), t.name
     int8 = onnx.load(str(tiny_package / "decoder_step.int8.onnx"))
     assert any(n.op_type == "MatMulInteger" for n in int8.graph.node)
     assert any(n.op_type == "Gather" for n in int8.graph.node)          # the embedding stays a float table
+    # its attention: GroupQueryAttention over the cache in every layer, MultiHeadAttention for the cross-attention
+    # of every layer but the last, whose weights are the cross_attention output (plain Softmax)
+    layers = read_package(tiny_package).config.decoder_layers
+    fused = [(n.domain, n.op_type) for n in int8.graph.node if n.op_type in onnx_export.FORBIDDEN_OPS]
+    assert sorted(fused) == sorted([("com.microsoft", "GroupQueryAttention")] * layers
+                                   + [("com.microsoft", "MultiHeadAttention")] * (layers - 1))
+    assert [n.op_type for n in int8.graph.node].count("Softmax") == 1
+    assert "com.microsoft" in {o.domain for o in int8.opset_import}
+
+
+def test_a_fused_variant_needs_onnxruntime_1_21(tiny_package, tmp_path):
+    """onnxruntime 1.19 and 1.20 load the fused int8 graphs and compute wrong log-probs: the runtime refuses the
+    variant in one line there, from the manifest's attention.min_onnxruntime; other variants are not concerned."""
+    assert read_package(tiny_package).variants["int8"].min_onnxruntime == (1, 21)
+    assert read_package(tiny_package).variants["fp32"].min_onnxruntime == ()
+    assert session.onnxruntime_version("1.22.0.dev20250101") == (1, 22, 0)
+    session.check_onnxruntime((1, 21), "the int8 variant", "1.21.0")
+    session.check_onnxruntime((), "the fp32 variant", "1.19.0")
+    with pytest.raises(Seq2OnnxError, match=r"needs onnxruntime >= 1\.21 .*this is 1\.20\.1: pip install -U"):
+        session.check_onnxruntime((1, 21), "the int8 variant", "1.20.1")
+    broken = tmp_path / "pkg"
+    shutil.copytree(tiny_package, broken)
+    manifest = json.loads((broken / "manifest.json").read_text())
+    manifest["variants"]["int8"]["attention"]["min_onnxruntime"] = "one point twenty-one"
+    (broken / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ModelPackageError, match=r"\['min_onnxruntime'\] should be a version such as 1\.21"):
+        read_package(broken)
 
 
 # --- parity at shapes the graphs were not traced with (B=2, S=7, P=3) -------------------------------------

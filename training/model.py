@@ -129,6 +129,40 @@ class MultiHeadAttention(nn.Module):
             return out
         return out, weights.mean(dim=1).reshape(r, kv[0].shape[2])                       # [B, G, S] -> [R, S]
 
+    def forward_fixed_cache(self, x: torch.Tensor, cache: KV, step: "FixedCacheStep") -> Tuple[torch.Tensor, KV]:
+        """Self-attention of one decoding step over a fixed-capacity cache.
+
+        x [R, 1, D], cache (K, V) [R, H, C, Dh] holding positions 0 .. past_length-1 -> (out [R, 1, D], the cache
+        with this step's K, V written at position past_length). The query attends to positions 0 .. past_length.
+        In PyTorch: an index_put and the plain attention with the later positions masked. In the ONNX export:
+        onnxruntime's GroupQueryAttention (step.onnx), which writes the cache in place when present_i is bound to
+        past_i's memory and reads only the positions up to past_length (its other output positions are unspecified).
+        """
+        if step.onnx:
+            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)                  # [R, 1, D] each
+            out, k_cache, v_cache = torch.onnx.ops.symbolic_multi_out(
+                "com.microsoft::GroupQueryAttention", [q, k, v, cache[0], cache[1], step.seqlens_k, step.total_length],
+                {"num_heads": self.n_heads, "kv_num_heads": self.n_heads},
+                dtypes=(q.dtype, cache[0].dtype, cache[1].dtype), shapes=(q.shape, cache[0].shape, cache[1].shape),
+                version=1)
+            return self.out_proj(out), (k_cache, v_cache)
+        k, v = self.project_kv(x)                                                     # [R, H, 1, Dh]
+        k, v = cache[0].index_put(step.write_at, k[:, :, 0]), cache[1].index_put(step.write_at, v[:, :, 0])
+        return self(x, (k, v), step.self_bias), (k, v)
+
+    def forward_per_sentence_fused(self, x: torch.Tensor, kv: KV, key_padding_mask: torch.Tensor) -> torch.Tensor:
+        """forward_per_sentence as onnxruntime's MultiHeadAttention, for the ONNX export only.
+
+        x [R, 1, D] -> the G rows of a sentence as G query positions [B, G, D] over its cross K/V [B, H, S, Dh]
+        (BNSH, already projected), key_padding_mask [B, S] int32 (1 = token) -> [R, 1, D]. A masked key gets
+        onnxruntime's mask_filter_value (-10000) instead of the most negative float: both weigh exactly 0 after
+        the softmax in float32."""
+        r, _, d = x.shape
+        q = self.q_proj(x).reshape(kv[0].shape[0], -1, d)                              # [B, G, D]
+        out = torch.onnx.ops.symbolic("com.microsoft::MultiHeadAttention", [q, kv[0], kv[1], None, key_padding_mask],
+                                      {"num_heads": self.n_heads}, dtype=q.dtype, shape=q.shape, version=1)
+        return self.out_proj(out.reshape(r, 1, d))
+
 
 class FeedForward(nn.Module):
     """FFN(x) = max(0, x W1 + b1) W2 + b2, applied at each position."""
@@ -188,34 +222,70 @@ class DecoderLayer(nn.Module):
         self.sub_self, self.sub_cross, self.sub_ffn = SubLayer(*args), SubLayer(*args), SubLayer(*args)
 
     def forward(self, x: torch.Tensor, past: Optional[KV], self_bias: Optional[torch.Tensor],
-                cross: KV, cross_bias: torch.Tensor, per_sentence: bool = False,
-                write_at: Optional[torch.Tensor] = None, need_weights: bool = False):
+                cross: KV, cross_bias: torch.Tensor, per_sentence: bool = False) -> Tuple[torch.Tensor, KV]:
         """x [B, T, D]; past (K, V) [B, H, P, Dh] or None -> (x [B, T, D], present [B, H, P+T, Dh]).
 
         per_sentence (one decoding step, T = 1): x and past have R rows, cross and cross_bias one per
-        sentence (B' = R / G rows), see MultiHeadAttention.forward_per_sentence.
-        write_at (a fixed-capacity cache, T = 1): past is [R, H, C, Dh] and this step's K/V are written at
-        position write_at instead of appended: present is past with that position written, [R, H, C, Dh];
-        self_bias must hide the positions after write_at. write_at is the index triple (rows [R, 1], heads
-        [1, H], position [R, H]) of decode_step_fixed: an index_put, which exports as one ScatterND that
-        copies R x H rows of Dh (onnxruntime's ScatterElements walks every element: 30x slower here).
-        need_weights (per_sentence): also return the cross-attention weights, heads averaged, [R, S]."""
+        sentence (B' = R / G rows), see MultiHeadAttention.forward_per_sentence."""
         h = self.sub_self.input(x)
         k, v = self.self_attn.project_kv(h)
-        if write_at is not None:
-            k, v = past[0].index_put(write_at, k[:, :, 0]), past[1].index_put(write_at, v[:, :, 0])
-        elif past is not None:
+        if past is not None:
             k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
         x = self.sub_self.output(x, self.self_attn(h, (k, v), self_bias))
+        cross_attn = self.cross_attn.forward_per_sentence if per_sentence else self.cross_attn
+        x = self.sub_cross.output(x, cross_attn(self.sub_cross.input(x), cross, cross_bias))
+        x = self.sub_ffn.output(x, self.ffn(self.sub_ffn.input(x)))
+        return x, (k, v)
+
+    def step_fixed(self, x: torch.Tensor, cache: KV, cross: KV, step: "FixedCacheStep", need_weights: bool = False):
+        """One decoding step over a fixed-capacity cache (decode_step_fixed): x [R, 1, D], cache (K, V) [R, H, C, Dh],
+        cross (K, V) [B, H, S, Dh] one per sentence -> (x [R, 1, D], the cache with this step's K/V written), and
+        with need_weights the cross-attention weights averaged over heads [R, S] (the plain attention then)."""
+        h = self.sub_self.input(x)
+        y, kv = self.self_attn.forward_fixed_cache(h, cache, step)
+        x = self.sub_self.output(x, y)
+        h = self.sub_cross.input(x)
         weights = None
         if need_weights:
-            y, weights = self.cross_attn.forward_per_sentence(self.sub_cross.input(x), cross, cross_bias, True)
+            y, weights = self.cross_attn.forward_per_sentence(h, cross, step.cross_bias, True)
+        elif step.onnx:
+            y = self.cross_attn.forward_per_sentence_fused(h, cross, step.key_padding_mask)
         else:
-            cross_attn = self.cross_attn.forward_per_sentence if per_sentence else self.cross_attn
-            y = cross_attn(self.sub_cross.input(x), cross, cross_bias)
+            y = self.cross_attn.forward_per_sentence(h, cross, step.cross_bias)
         x = self.sub_cross.output(x, y)
         x = self.sub_ffn.output(x, self.ffn(self.sub_ffn.input(x)))
-        return (x, (k, v), weights) if need_weights else (x, (k, v))
+        return (x, kv, weights) if need_weights else (x, kv)
+
+
+class FixedCacheStep:
+    """What every layer of one decode_step_fixed needs, computed once: the cache [R, H, C, Dh] holds positions
+    0 .. past_length-1 (past_length: 0-d int64) and this step writes position past_length.
+
+    PyTorch (the reference): write_at, the index triple (rows [R, 1], heads [1, H], position [R, H]) of the
+    index_put; self_bias [1, 1, 1, C] hides the positions after past_length; cross_bias [B, 1, 1, S] the padding.
+    ONNX export (onnx=True), for onnxruntime's fused attention ops: seqlens_k = past_length per row (int32 [R]) and
+    total_length = past_length + 1 (int32) for GroupQueryAttention; key_padding_mask [B, S] int32 for
+    MultiHeadAttention, and cross_bias for the last layer's plain cross-attention (its weights are an output).
+    """
+
+    def __init__(self, past_length: torch.Tensor, capacity: int, rows: int, heads: int, src_mask: torch.Tensor,
+                 dtype: torch.dtype, onnx: bool = False):
+        if onnx and not torch.onnx.is_in_onnx_export():
+            raise RuntimeError("the fused attention ops exist only in the ONNX export: call decode_step_fixed without "
+                               "fused_attention")
+        device = src_mask.device
+        self.onnx = onnx
+        self.cross_bias = padding_bias(src_mask, dtype)                                   # [B, 1, 1, S]
+        if onnx:
+            self.seqlens_k = past_length.to(torch.int32).reshape(1).expand(rows)          # [R]
+            self.total_length = (past_length + 1).to(torch.int32)                         # 0-d
+            self.key_padding_mask = src_mask.to(torch.int32)                              # [B, S]
+            return
+        hidden = torch.arange(capacity, device=device) > past_length                      # [C]
+        self.self_bias = torch.zeros(capacity, dtype=dtype, device=device).masked_fill(
+            hidden, torch.finfo(dtype).min)[None, None, None, :]                          # [1, 1, 1, C]
+        self.write_at = (torch.arange(rows, device=device)[:, None], torch.arange(heads, device=device)[None, :],
+                         past_length.reshape(1, 1).expand(rows, heads))                   # cache[r, h, past_length]
 
 
 # The paper does not say how the weights start. "normal" (HF Marian's: every weight matrix and the embeddings
@@ -337,29 +407,26 @@ class Transformer(nn.Module):
         return torch.log_softmax(logits.float(), dim=-1), present
 
     def decode_step_fixed(self, input_ids: torch.Tensor, src_mask: torch.Tensor, past_length: torch.Tensor,
-                          cache: List[KV], cross: List[KV]) -> Tuple[torch.Tensor, List[KV], torch.Tensor]:
+                          cache: List[KV], cross: List[KV], fused_attention: bool = False
+                          ) -> Tuple[torch.Tensor, List[KV], torch.Tensor]:
         """decode_step over a fixed-capacity cache (the format-2 decoder step graph, docs/CONTRACTS.md).
 
         cache (K, V) [R, H, C, Dh] per layer holds the past at positions 0 .. past_length-1 (a 0-d int64
         tensor, < C); this step's K/V are written at position past_length and the query attends to
-        positions 0 .. past_length, the rest hidden by the bias. Returns the log-probs [R, V] (those of
-        decode_step), the cache with that position written [R, H, C, Dh] per layer, and the last decoder
-        layer's cross-attention weights averaged over heads [R, S] (rows sum to 1).
+        positions 0 .. past_length, the rest hidden. Returns the log-probs [R, V] (those of decode_step), the
+        cache with that position written [R, H, C, Dh] per layer, and the last decoder layer's cross-attention
+        weights averaged over heads [R, S] (rows sum to 1). fused_attention (torch.onnx.export only): the attention
+        is traced as onnxruntime's fused ops (FixedCacheStep), which the export's parity gate checks against this
+        PyTorch path.
         """
         x = self.tgt_embed(input_ids) * math.sqrt(self.cfg.d_model) + self.pe.index_select(0, past_length.reshape(1))
-        capacity = cache[0][0].shape[2]
-        hidden = torch.arange(capacity, device=x.device) > past_length                       # [C]
-        self_bias = torch.zeros(capacity, dtype=x.dtype, device=x.device).masked_fill(
-            hidden, torch.finfo(x.dtype).min)[None, None, None, :]                            # [1, 1, 1, C]
-        cross_bias = padding_bias(src_mask, x.dtype)
-        rows, heads = input_ids.shape[0], self.cfg.n_heads
-        write_at = (torch.arange(rows, device=x.device)[:, None], torch.arange(heads, device=x.device)[None, :],
-                    past_length.reshape(1, 1).expand(rows, heads))                            # cache[r, h, past_length]
+        step = FixedCacheStep(past_length, cache[0][0].shape[2], input_ids.shape[0], self.cfg.n_heads, src_mask,
+                              x.dtype, onnx=fused_attention)
         present, last = [], len(self.decoder_layers) - 1
         for i, layer in enumerate(self.decoder_layers):
-            out = layer(x, cache[i], self_bias, cross[i], cross_bias, True, write_at, need_weights=i == last)
-            x, kv = out[0], out[1]
-            present.append(kv)
+            out = layer.step_fixed(x, cache[i], cross[i], step, need_weights=i == last)
+            x = out[0]
+            present.append(out[1])
         logits = self.output_projection(self.decoder_norm(x)[:, -1])                          # [R, V]
         return torch.log_softmax(logits.float(), dim=-1), present, out[2]
 

@@ -49,8 +49,9 @@ def _cached(out: Path, key: str, build: Callable[[], None], label: str) -> Path:
 # the package manifest (the variant's status says "validation-skipped"). fp32 keeps every check.
 EXPORT_ARGS = ["--int8", "--skip-int8-validation", "--overwrite"]
 # part of the cached package's key: change it when the exported graphs change, so a cached package of
-# earlier graphs is exported again (format_version 2; sibling projections fused: export/fuse.py)
-EXPORT_CONTRACT = "format 2, fused projections"
+# earlier graphs is exported again (format_version 2; sibling projections fused: export/fuse.py; the int8 decoder
+# step with onnxruntime's fused attention: export_fused_decoder)
+EXPORT_CONTRACT = "format 2, fused projections, int8 fused attention"
 
 
 # --device cuda adds the float16 variant, checked on the GPU against PyTorch at export (its thresholds apply).

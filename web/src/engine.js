@@ -234,14 +234,20 @@ function checkGraphIo(Engine, session, where, graph, config) {
   }
 }
 
-/** The engine of a package variant: its two sessions from the bytes the package read and checked. */
+/** Which graphs' intra-op threads spin while they wait for work (runtime/session.py SPINNING): the decoder step's,
+ * which runs hundreds of small parallel sections per translation; not the encoder's, which runs once per call and
+ * whose spinning threads would take a core from the decoder's. */
+export const SPINNING = { encoder: false, decoder_step: true };
+
+/** The engine of a package variant: its two sessions from the bytes the package read and checked.
+ * sessionOptions(graph): the onnxruntime session options of "encoder" and "decoder_step". */
 export async function openEngine(pkg, variantName, [encoderBytes, decoderBytes], sessionOptions) {
   const { config } = pkg, ort = pkg.platform.ort;
   const Engine = ENGINES.get(pkg.formatVersion);
   const variant = pkg.variants[variantName];
   const encoderPath = pkg.describe(variant.encoder), decoderPath = pkg.describe(variant.decoderStep);
-  const encoder = await openSession(ort, encoderBytes, encoderPath, sessionOptions);
-  const decoder = await openSession(ort, decoderBytes, decoderPath, sessionOptions);
+  const encoder = await openSession(ort, encoderBytes, encoderPath, sessionOptions("encoder"));
+  const decoder = await openSession(ort, decoderBytes, decoderPath, sessionOptions("decoder_step"));
   checkGraphIo(Engine, encoder, encoderPath, "encoder", config);
   checkGraphIo(Engine, decoder, decoderPath, "decoder_step", config);
   const meta = Object.fromEntries((decoder.inputMetadata ?? []).concat(decoder.outputMetadata ?? []).map((m) => [m.name, m.shape ?? []]));

@@ -130,11 +130,13 @@ export const nodePlatform = {
     return createHash("sha256").update(bytes).digest("hex");
   },
 
-  /** onnxruntime-node session options for the Translator's thread options. */
-  sessionOptions({ intraThreads = 0, interThreads = 1 } = {}) {
+  /** onnxruntime-node session options for the Translator's thread options; spinning false: the session's idle
+   * intra-op threads sleep at once (engine.js SPINNING). */
+  sessionOptions({ intraThreads = 0, interThreads = 1, spinning = true } = {}) {
     const options = { executionProviders: ["cpu"], graphOptimizationLevel: "all",
       executionMode: interThreads > 1 ? "parallel" : "sequential", interOpNumThreads: interThreads };
     if (intraThreads > 0) options.intraOpNumThreads = intraThreads;
+    if (!spinning) options.extra = { session: { intra_op: { allow_spinning: "0" } } };
     return options;
   },
 

@@ -12,7 +12,7 @@
 //     a warning; only a prefix of a long text is tokenized (tokenIds), so its length costs no memory or time;
 //   * hypotheses are decoded without EOS, special tokens skipped.
 import { decode, decodeSteps, commonPrefix } from "./decoding.js";
-import { openEngine } from "./engine.js";
+import { SPINNING, openEngine } from "./engine.js";
 import { ModelPackageError, Seq2OnnxError } from "./errors.js";
 import { readPackage, UNCHECKED } from "./manifest.js";
 import { checkInt, decodingOptions, DECODING_DEFAULTS, DEFAULT_MAX_BATCH_SIZE, MAX_CHARS_PER_TOKEN } from "./options.js";
@@ -135,7 +135,8 @@ export class Translator {
         "float32 more than the export's thresholds allow");
     }
     const graphs = await pkg.readVariant(variantName);
-    const engine = await openEngine(pkg, variantName, graphs, platform.sessionOptions({ intraThreads, interThreads }));
+    const engine = await openEngine(pkg, variantName, graphs,
+      (graph) => platform.sessionOptions({ intraThreads, interThreads, spinning: SPINNING[graph] }));
     return new this(pkg, variantName, engine, onWarning);
   }
 

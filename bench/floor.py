@@ -1,7 +1,8 @@
 """The memory floor of batch-1 decoding: bytes of weights read per decoder step over memory bandwidth.
 
     python bench/floor.py                 # this machine's memory bandwidth alone
-    python bench/floor.py PACKAGE         # + bytes per step and floor tokens/s of a seq2onnx package
+    python bench/floor.py PACKAGE         # + bytes per step and floor tokens/s of a seq2onnx package, and the
+                                          #   ceiling of its weight products alone on onnxruntime
 
 At batch 1 a decoder step multiplies one vector by every weight matrix, so each step reads every
 weight once from memory (the weights, 20-100 MB here, do not fit the CPU cache): no engine can step
@@ -12,6 +13,11 @@ Bandwidth: the best of several tries of a read (np.maximum.reduce: SIMD, ~100 GB
 cached data, so memory is what limits it) and a copy (np.copyto: bytes read plus bytes written) of
 arrays far larger than the CPU cache, split across 1 and 2 threads (numpy releases the GIL in both).
 The largest figure is the bandwidth; the detail says whether 2 threads beat 1.
+
+Beside the floor, the ceiling of onnxruntime's own kernels: a graph of nothing but the step's weight products
+(weight_products), timed at batch 1. What a decoder step adds to it (attention, layer norms, small ops, the
+decoding loop) is the part an engine built on these kernels can still win back; the rest of the gap to the floor
+is how fast the kernels read weights.
 """
 from __future__ import annotations
 
@@ -106,6 +112,72 @@ def package_floor(package: Path, bandwidth_gb_s: float) -> Dict[str, Dict]:
     return out
 
 
+def weight_products(graph_path: Path, out_dir: Path) -> Dict[str, Path]:
+    """Graphs of nothing but a decoder step's weight products: {"fp32": path, "int8": path}.
+
+    Every MatMul (and Gemm) of the fp32 decoder step whose second input is a 2-D initializer, with that same weight
+    (a Gemm's transposed weight stored as [K, N]: the same bytes), each fed a graph input of one row [1, K] and
+    each a graph output; the int8 graph quantises them as `seq2onnx export --int8` does (export/quantize.py). What
+    onnxruntime's kernels alone take to read a batch-1 step's weights: the attention, layer norms, the other small
+    ops of a step and our decoding loop come on top. (The embedding lookup, one row, is left out.)"""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    from seq2onnx.export.quantize import quantize_int8
+
+    graph = onnx.load(str(graph_path)).graph
+    weights = {t.name: t for t in graph.initializer if len(t.dims) == 2}
+    nodes, inits, inputs, outputs = [], [], {}, []
+    for node in graph.node:
+        if node.op_type not in ("MatMul", "Gemm") or node.input[1] not in weights:
+            continue
+        w = numpy_helper.to_array(weights[node.input[1]])
+        if node.op_type == "Gemm" and any(a.name == "transB" and a.i for a in node.attribute):
+            w = np.ascontiguousarray(w.T)
+        k, i = w.shape[0], len(nodes)
+        inputs.setdefault(k, helper.make_tensor_value_info(f"x{k}", onnx.TensorProto.FLOAT, [1, k]))
+        inits.append(numpy_helper.from_array(w, f"w{i}"))
+        nodes.append(helper.make_node("MatMul", [f"x{k}", f"w{i}"], [f"y{i}"]))
+        outputs.append(helper.make_tensor_value_info(f"y{i}", onnx.TensorProto.FLOAT, [1, w.shape[1]]))
+    model = helper.make_model(helper.make_graph(nodes, "weight_products", list(inputs.values()), outputs, inits),
+                              opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    out = {"fp32": Path(out_dir) / "weight_products.onnx", "int8": Path(out_dir) / "weight_products.int8.onnx"}
+    onnx.save(model, str(out["fp32"]))
+    quantize_int8(out["fp32"], out["int8"])
+    return out
+
+
+def weight_products_tok_s(path: Path, threads: int = 2, runs: int = 200) -> float:
+    """Steps per second of a weight_products graph at batch 1 on `threads` intra-op threads: 1 / the median of
+    `runs` timed runs after a warm-up."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    feed = {i.name: np.ones([1, i.shape[1]], dtype=np.float32) for i in sess.get_inputs()}
+    for _ in range(20):
+        sess.run(None, feed)
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        sess.run(None, feed)
+        times.append(time.perf_counter() - start)
+    return 1.0 / float(np.median(times))
+
+
+def weight_products_ceiling(package: Path, threads: int = 2) -> Dict[str, float]:
+    """{"fp32": tok/s, "int8": tok/s}: batch-1 steps per second of the package's decoder step weight products
+    alone (weight_products), as onnxruntime runs them on `threads` threads: the ceiling of any decoding that runs
+    these weights on onnxruntime's kernels, to set beside the memory floor."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        graphs = weight_products(package / VARIANTS["fp32"], Path(tmp))
+        return {variant: round(weight_products_tok_s(path, threads), 1) for variant, path in graphs.items()}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("package", nargs="?", type=Path, help="a seq2onnx package: also its bytes per step and floor")
@@ -116,9 +188,12 @@ def main(argv=None) -> int:
     print(json.dumps(bw, indent=1))
     print(f"bandwidth: {bw['bandwidth_gb_s']:.1f} GB/s ({bw['best']})")
     if args.package:
+        ceiling = weight_products_ceiling(args.package)
         for variant, f in package_floor(args.package, bw["bandwidth_gb_s"]).items():
             print(f"{variant}: {f['bytes_per_step'] / 1e6:.1f} MB read per step "
-                  f"({f['initializer_bytes'] / 1e6:.1f} MB of initializers), floor {f['floor_tok_s']:.0f} tokens/s")
+                  f"({f['initializer_bytes'] / 1e6:.1f} MB of initializers), floor {f['floor_tok_s']:.0f} tokens/s; "
+                  f"its weight products alone on onnxruntime: {ceiling[variant]:.0f} steps/s "
+                  f"({100 * ceiling[variant] / f['floor_tok_s']:.0f}% of the floor)")
     return 0
 
 

@@ -233,6 +233,8 @@ def main(argv=None) -> int:
             peak_rss[str(vocab)] = measure_memory(art, bm, args.systems, st)
         if bandwidth is not None and art.package is not None:
             step_bytes[vocab] = floor.package_floor(art.package, bandwidth["bandwidth_gb_s"])
+            for variant, tok_s in floor.weight_products_ceiling(art.package, st.threads).items():
+                step_bytes[vocab][variant]["weight_products_tok_s"] = tok_s
 
     checks = fidelity(results, names)
     floor_data = floor_summary(bandwidth, step_bytes, results, st) if bandwidth is not None else None

@@ -62,3 +62,25 @@ def test_own_peak_rss_is_the_childs_not_its_parents():
                                          text=True, check=True).stdout.split())
     assert small < 200
     del ballast
+
+
+def test_weight_products_keep_each_weight_product_and_nothing_else(tmp_path):
+    """The ceiling graph: every MatMul / Gemm of an initializer weight, with that weight's bytes (a Gemm's transposed
+    weight stored transposed), each fed one row; a product of a computed tensor (the tied projection through a
+    Transpose) is not a weight product. The int8 graph quantises them; both run."""
+    from bench.floor import weight_products, weight_products_tok_s
+
+    src = _graph(tmp_path / "step.onnx", table_also_projects=True)
+    model = onnx.load(str(src))
+    gemm_weight = numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(3, 4), "gemm_weight")   # [N, K]
+    model.graph.initializer.append(gemm_weight)
+    model.graph.node.append(helper.make_node("Gemm", ["h", "gemm_weight"], ["g"], transB=1))
+    onnx.save(model, str(src))
+    out = weight_products(src, tmp_path)
+    graph = onnx.load(str(out["fp32"])).graph
+    assert [n.op_type for n in graph.node] == ["MatMul", "MatMul"]
+    weights = [numpy_helper.to_array(t) for t in graph.initializer]
+    assert [w.shape for w in weights] == [(4, 4), (4, 3)] and np.array_equal(weights[1], np.arange(12).reshape(3, 4).T)
+    assert [i.name for i in graph.input] == ["x4"]
+    assert any(n.op_type == "MatMulInteger" for n in onnx.load(str(out["int8"])).graph.node)
+    assert all(weight_products_tok_s(path, threads=1, runs=5) > 0 for path in out.values())

@@ -246,6 +246,21 @@ def test_thread_safety(translator):
     assert {r[0] for r in requests} == {"batch", "stream"} and len({str(r[2]) for r in requests}) >= 12
 
 
+def test_a_call_decodes_in_the_cache_memory_the_last_call_left(tiny_package, pairs):
+    """The engine keeps the cache memory of the call that ended last (session.py _SpareMemory) and the next call
+    decodes in it: the results are those of a Translator that never ran, after a bigger call left its longer,
+    wider caches behind."""
+    texts = [src for src, _ in pairs[:12]]
+    fresh, used = (Translator(tiny_package, device="cpu", intra_threads=1) for _ in range(2))
+    used.translate_batch(texts * 3, beam_size=4, num_hypotheses=4)               # 36 sentences x 4 beams
+    n, sets = used.engine.spare._sets
+    assert n == 2 * used.config.decoder_layers and all(len(s) == n for s in sets)
+    for options in (dict(beam_size=4, num_hypotheses=2), dict(beam_size=1)):
+        got = used.translate_batch(texts[:3], return_scores=True, **options)
+        assert used.engine.spare._sets[1] is sets                               # the same memory, back again
+        assert got == fresh.translate_batch(texts[:3], return_scores=True, **options)
+
+
 # --- scoring (CTranslate2's score_batch) -----------------------------------------------------------
 def test_score_of_a_translation_is_the_score_decoding_reported(translator, pairs):
     texts = [s for s, _ in pairs]

@@ -13,7 +13,7 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 from bench.engines import Engine, Tokens
 
@@ -66,11 +66,15 @@ def _run_checked(engine: Engine, sources, beam: int, length: int):
 
 
 def run_case(engines: Sequence[Engine], case: Case, sources, length: int, rounds: int,
-             baseline: Optional[str], vocab_size: Optional[int] = None, label: Optional[str] = None) -> CaseResult:
-    """label: the case's name in progress lines (default case.name); vocab_size: recorded in each Timing."""
+             baseline: Optional[str], vocab_size: Optional[int] = None, label: Optional[str] = None,
+             before_round: Optional[Callable[[], None]] = None) -> CaseResult:
+    """label: the case's name in progress lines (default case.name); vocab_size: recorded in each Timing;
+    before_round: called before each counted round (run.py probes the memory bandwidth there)."""
     result = CaseResult()
     seconds: Dict[str, List[float]] = {e.name: [] for e in engines}
     for r in range(rounds + 1):                                   # round 0: warm-up, not counted
+        if r > 0 and before_round is not None:
+            before_round()
         for e in engines:
             tokens, s = _run_checked(e, sources, case.beam, length)
             result.outputs[e.name] = tokens

@@ -123,21 +123,27 @@ def floor_text(floor: Dict) -> str:
              " Floor = bandwidth / bytes of weights read per batch-1 decoder step; % of floor: our "
              f"{floor['case']} tokens/s in this run."]
     if floor["by_vocab"]:                            # none without our package (--systems without ours)
-        lines += ["", "Weight products alone: a graph of nothing but the step's weight MatMuls (the same weights, int8 "
-                  "quantised as the export does), timed at batch 1 on onnxruntime in this run (bench/floor.py): the "
-                  "ceiling of any engine on onnxruntime's kernels.",
-                  "", f"| model | weights read per step (MB) | floor tokens/s | weight products alone, steps/s (% of "
-                  f"floor) | seq2onnx tokens/s, {floor['case']} | % of floor | % of weight products |",
-                  "|---|---:|---:|---:|---:|---:|---:|"]
+        lines += ["", "Two floors, both of this run: at its start (before any model was loaded) and beside the batch-1 "
+                  "case (the best of the probes taken before each of its counted rounds: the machine's bandwidth "
+                  "moves with its neighbours' load). Weight products alone: a graph of nothing but the step's weight "
+                  "MatMuls (the same weights, int8 quantised as the export does), timed at batch 1 on onnxruntime "
+                  "(bench/floor.py): the ceiling of any engine on onnxruntime's kernels.",
+                  "", f"| model | weights read per step (MB) | floor tokens/s at start | floor beside the case "
+                  f"(GB/s) | weight products alone, steps/s | seq2onnx tokens/s, {floor['case']} | % of floor at "
+                  "start | % of floor beside the case | % of weight products |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for vocab, variants in floor["by_vocab"].items():
         for variant, f in variants.items():
-            ours = f"{f['ours_tok_s']:.0f}" if "ours_tok_s" in f else "-"
-            pct = f"{f['percent_of_floor']:.0f}%" if "percent_of_floor" in f else "-"
+            ours = f.get("ours_tok_s")
             products = f.get("weight_products_tok_s")
-            ceiling = f"{products:.0f} ({100 * products / f['floor_tok_s']:.0f}%)" if products else "-"
-            of_ceiling = f"{100 * f['ours_tok_s'] / products:.0f}%" if products and "ours_tok_s" in f else "-"
-            lines.append(f"| {variant}, vocab {vocab} | {f['bytes_per_step'] / 1e6:.1f} | {f['floor_tok_s']:.0f} | "
-                         f"{ceiling} | {ours} | {pct} | {of_ceiling} |")
+            during = f.get("floor_tok_s_during_case")
+            cells = [f"{variant}, vocab {vocab}", f"{f['bytes_per_step'] / 1e6:.1f}", f"{f['floor_tok_s']:.0f}",
+                     f"{during:.0f} ({f['bandwidth_during_case_gb_s']:.1f})" if during else "-",
+                     f"{products:.0f}" if products else "-", f"{ours:.0f}" if ours else "-",
+                     f"{f['percent_of_floor']:.0f}%" if "percent_of_floor" in f else "-",
+                     f"{f['percent_of_floor_during_case']:.0f}%" if "percent_of_floor_during_case" in f else "-",
+                     f"{100 * ours / products:.0f}%" if ours and products else "-"]
+            lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

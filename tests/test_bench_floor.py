@@ -84,3 +84,35 @@ def test_weight_products_keep_each_weight_product_and_nothing_else(tmp_path):
     assert [i.name for i in graph.input] == ["x4"]
     assert any(n.op_type == "MatMulInteger" for n in onnx.load(str(out["int8"])).graph.node)
     assert all(weight_products_tok_s(path, threads=1, runs=5) > 0 for path in out.values())
+
+
+def test_the_floor_beside_the_case_is_the_best_probe_of_its_rounds_and_both_floors_are_reported():
+    """run.py's floor section: the floor at the start and the one beside the batch-1 case (the best of the probes
+    run_case made before each counted round), each with our tokens/s as a percentage; the report shows both."""
+    from bench.measure import CASES, Case, CaseResult, Timing, run_case
+    from bench.report import floor_text
+    from bench.run import Settings, floor_summary
+
+    class Engine:
+        name, precision = "seq2onnx fp32", "fp32"
+
+        def run(self, sources, beam, length):
+            return [[5] * length for _ in sources], 0.5
+
+    probes = []
+    res = run_case([Engine()], Case("batch 1 greedy", 1, 1), [[5, 2]], 4, 3, None, 8000,
+                   before_round=lambda: probes.append(40.0 + len(probes)))
+    assert probes == [40.0, 41.0, 42.0]                                 # before each counted round, not the warm-up
+    st = Settings(vocab_sizes=[8000])
+    step_bytes = {8000: {"fp32": {"bytes_per_step": 100e6, "initializer_bytes": 110e6, "floor_tok_s": 800.0,
+                                  "weight_products_tok_s": 600.0}}}
+    out = floor_summary({"bandwidth_gb_s": 80.0}, step_bytes, {CASES[0].name: res}, st, {8000: probes})
+    f = out["by_vocab"]["8000"]["fp32"]
+    assert res.timings[0].tokens_per_s == 8.0                          # 4 tokens in 0.5 s
+    assert f["bandwidth_during_case_gb_s"] == 42.0 and f["floor_tok_s_during_case"] == 420.0
+    assert f["percent_of_floor"] == 1.0 and f["percent_of_floor_during_case"] == round(800 / 420, 1)
+    assert (out["bandwidth_gb_s"], out["fp32_tok_s"]) == (80.0, 800.0)
+    out["bandwidth"] = {"tries": 5, "best": "copy, 2 threads", "array_mib": 512, "threads_beat_one": True,
+                        "read_gb_s": {"1": [30.0], "2": [60.0]}, "copy_gb_s": {"1": [40.0], "2": [80.0]}}
+    row = [line for line in floor_text(out).splitlines() if line.startswith("| fp32, vocab 8000")]
+    assert row == ["| fp32, vocab 8000 | 100.0 | 800 | 420 (42.0) | 600 | 8 | 1% | 2% | 1% |"]

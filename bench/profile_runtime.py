@@ -34,6 +34,7 @@ if __package__ in (None, ""):
 from bench.engines import Seq2OnnxRuntime  # noqa: E402
 from bench.measure import make_sources  # noqa: E402
 from seq2onnx.runtime.config import ModelConfig  # noqa: E402
+from seq2onnx.runtime.graph_io import PAST_LENGTH, cache_names  # noqa: E402
 
 BENCH = Path(__file__).resolve().parent
 
@@ -58,15 +59,18 @@ def bare_loop(encoder: ort.InferenceSession, decoder: ort.InferenceSession, cfg:
     rows = len(sources)
     cross = dict(zip([o.name for o in encoder.get_outputs()],
                      encoder.run(None, {"input_ids": ids, "attention_mask": mask})))
-    shape = (rows, cfg.n_heads, 0, cfg.head_dim)
-    past = {f"past_{kv}_{i}": np.zeros(shape, np.float32) for i in range(cfg.decoder_layers) for kv in ("key", "value")}
+    fixed = any(i.name == PAST_LENGTH for i in decoder.get_inputs())      # format 2: a cache of capacity `length`
+    shape = (rows, cfg.n_heads, length if fixed else 0, cfg.head_dim)
+    past = {name: np.zeros(shape, np.float32) for name in cache_names("past", cfg.decoder_layers)}
     out_names = [o.name for o in decoder.get_outputs()]
     last = np.full((rows, 1), cfg.bos_id, dtype=np.int64)
     tokens, step_times = [], []
     for step in range(length):
         t0 = time.perf_counter()
-        outs = dict(zip(out_names, decoder.run(None, {"input_ids": last, "encoder_attention_mask": mask,
-                                                      **past, **cross})))
+        feed = {"input_ids": last, "encoder_attention_mask": mask, **past, **cross}
+        if fixed:
+            feed[PAST_LENGTH] = np.array(step, dtype=np.int64)
+        outs = dict(zip(out_names, decoder.run(None, feed)))
         logp = outs["log_probs"]                                            # [R, V]
         logp[:, [cfg.pad_id, cfg.bos_id, cfg.eos_id]] = -np.inf             # EOS forbidden: min length = length
         last = np.argmax(logp, axis=1)[:, None]                             # [R, 1]

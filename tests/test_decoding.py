@@ -253,11 +253,13 @@ def test_top_candidates_is_a_stable_descending_sort(rows, cols, seed):
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.integers(1, 5), st.sampled_from([64, 500, 4000, 32000]), st.integers(1, 16), st.integers(0, 3),
+@given(st.integers(1, 5), st.sampled_from([64, 77, 500, 4000, 32000]), st.integers(1, 16), st.integers(0, 5),
        st.integers(0, 10**6))
-def test_top_candidates_sampled_bound_is_a_stable_descending_sort(rows, cols, m, kind, seed):
-    """Wide rows (beam x vocab) take the sampled-bound path: log-prob-like rows, rows of few distinct
-    values (ties across the cut), rows mostly -inf (the first beam step), rows with NaN."""
+def test_top_candidates_block_bound_is_a_stable_descending_sort(rows, cols, m, kind, seed):
+    """Wide rows (beam x vocab) take the block-maxima path: log-prob-like rows, rows of few distinct
+    values (ties across the cut), rows mostly -inf (the first beam step), rows with many NaN, rows with a
+    few NaN (a block whose maximum is NaN may still hold the best scores), rows with +inf; 77 columns
+    leave a short last block."""
     rng = np.random.default_rng(seed)
     scores = np.log(rng.random((rows, cols))).astype(np.float32)
     if kind == 1:
@@ -266,6 +268,10 @@ def test_top_candidates_sampled_bound_is_a_stable_descending_sort(rows, cols, m,
         scores[:, : cols * 3 // 4] = -np.inf
     elif kind == 3:
         scores[rng.random((rows, cols)) < 0.3] = np.nan
+    elif kind == 4:
+        scores[rng.random((rows, cols)) < 0.002] = np.nan
+    elif kind == 5:
+        scores[rng.random((rows, cols)) < 0.01] = np.inf
     expected = np.argsort(-scores, axis=1, kind="stable")[:, :m]
     assert np.array_equal(top_candidates(scores, m), expected)
 

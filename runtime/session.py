@@ -16,6 +16,7 @@ cuDNN libraries on the system library path; with the pip-installed nvidia-* libr
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import weakref
 from dataclasses import dataclass
@@ -49,15 +50,22 @@ class SessionConfig:
     optimization: str = "all"           # graph optimisation level: disable | basic | extended | all
 
     def session_options(self, spinning: bool = True) -> ort.SessionOptions:
-        """spinning False: the session's idle intra-op threads sleep at once instead of spinning (see SPINNING)."""
+        """spinning False: the session's idle intra-op threads sleep at once instead of spinning; True: they spin
+        within a run and sleep between runs (see SPINNING)."""
         so = ort.SessionOptions()
         so.intra_op_num_threads = self.intra_threads
         so.inter_op_num_threads = self.inter_threads
         so.execution_mode = ort.ExecutionMode.ORT_PARALLEL if self.inter_threads > 1 else ort.ExecutionMode.ORT_SEQUENTIAL
         so.graph_optimization_level = OPTIMIZATION_LEVELS[self.optimization]
-        if not spinning:
+        if spinning:
+            so.add_session_config_entry("session.force_spinning_stop", "1")
+        else:
             so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         return so
+
+    def copy_threads(self) -> int:
+        """Threads for the CPU engine's cache copies (beam reorders): as many as the intra-op threads."""
+        return self.intra_threads or os.cpu_count() or 1
 
     def providers(self) -> List[Any]:
         if self.device == "cuda":
@@ -160,7 +168,9 @@ _CACHE_TYPES = ("tensor(float)", "tensor(float16)")       # cross K/V and caches
 # batch-1 int8 step took 1.07 ms instead of 0.62). The encoder runs once per call, and its spinning workers then
 # took a core from the decoder's: on 2 cores one decoder step in ~12 stalled for a scheduler tick (4-5 ms), which
 # cost 30% of the batch-1 int8 decoding time (mean step 1.19 -> 0.84 ms with the encoder's spinning off; the
-# encoder itself takes 2.7 -> 3.4 ms at batch 1, 27 -> 30 ms at batch 16).
+# encoder itself takes 2.7 -> 3.4 ms at batch 1, 27 -> 30 ms at batch 16). The decoder's workers spin only within
+# a run (session.force_spinning_stop): between steps the search's numpy work and the beam reorder's copy threads
+# (ArrayEngine.take) have the cores to themselves. Spinning on after a run, a 2-thread reorder was slower than one.
 SPINNING = {"encoder": False, "decoder_step": True}
 
 
@@ -368,9 +378,12 @@ class ArrayEngine(_Graphs):
     full cache moves into one of twice the capacity. A reorder (take) of a cache gathers into the pool.
     """
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, copy_threads: int = 1, **kwargs):
         super().__init__(*args, **kwargs)
         self.spare = _SpareMemory()          # the cache memory of the last call, for the next
+        self.copy_threads = max(1, copy_threads)
+        self._copier: Any = None                       # a ThreadPoolExecutor, made at the first reorder
+        self._copier_lock = threading.Lock()
 
     def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> Tuple[np.ndarray, List[np.ndarray]]:
         cross = self.encoder.run(self.cross_names, {"input_ids": input_ids, "attention_mask": attention_mask})
@@ -449,10 +462,29 @@ class ArrayEngine(_Graphs):
     def take(self, values: List[np.ndarray], index: np.ndarray) -> List[np.ndarray]:
         if isinstance(values, _Cache):          # beam reorder: gather into the pool's other set
             dst = values.pool.views(1 - values.which, (len(index), *values[0].shape[1:]))
-            for src, out in zip(values, dst):
-                np.take(src, index, axis=0, out=out, mode="wrap")   # "wrap": unbuffered; index is in range
+            self._gather(values, dst, index)
             return _Cache(dst, values.pool, 1 - values.which, values.length)
         return [np.take(v, index, axis=0) for v in values]
+
+    def _gather(self, values: List[np.ndarray], dst: List[np.ndarray], index: np.ndarray) -> None:
+        """dst[i] = values[i][index], the tensors split between copy_threads threads (numpy copies without the GIL).
+        A reorder moves every cache tensor whole: 2 x 12 x [64, 8, 64, 64] float32 bytes at batch 16 beam 4, which
+        one thread copied at 29-43 GB/s, depending on the host."""
+        def gather(part: slice) -> None:
+            for src, out in zip(values[part], dst[part]):
+                np.take(src, index, axis=0, out=out, mode="wrap")   # "wrap": unbuffered; index is in range
+        threads = min(self.copy_threads, len(values))
+        if threads < 2:
+            return gather(slice(None))
+        parts = [slice(t * len(values) // threads, (t + 1) * len(values) // threads) for t in range(threads)]
+        with self._copier_lock:
+            if self._copier is None:
+                from concurrent.futures import ThreadPoolExecutor   # here: the runtime's import stays light
+                self._copier = ThreadPoolExecutor(threads - 1, thread_name_prefix="seq2onnx-copy")
+        others = [self._copier.submit(gather, part) for part in parts[1:]]
+        gather(parts[0])
+        for done in others:
+            done.result()
 
 
 class IoBindingEngine(_Graphs):
@@ -571,4 +603,4 @@ def open_engine(encoder_path: Any, decoder_path: Any, config: ModelConfig, sc: S
     if sc.device == "cuda":
         return IoBindingEngine(encoder, decoder, config, "cuda", sc.device_id, sc.providers(), cross_per_sentence,
                                str(decoder_path))
-    return ArrayEngine(encoder, decoder, config, cross_per_sentence, str(decoder_path))
+    return ArrayEngine(encoder, decoder, config, cross_per_sentence, str(decoder_path), copy_threads=sc.copy_threads())

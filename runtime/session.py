@@ -18,13 +18,13 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import weakref
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import onnxruntime as ort
 
+from .cache_memory import Binding, Cache, CachePool, SpareMemory
 from .config import ModelConfig
 from .errors import ModelPackageError, Seq2OnnxError
 from .gather_graph import gather_model_bytes
@@ -269,110 +269,10 @@ class _Graphs:
 FIXED_CACHE_START = 16      # format 2: positions a fresh cache holds; it doubles when full
 
 
-class _CachePool:
-    """Reused memory for one decoding call's self-attention cache (CPU).
-
-    Two sets of flat float32 buffers, one buffer per cache tensor. Format 1: a step writes its present
-    into the set that does not hold its past; format 2: a step writes into its own set, in place. A reorder
-    (or a larger capacity) writes into the set that does not hold its source, so the sets alternate and
-    nothing is allocated once they are big enough. Fresh arrays cost a page fault per 4 KiB every step: for
-    the Transformer-base beam-4 cache (12 x [64, 8, P, 64]) np.take into new arrays measured 5-15x slower than
-    into reused ones. Buffers start as zeros, so every position a format-2 graph reads holds a finite float
-    (positions after past_length are masked out, and 0 x a finite value is 0).
-    """
-
-    def __init__(self, n: int, spare: Optional["_SpareMemory"] = None):
-        self.sets: List[List[np.ndarray]] = (spare.take(n) if spare else None) or [[], []]
-        self.n = n
-        if spare is not None:                               # this call's memory goes to the next call
-            weakref.finalize(self, spare.give, n, self.sets)
-        self.log_probs = np.empty((0, 0), dtype=np.float32)      # [rows, vocab], a view of reused memory
-        self.attention = np.empty((0, 0), dtype=np.float32)      # [rows, src_len] (format 2, with attention)
-        self._memory: Dict[str, np.ndarray] = {}
-        self.binding: Optional["_Binding"] = None       # format 2: the call's IO binding, kept across steps
-        self.past_length = np.zeros((), dtype=np.int64)  # format 2: the bound past_length input
-
-    def views(self, which: int, shape: Tuple[int, ...]) -> List[np.ndarray]:
-        size = int(np.prod(shape))
-        bufs = self.sets[which]
-        if not bufs or bufs[0].size < size:
-            grown = max(size, int(bufs[0].size * 1.5) if bufs else 0)     # zero pages come on first use
-            bufs = self.sets[which] = [np.zeros(grown, dtype=np.float32) for _ in range(self.n)]
-        return [b[:size].reshape(shape) for b in bufs]
-
-    def log_probs_view(self, rows: int, vocab: int) -> np.ndarray:
-        """[rows, vocab] float32 in reused memory: the same array object while the shape stays (_Binding)."""
-        if self.log_probs.shape != (rows, vocab):
-            self.log_probs = self._reused("log_probs", (rows, vocab))
-        return self.log_probs
-
-    def attention_view(self, rows: int, src_len: int) -> np.ndarray:
-        if self.attention.shape != (rows, src_len):
-            self.attention = self._reused("attention", (rows, src_len))
-        return self.attention
-
-    def _reused(self, name: str, shape: Tuple[int, int]) -> np.ndarray:
-        size = shape[0] * shape[1]
-        memory = self._memory.get(name)
-        if memory is None or memory.size < size:
-            memory = self._memory[name] = np.empty(size, dtype=np.float32)
-        return memory[:size].reshape(shape)
-
-
-class _SpareMemory:
-    """The cache memory of the last decoding call that ended, for the next call of the engine.
-
-    A call's cache sets grow to hundreds of MB at batch 16 beam 4 (2 x 12 x [64, 8, 64, 64] float32: 200 MB), and
-    fresh memory costs a page fault per 4 KiB on its first use, in every call. The pool's finalizer hands its sets
-    here when the call's last cache is dropped, and the next pool starts from them (any values they hold are
-    finite: K/V a step wrote, or zeros). One call's worth is kept, the latest."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._sets: Optional[Tuple[int, List[List[np.ndarray]]]] = None
-
-    def give(self, n: int, sets: List[List[np.ndarray]]) -> None:
-        with self._lock:
-            self._sets = (n, sets)
-
-    def take(self, n: int) -> Optional[List[List[np.ndarray]]]:
-        with self._lock:
-            kept, self._sets = self._sets, None
-        return kept[1] if kept is not None and kept[0] == n else None
-
-
-class _Binding:
-    """One decoding call's IO binding of the format-2 decoder step (CPU), kept across its steps.
-
-    Every tensor is bound by address; a step binds again only the arrays that are not the ones bound before (its
-    token ids, a cache that grew or was reordered, cross K/V after sentences left), so a greedy step re-binds one
-    input where a fresh binding makes ~40 bind calls (0.085 ms a step on the benchmark model: 7% of an int8
-    batch-1 step). It holds each bound array, so that its memory outlives the binding."""
-
-    def __init__(self, session: ort.InferenceSession):
-        self.io = session.io_binding()
-        self.bound: Dict[str, np.ndarray] = {}
-
-    def bind(self, name: str, array: np.ndarray, output: bool = False) -> None:
-        if self.bound.get(name) is not array:
-            (self.io.bind_output if output else self.io.bind_input)(name, "cpu", 0, array.dtype, array.shape,
-                                                                  array.ctypes.data)
-            self.bound[name] = array
-
-
-class _Cache(list):
-    """The self-attention cache of ArrayEngine: the arrays, the pool set they live in, and (format 2) the
-    positions written (the arrays are [R, H, capacity, Dh])."""
-
-    def __init__(self, arrays: List[np.ndarray], pool: _CachePool, which: int, length: int = 0):
-        super().__init__(arrays)
-        self.pool, self.which, self.length = pool, which, length
-
-
 class ArrayEngine(_Graphs):
     """Decoding engine on numpy arrays (CPU provider).
 
-    The decoder writes its outputs through IO binding into reused memory (_CachePool). Format 1: the cache
+    The decoder writes its outputs through IO binding into reused memory (CachePool). Format 1: the cache
     arrays a step returns are valid until the step after next, its log-probs until the next step. Format 2:
     the step writes its K/V into the cache it was given, in place (present_i bound to past_i's memory); a
     full cache moves into one of twice the capacity. A reorder (take) of a cache gathers into the pool.
@@ -380,10 +280,12 @@ class ArrayEngine(_Graphs):
 
     def __init__(self, *args, copy_threads: int = 1, **kwargs):
         super().__init__(*args, **kwargs)
-        self.spare = _SpareMemory()          # the cache memory of the last call, for the next
+        self.spare = SpareMemory()          # the cache memory of the last call, for the next
         self.copy_threads = max(1, copy_threads)
-        self._copier: Any = None                       # a ThreadPoolExecutor, made at the first reorder
-        self._copier_lock = threading.Lock()
+        self._copier = None                 # the other copy threads (a ThreadPoolExecutor starts them at first use)
+        if self.copy_threads > 1:
+            from concurrent.futures import ThreadPoolExecutor   # here: the runtime's import stays light
+            self._copier = ThreadPoolExecutor(self.copy_threads - 1, thread_name_prefix="seq2onnx-copy")
 
     def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> Tuple[np.ndarray, List[np.ndarray]]:
         cross = self.encoder.run(self.cross_names, {"input_ids": input_ids, "attention_mask": attention_mask})
@@ -399,14 +301,14 @@ class ArrayEngine(_Graphs):
         io = self.decoder.io_binding()
         io.bind_cpu_input("input_ids", np.ascontiguousarray(input_ids))
         io.bind_cpu_input("encoder_attention_mask", encoder_mask)
-        if isinstance(past, _Cache):
+        if isinstance(past, Cache):
             pool, out = past.pool, 1 - past.which
         else:                                   # first step, or the rows changed: a new pool
-            pool, out = _CachePool(len(self.past_names), self.spare), 0
+            pool, out = CachePool(len(self.past_names), self.spare), 0
             if past is None:
                 past = [np.zeros((rows, *self.empty_past_shape), dtype=np.float32)] * len(self.past_names)
         h, dh = self.config.n_heads, self.config.head_dim
-        present = _Cache(pool.views(out, (rows, h, past[0].shape[2] + 1, dh)), pool, out)
+        present = Cache(pool.views(out, (rows, h, past[0].shape[2] + 1, dh)), pool, out)
         log_probs = pool.log_probs_view(rows, self.config.vocab_size)
         for name, value in zip(self.past_names, past):         # by address: bind_cpu_input copies a view of a pool
             io.bind_input(name, "cpu", 0, np.float32, value.shape, value.ctypes.data)            # buffer
@@ -419,11 +321,11 @@ class ArrayEngine(_Graphs):
 
     def _step_fixed(self, input_ids, encoder_mask, past, cross, with_attention: bool):
         """Format 2: the step writes its K/V into the cache it is given, in place (present_i bound to past_i's
-        memory), through the call's kept binding (_Binding)."""
+        memory), through the call's kept binding (Binding)."""
         cache = self._fixed_cache(past, len(input_ids))
         pool = cache.pool
         if pool.binding is None:
-            pool.binding = _Binding(self.decoder)
+            pool.binding = Binding(self.decoder)
         pool.past_length[()] = cache.length
         log_probs = pool.log_probs_view(len(input_ids), self.config.vocab_size)
         inputs = [(PAST_LENGTH, pool.past_length), ("input_ids", np.ascontiguousarray(input_ids, dtype=np.int64)),
@@ -440,30 +342,30 @@ class ArrayEngine(_Graphs):
         for name, value in outputs:
             pool.binding.bind(name, value, output=True)
         self.decoder.run_with_iobinding(pool.binding.io)
-        present = _Cache(list(cache), pool, cache.which, cache.length + 1)
+        present = Cache(list(cache), pool, cache.which, cache.length + 1)
         if with_attention:
             return log_probs, present, attention.copy()
         return log_probs, present
 
-    def _fixed_cache(self, past: Optional[_Cache], rows: int) -> _Cache:
+    def _fixed_cache(self, past: Optional[Cache], rows: int) -> Cache:
         """Format 2: the cache this step writes into: `past`, moved into a larger one when it is full."""
         h, dh = self.config.n_heads, self.config.head_dim
-        if not isinstance(past, _Cache):                    # first step
-            pool = _CachePool(len(self.past_names), self.spare)
-            return _Cache(pool.views(0, (rows, h, self.capacity_for(0, 0), dh)), pool, 0, 0)
+        if not isinstance(past, Cache):                    # first step
+            pool = CachePool(len(self.past_names), self.spare)
+            return Cache(pool.views(0, (rows, h, self.capacity_for(0, 0), dh)), pool, 0, 0)
         capacity = past[0].shape[2]
         if past.length < capacity:
             return past
         dst = past.pool.views(1 - past.which, (rows, h, self.capacity_for(past.length, capacity), dh))
         for src, out in zip(past, dst):
             out[:, :, :capacity] = src                       # the rest: finite values the mask hides
-        return _Cache(dst, past.pool, 1 - past.which, past.length)
+        return Cache(dst, past.pool, 1 - past.which, past.length)
 
     def take(self, values: List[np.ndarray], index: np.ndarray) -> List[np.ndarray]:
-        if isinstance(values, _Cache):          # beam reorder: gather into the pool's other set
+        if isinstance(values, Cache):          # beam reorder: gather into the pool's other set
             dst = values.pool.views(1 - values.which, (len(index), *values[0].shape[1:]))
             self._gather(values, dst, index)
-            return _Cache(dst, values.pool, 1 - values.which, values.length)
+            return Cache(dst, values.pool, 1 - values.which, values.length)
         return [np.take(v, index, axis=0) for v in values]
 
     def _gather(self, values: List[np.ndarray], dst: List[np.ndarray], index: np.ndarray) -> None:
@@ -477,10 +379,6 @@ class ArrayEngine(_Graphs):
         if threads < 2:
             return gather(slice(None))
         parts = [slice(t * len(values) // threads, (t + 1) * len(values) // threads) for t in range(threads)]
-        with self._copier_lock:
-            if self._copier is None:
-                from concurrent.futures import ThreadPoolExecutor   # here: the runtime's import stays light
-                self._copier = ThreadPoolExecutor(threads - 1, thread_name_prefix="seq2onnx-copy")
         others = [self._copier.submit(gather, part) for part in parts[1:]]
         gather(parts[0])
         for done in others:

@@ -247,7 +247,7 @@ def test_thread_safety(translator):
 
 
 def test_a_call_decodes_in_the_cache_memory_the_last_call_left(tiny_package, pairs):
-    """The engine keeps the cache memory of the call that ended last (session.py _SpareMemory) and the next call
+    """The engine keeps the cache memory of the call that ended last (cache_memory.py SpareMemory) and the next call
     decodes in it: the results are those of a Translator that never ran, after a bigger call left its longer,
     wider caches behind."""
     texts = [src for src, _ in pairs[:12]]

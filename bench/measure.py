@@ -26,6 +26,7 @@ class Case:
 
 
 CASES = [Case("batch 1 greedy", 1, 1), Case("batch 16 greedy", 16, 1), Case("batch 16 beam 4", 16, 4)]
+GPU_CASES = CASES + [Case("batch 64 beam 4", 64, 4)]     # --device cuda: a batch that fills more of the GPU
 
 
 @dataclass

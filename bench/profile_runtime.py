@@ -1,6 +1,7 @@
 """Where our runtime's decoding spends its time (default: batch 1 greedy).
 
-    python bench/profile_runtime.py [PACKAGE] [--variant fp32|int8] [--batch 1] [--beam 1] [--length 64]
+    python bench/profile_runtime.py [PACKAGE] [--variant fp32|int8|fp16] [--batch 1] [--beam 1] [--length 64]
+                                    [--device cpu|cuda]
 
 Three views of the same work (source 32, exactly --length generated tokens):
   1. the runtime end to end (Translator), with cProfile: the Python functions that take the time
@@ -10,6 +11,7 @@ Three views of the same work (source 32, exactly --length generated tokens):
      these graphs as they are (for beam, the same graph work without the beam bookkeeping);
   3. onnxruntime's own profiler on that loop: decoder time per operator type, per step.
 PACKAGE defaults to the benchmark's package (bench/.cache/base/package, built by bench/run.py).
+--device cuda runs view 1 alone (views 2 and 3 time the CPU provider).
 """
 from __future__ import annotations
 
@@ -97,10 +99,41 @@ def op_profile(trace_file: str, steps: int):
     return [(op, ms / steps, ms / total) for op, ms in rows], total / steps, run_ms / steps
 
 
+def phase_times(engine: Seq2OnnxRuntime, sources, beam: int, length: int, calls: int = 5) -> dict:
+    """ms per generated step of the engine's encode, step (the decoder run, the log-probs back in numpy) and take
+    (beam reorders), and of the rest (the search in numpy, Python), from timers around the engine's methods."""
+    eng = engine.translator.engine
+    spent = defaultdict(float)
+
+    def timed(name, method):
+        def wrapper(*a, **k):
+            t0 = time.perf_counter()
+            try:
+                return method(*a, **k)
+            finally:
+                spent[name] += time.perf_counter() - t0
+        return wrapper
+
+    for name in ("encode", "step", "take"):
+        setattr(eng, name, timed(name, getattr(eng, name)))
+    per_call = []
+    try:
+        for _ in range(calls):
+            spent.clear()
+            total = engine.run(sources, beam, length)[1]
+            per_call.append({**spent, "rest": total - sum(spent.values()), "total": total})
+    finally:
+        for name in ("encode", "step", "take"):
+            delattr(eng, name)                  # the class's methods again
+    keys = ["encode", "step", "take", "rest", "total"]
+    return {k: 1000 * float(np.median([c.get(k, 0.0) for c in per_call])) / length for k in keys}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("package", nargs="?", type=Path, default=BENCH / ".cache" / "base" / "package")
-    ap.add_argument("--variant", default="fp32", choices=["fp32", "int8"])
+    ap.add_argument("--variant", default="fp32", choices=["fp32", "int8", "fp16"])
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--length", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--batch", type=int, default=1)
@@ -114,7 +147,7 @@ def main(argv=None) -> int:
     target_tokens = args.batch * args.length
 
     # 1. the runtime, end to end
-    engine = Seq2OnnxRuntime(args.package, args.variant, args.threads)
+    engine = Seq2OnnxRuntime(args.package, args.variant, args.threads, args.device)
     engine.run(sources, args.beam, args.length)                             # warm-up
     runtime_s = float(np.median([engine.run(sources, args.beam, args.length)[1] for _ in range(5)]))
     prof = cProfile.Profile()
@@ -129,6 +162,11 @@ def main(argv=None) -> int:
           f"under cProfile, {100 * in_ort / total:.0f}% of the time is inside InferenceSession.run "
           f"(encoder and decoder), {100 * (1 - in_ort / total):.0f}% in Python/numpy\n")
     stats.sort_stats("tottime").print_stats(12)
+    phases = phase_times(engine, sources, args.beam, args.length)
+    print(f"where a step's time goes (engine methods timed, median of 5 calls): "
+          + ", ".join(f"{name} {ms:.2f}" for name, ms in phases.items()) + " ms/step\n")
+    if args.device != "cpu":
+        return 0
 
     # 2. + 3. the bare loop on batch * beam rows, with onnxruntime's profiler on the decoder
     rows = [s for s in sources for _ in range(args.beam)]

@@ -23,7 +23,7 @@ from bench import engines as E  # noqa: E402
 from bench import floor, memory, report  # noqa: E402
 from bench.base_model import SPECIALS, BenchModel, prepare  # noqa: E402
 from bench.build import Artifacts, build_all  # noqa: E402
-from bench.measure import CASES, Case, make_sources, matching_rows, run_case, run_scaling  # noqa: E402
+from bench.measure import CASES, GPU_CASES, Case, make_sources, matching_rows, run_case, run_scaling  # noqa: E402
 
 BENCH = Path(__file__).resolve().parent
 SYSTEMS = ["ours", "torch", "ct2", "hf", "optimum"]
@@ -95,10 +95,14 @@ def case_label(case: Case, vocab_size: int, st: Settings) -> str:
     return case.name if vocab_size == st.vocab_sizes[0] else f"{case.name}, vocab {vocab_size}"
 
 
-def case_sources(bm: BenchModel, st: Settings) -> List[list]:
-    """The sources of each case in CASES, fixed by the seed (the same for every system and for memory.py)."""
+def cases_for(device: str) -> List[Case]:
+    return GPU_CASES if device == "cuda" else CASES
+
+
+def case_sources(bm: BenchModel, st: Settings, cases: List[Case] = CASES) -> List[list]:
+    """The sources of each case, fixed by the seed (the same for every system and for memory.py)."""
     return [make_sources(case.batch, st.src_len, bm.config.vocab_size, len(SPECIALS), bm.config.eos_id,
-                         seed=st.seed + 1 + i) for i, case in enumerate(CASES)]
+                         seed=st.seed + 1 + i) for i, case in enumerate(cases)]
 
 
 def measure_memory(art: Artifacts, bm: BenchModel, systems: List[str], st: Settings) -> Dict[str, float]:
@@ -188,6 +192,8 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="tiny model, 2 rounds, short outputs: a smoke run")
     ap.add_argument("--rounds", type=int, help="counted rounds per case (default 7 for vocab 8000 and 5 for "
                                                "vocab 32000; quick 2 and 1)")
+    ap.add_argument("--vocab-sizes", nargs="+", type=int, help="one model per vocabulary size (default 8000 32000; "
+                                                                  "quick 1000 3000)")
     ap.add_argument("--systems", nargs="+", choices=SYSTEMS, default=SYSTEMS, help="systems to run (default all)")
     ap.add_argument("--no-scaling", action="store_true", help="skip the scaling measurements")
     ap.add_argument("--no-memory", action="store_true", help="skip the peak memory of each system (memory.py)")
@@ -204,6 +210,8 @@ def main(argv=None) -> int:
     st = QUICK if args.quick else Settings()
     if args.rounds:
         st = replace(st, rounds=args.rounds, other_vocab_rounds=args.rounds)
+    if args.vocab_sizes:
+        st = replace(st, vocab_sizes=args.vocab_sizes)
     first = "quick" if args.quick else "base"       # the first vocabulary's folder; the others' get a suffix
     caches = {v: args.cache / (first if k == 0 else f"{first}-vocab{v}") for k, v in enumerate(st.vocab_sizes)}
     out_dir = args.out or (args.cache / "results" if args.quick else BENCH / "results")
@@ -229,7 +237,7 @@ def main(argv=None) -> int:
         names = [e.name for e in engines]
         baseline = BASELINE if BASELINE in names else "HF transformers (torch)"
         try:
-            for case, sources in zip(CASES, case_sources(bm, st)):
+            for case, sources in zip(cases_for(args.device), case_sources(bm, st, cases_for(args.device))):
                 label = case_label(case, vocab, st)
                 probe = None
                 if cpu and case is CASES[0]:           # the floor's case: the bandwidth probed beside its rounds

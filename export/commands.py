@@ -28,6 +28,7 @@ from seq2onnx.runtime.errors import Seq2OnnxError
 from seq2onnx.runtime.graph_io import (CROSS_ATTENTION, DECODER_FORMATS, FUSED_ATTENTION_DOMAIN, FUSED_ATTENTION_OPS,
                                        MIN_ONNXRUNTIME, cache_names)
 from seq2onnx.runtime.manifest import FORMAT_VERSION
+from seq2onnx.runtime.session import onnxruntime_log_severity
 from seq2onnx.training.checkpoint import load_checkpoint
 from seq2onnx.training.tokenizer import SPECIAL_TOKENS, tokenizer_from_json
 
@@ -266,13 +267,11 @@ def cuda_works(model_path: Path) -> bool:
     onnxruntime-gpu lists the CUDA provider even without a GPU and then falls back to the CPU."""
     if "CUDAExecutionProvider" not in ort.get_available_providers():
         return False
-    ort.set_default_logger_severity(4)      # the failed probe logs an error line otherwise
     try:
-        return parity.session_loads(model_path, "CUDAExecutionProvider") == "CUDAExecutionProvider"
+        with onnxruntime_log_severity(4):   # the failed probe logs an error line otherwise
+            return parity.session_loads(model_path, "CUDAExecutionProvider") == "CUDAExecutionProvider"
     except Exception:  # noqa: BLE001 - any failure to start CUDA means: not available
         return False
-    finally:
-        ort.set_default_logger_severity(2)  # onnxruntime's default (warnings)
 
 
 def _fp16_variant(model, staging: Path, enc: Path, dec: Path, names: GraphNames,

@@ -45,6 +45,9 @@ The engine (session.py) hides where tensors live (numpy on CPU, OrtValues on CUD
         -> (log_probs [R, V] numpy, present[, attention [R, S] numpy])
         encoder_mask and cross have R rows, or with cross_per_sentence R / G (G rows per sentence)
     take(values, index [R']) -> values gathered along axis 0
+    step_top_k(..., bias [1, V], k[, with_attention]), optional (the CUDA engine): step with each row's k best of
+        log_probs + bias picked where the log-probs are -> (values [R, k], indices [R, k], present[, attention]);
+        beam search then reads [R, 2K] per step instead of [R, V] (picks_on_device says when)
     cross_per_sentence: bool (an engine without it gets a copy per row, which every graph accepts)
     decoder_path: str, optional: names the decoder graph when it returns NaN log-probs (a ModelPackageError)
 """
@@ -52,6 +55,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Generator, List, Optional, Protocol, Sequence, Tuple
 
 import numpy as np
@@ -284,18 +288,35 @@ class BeamSearch:
         """log_probs [A*K, V] -> parents [A'*K]: the current row each next row continues.
         attention [A*K, S]: this step's cross-attention rows, kept with the tokens they chose."""
         k, n_act, v = self.k, len(self.examples), log_probs.shape[1]
-        before = self.attention                                            # [A*K, step, S]: the rows' history
-        history = extend_rows(before, attention)                           # ... and this step's row
         if self.constraints is not None:                                   # EOS once every phrase is met
             self.constraints.forbid_eos(log_probs, self.row_example, self.eos)
         cand = (self.cum[:, :, None] + log_probs.reshape(n_act, k, v)).reshape(n_act, k * v)   # float32
         order = top_candidates(cand, 2 * k)                               # [A, 2K] flat ids, best first
         if self.constraints is not None:                                   # ... or dealt out bank by bank
             order = self.constraints.order(cand, order, self.examples, k)
-        score = np.take_along_axis(cand, order, axis=1)
+        beam, token = np.divmod(order, v)
+        return self._choose(np.take_along_axis(cand, order, axis=1), beam, token, step, attention)
+
+    def advance_top_k(self, values: np.ndarray, indices: np.ndarray, step: int,
+                      attention: Optional[np.ndarray] = None) -> np.ndarray:
+        """advance, from each row's W >= 2K best log-probs (values [A*K, W]) and their token ids (indices), best
+        first with equal values in the order of their ids: a sentence's 2K best candidates are among its rows'
+        2K best, and ranking the K*W by score, ties to the lower position (beam, then id), is ranking the K*V
+        by score, ties to the lower flat id. No constraints (their banks need every candidate)."""
+        k, n_act, w = self.k, len(self.examples), values.shape[1]
+        cand = (self.cum[:, :, None] + values.reshape(n_act, k, w)).reshape(n_act, k * w)   # float32
+        pick = top_candidates(cand, 2 * k)                                # [A, 2K] positions, best first
+        token = np.take_along_axis(indices.reshape(n_act, k * w), pick, axis=1)
+        return self._choose(np.take_along_axis(cand, pick, axis=1), pick // w, token, step, attention)
+
+    def _choose(self, score: np.ndarray, beam: np.ndarray, token: np.ndarray, step: int,
+                attention: Optional[np.ndarray]) -> np.ndarray:
+        """The 2K best candidates of each sentence, best first (score, their beam and token [A, 2K]) -> parents."""
+        k, n_act = self.k, len(self.examples)
         if not (score < np.inf).all():                # NaN or +inf among the best (NaN ranks below -inf)
             raise NonFiniteScores
-        beam, token = np.divmod(order, v)
+        before = self.attention                                            # [A*K, step, S]: the rows' history
+        history = extend_rows(before, attention)                           # ... and this step's row
         is_eos = token == self.eos
         # EOS among the best K with a finite score: a finished hypothesis (it leaves the beam)
         ends = is_eos & (np.arange(2 * k) < k) & (score > -np.inf)
@@ -366,6 +387,13 @@ def step_limits(sources: Sequence[Sequence[int]], options: DecodingOptions, conf
     return limits
 
 
+def picks_on_device(engine: Engine, search: Any, filters: List[Any], vocab_size: int) -> bool:
+    """Whether beam search picks its candidates where the engine keeps the log-probs (engine.step_top_k, on a GPU):
+    no constraints (their banks need every candidate), and every filter edits all rows alike (one bias [1, V])."""
+    return (isinstance(search, BeamSearch) and search.constraints is None and hasattr(engine, "step_top_k")
+            and 2 * search.k <= vocab_size and all(getattr(f, "same_for_every_row", False) for f in filters))
+
+
 def decode_steps(engine: Engine, config: ModelConfig, sources: Sequence[Sequence[int]], options: DecodingOptions,
                  prefixes: Optional[Sequence[Sequence[int]]] = None, strategy: Optional[str] = None,
                  constraints: Optional[Sequence[Optional[Phrases]]] = None,
@@ -411,18 +439,32 @@ def decode_steps(engine: Engine, config: ModelConfig, sources: Sequence[Sequence
     past = None
     last = np.full((len(search.row_example), 1), config.bos_id, dtype=np.int64)
     attention = None
+    on_device = picks_on_device(engine, search, filters, config.vocab_size)
     for step in range(int(limits[todo].max())):
-        if options.return_attention:                                            # [R, V], [R, S]
-            log_probs, past, attention = engine.step(last, encoder_mask, past, cross, with_attention=True)
+        if on_device:                                   # the log-probs stay on the GPU; [R, 2K] best come back
+            bias = np.zeros((1, config.vocab_size), dtype=np.float32)
+            for apply_filter in filters:                # each edits every row alike: once, on the bias
+                apply_filter(bias, search.tokens[:1], search.row_example[:1], step)
+            values, indices, past, *att = engine.step_top_k(last, encoder_mask, past, cross, bias, 2 * search.k,
+                                                            with_attention=options.return_attention)
+            attention = att[0] if att else None
+            # a NaN or +inf logit makes its whole log-softmax row NaN, and so its best value
+            if not (values[:, 0] < np.inf).all():
+                raise _broken_graph(engine)
+            advance = partial(search.advance_top_k, values, indices)
         else:
-            log_probs, past = engine.step(last, encoder_mask, past, cross)     # [R, V]
-        # a NaN or +inf logit makes its whole log-softmax row NaN: one column tells, without a pass over [R, V]
-        if not (log_probs[:, config.eos_id] < np.inf).all():
-            raise _broken_graph(engine)
-        for apply_filter in filters:
-            apply_filter(log_probs, search.tokens, search.row_example, step)
+            if options.return_attention:                                        # [R, V], [R, S]
+                log_probs, past, attention = engine.step(last, encoder_mask, past, cross, with_attention=True)
+            else:
+                log_probs, past = engine.step(last, encoder_mask, past, cross)  # [R, V]
+            # a NaN or +inf logit makes its whole log-softmax row NaN: one column tells, without a pass over [R, V]
+            if not (log_probs[:, config.eos_id] < np.inf).all():
+                raise _broken_graph(engine)
+            for apply_filter in filters:
+                apply_filter(log_probs, search.tokens, search.row_example, step)
+            advance = partial(search.advance, log_probs)
         try:
-            parents = search.advance(log_probs, step, attention)             # [R']
+            parents = advance(step, attention)                                  # [R']
         except NonFiniteScores:
             raise _broken_graph(engine) from None
         yield search

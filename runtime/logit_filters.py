@@ -6,6 +6,9 @@ A filter is called as `f(log_probs, tokens, row_example, step)`:
   row_example  int64 [R]       the sentence each row belongs to
   step         int             0 for the first generated token
 
+A filter whose edit is the same for every row says so (`same_for_every_row`): beam search on a GPU then applies
+it as a bias [1, V] where the log-probs are (decoding.py, IoBindingEngine.step_top_k).
+
 Scores are sums of the filtered log-probs (the penalties count; the sampling temperature,
 top-k and top-p only shape the sampling distribution, see decoding.Sampler).
 """
@@ -24,6 +27,7 @@ LogitFilter = Callable[[np.ndarray, np.ndarray, np.ndarray, int], None]
 
 class SuppressTokens:
     """PAD and BOS are never generated."""
+    same_for_every_row = True
 
     def __init__(self, token_ids: Sequence[int]):
         self.token_ids = list(token_ids)
@@ -34,6 +38,7 @@ class SuppressTokens:
 
 class SuppressEOSBeforeMin:
     """EOS is forbidden while fewer than `min_length` tokens have been generated."""
+    same_for_every_row = True
 
     def __init__(self, eos_id: int, min_length: int):
         self.eos_id, self.min_length = eos_id, min_length

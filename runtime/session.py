@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -27,7 +28,7 @@ import onnxruntime as ort
 from .cache_memory import Binding, Cache, CachePool, SpareMemory
 from .config import ModelConfig
 from .errors import ModelPackageError, Seq2OnnxError
-from .gather_graph import gather_model_bytes
+from .gather_graph import gather_model_bytes, pad_model_bytes, top_k_model_bytes
 from .graph_io import CROSS_ATTENTION, ID_INPUTS, PAST_LENGTH, GraphNames, cache_names
 
 log = logging.getLogger("seq2onnx.runtime")
@@ -98,12 +99,27 @@ def cuda_status(device_id: int = 0) -> Tuple[bool, str]:
         return _cuda_probe
 
 
+@contextmanager
+def onnxruntime_log_severity(level: int):
+    """onnxruntime's process-wide default logger at `level` (3 errors, 4 fatal) for a block, then at its default
+    again (2, warnings): for the lines we report ourselves or know to be false alarms."""
+    ort.set_default_logger_severity(level)
+    try:
+        yield
+    finally:
+        ort.set_default_logger_severity(2)
+
+
 def _probe_cuda(device_id: int) -> Tuple[bool, str]:
     available = ort.get_available_providers()
     if "CUDAExecutionProvider" not in available:
         return False, f"this onnxruntime has no CUDAExecutionProvider (it has {', '.join(available)}); " \
                       f"install onnxruntime-gpu"
-    ort.set_default_logger_severity(4)    # a failed CUDA start logs errors; we report it ourselves
+    with onnxruntime_log_severity(4):      # a failed CUDA start logs errors; we report it ourselves
+        return _try_cuda(device_id)
+
+
+def _try_cuda(device_id: int) -> Tuple[bool, str]:
     try:
         sess = ort.InferenceSession(gather_model_bytes([(np.float32, 1)]), sess_options=ort.SessionOptions(),
                                     providers=[("CUDAExecutionProvider", cuda_provider_options(device_id))])
@@ -119,8 +135,6 @@ def _probe_cuda(device_id: int) -> Tuple[bool, str]:
         return True, f"CUDA device {device_id}"
     except Exception as e:  # noqa: BLE001 - any failure means "not usable", with its reason
         return False, f"the CUDA provider failed: {type(e).__name__}: {e}".splitlines()[0]
-    finally:
-        ort.set_default_logger_severity(2)    # onnxruntime's default (warnings)
 
 
 def resolve_device(device: str, device_id: int = 0) -> str:
@@ -179,9 +193,12 @@ def open_session(path: Any, graph: str, config: ModelConfig, sc: SessionConfig,
     """An InferenceSession of the graph file `path` (or of `data`, its bytes as read and checked by the
     package: then onnxruntime reads no file), its inputs/outputs checked against the contract of
     `format_version` (the package's; None: the decoder contract the graph's inputs show)."""
+    # On CUDA, onnxruntime warns at load for each ScatterND without reduction (a format-2 step's cache write, 2 per
+    # layer) that repeated indices are unsafe: ours never repeat (one position per row and head).
     try:
-        sess = ort.InferenceSession(str(path) if data is None else data, sess_options=sc.session_options(SPINNING[graph]),
-                                    providers=sc.providers())
+        with onnxruntime_log_severity(3) if sc.device == "cuda" else nullcontext():
+            sess = ort.InferenceSession(str(path) if data is None else data,
+                                        sess_options=sc.session_options(SPINNING[graph]), providers=sc.providers())
     except Exception as e:  # noqa: BLE001 - onnxruntime raises several types for a bad file
         raise ModelPackageError(f"{path}: onnxruntime cannot load it ({str(e).splitlines()[0]}); "
                                 f"re-export the model") from e
@@ -394,16 +411,30 @@ class IoBindingEngine(_Graphs):
         super().__init__(encoder, decoder, config, cross_per_sentence, decoder_path)
         self.device, self.device_id = device, device_id
         self._providers = providers or encoder.get_providers()
-        self._gathers: Dict[Tuple, ort.InferenceSession] = {}
+        self._graphs: Dict[Tuple, ort.InferenceSession] = {}        # gather_graph.py's, by builder and inputs
         self._lock = threading.Lock()
 
-    def _gather_session(self, values: List[ort.OrtValue]) -> ort.InferenceSession:
-        key = tuple((v.element_type(), len(v.shape())) for v in values)
+    def _small_session(self, model_bytes, specs: Tuple = ()) -> ort.InferenceSession:
+        """A session of a small graph of gather_graph.py (model_bytes: its builder, given `specs` when there are
+        any), one per builder and specs, made at first use."""
+        key = (model_bytes.__name__,) + specs
         with self._lock:
-            if key not in self._gathers:
-                specs = [(_NUMPY_OF_ORT[t], rank) for t, rank in key]
-                self._gathers[key] = ort.InferenceSession(gather_model_bytes(specs), providers=self._providers)
-            return self._gathers[key]
+            if key not in self._graphs:
+                graph = model_bytes([(_NUMPY_OF_ORT[t], rank) for t, rank in specs]) if specs else model_bytes()
+                self._graphs[key] = ort.InferenceSession(graph, providers=self._providers)
+            return self._graphs[key]
+
+    def _on_device(self, model_bytes, second: str, second_value: np.ndarray,
+                   values: List[ort.OrtValue]) -> List[ort.OrtValue]:
+        """y_i = op(x_i, second) by gather_graph.py's graph `model_bytes` on `values`, which stay on the device."""
+        sess = self._small_session(model_bytes, tuple((v.element_type(), len(v.shape())) for v in values))
+        io = sess.io_binding()
+        io.bind_cpu_input(second, second_value)
+        for i, value in enumerate(values):
+            io.bind_ortvalue_input(f"x{i}", value)
+            io.bind_output(f"y{i}", self.device, self.device_id)
+        sess.run_with_iobinding(io)
+        return list(io.get_outputs())
 
     def encode(self, input_ids, attention_mask):
         io = self.encoder.io_binding()
@@ -416,13 +447,38 @@ class IoBindingEngine(_Graphs):
         return mask, list(io.get_outputs())
 
     def step(self, input_ids, encoder_mask, past, cross, with_attention: bool = False):
+        log_probs, present, attention = self._step(input_ids, encoder_mask, past, cross, with_attention, "cpu")
+        return (log_probs.numpy(), present) + ((attention,) if with_attention else ())
+
+    def step_top_k(self, input_ids, encoder_mask, past, cross, bias: np.ndarray, k: int,
+                   with_attention: bool = False):
+        """step, with each row's k best of log_probs + bias (bias [1, V] float32: 0, or -inf for a token no row may
+        take) picked on the device, so that the log-probs [R, V] stay there: -> (values [R, k] float32,
+        indices [R, k] int64, present[, attention [R, S]]), best first, equal values in the order of their ids."""
+        log_probs, present, attention = self._step(input_ids, encoder_mask, past, cross, with_attention, self.device)
+        top_k = self._small_session(top_k_model_bytes)
+        io = top_k.io_binding()
+        io.bind_ortvalue_input("log_probs", log_probs)
+        io.bind_cpu_input("bias", bias)
+        io.bind_cpu_input("k", np.array([k], dtype=np.int64))
+        io.bind_output("values", "cpu")
+        io.bind_output("indices", "cpu")
+        top_k.run_with_iobinding(io)
+        values, indices = (v.numpy() for v in io.get_outputs())
+        return (values, indices, present) + ((attention,) if with_attention else ())
+
+    def _step(self, input_ids, encoder_mask, past, cross, with_attention: bool, log_probs_on: str):
+        """-> (log_probs OrtValue on `log_probs_on`, present, attention numpy or None)"""
         if with_attention and not self.has_attention:
             raise self.no_attention_error()
         rows = len(input_ids)
         io = self.decoder.io_binding()
         io.bind_cpu_input("input_ids", np.ascontiguousarray(input_ids))
         io.bind_ortvalue_input("encoder_attention_mask", encoder_mask)
-        io.bind_output("log_probs", "cpu")                  # outputs come back in the order they were bound
+        if log_probs_on == "cpu":                           # outputs come back in the order they were bound
+            io.bind_output("log_probs", "cpu")
+        else:
+            io.bind_output("log_probs", self.device, self.device_id)
         if self.format_version >= 2:
             past = self._fixed_cache(past, rows)
             io.bind_cpu_input(PAST_LENGTH, np.array(past.length, dtype=np.int64))
@@ -441,14 +497,15 @@ class IoBindingEngine(_Graphs):
             io.bind_output(CROSS_ATTENTION, "cpu")
         self.decoder.run_with_iobinding(io)
         out = io.get_outputs()
-        present = _DeviceCache(past, past.length + 1) if self.format_version >= 2 else list(out[1:])
-        if with_attention:
-            return out[0].numpy(), present, out[-1].numpy()
-        return out[0].numpy(), present
+        if self.format_version >= 2:
+            present = _DeviceCache(past, past.length + 1)
+        else:
+            present = list(out[1:len(self.present_names) + 1])
+        return out[0], present, out[-1].numpy() if with_attention else None
 
     def _fixed_cache(self, past: Optional["_DeviceCache"], rows: int) -> "_DeviceCache":
-        """Format 2: the cache this step writes into; a full one is copied into one of larger capacity
-        through the host (it happens log2(steps / FIXED_CACHE_START) times a call)."""
+        """Format 2: the cache this step writes into; a full one is padded on the device into one of larger
+        capacity (it happens log2(steps / FIXED_CACHE_START) times a call)."""
         h, dh = self.config.n_heads, self.config.head_dim
         if past is None:
             capacity = self.capacity_for(0, 0)
@@ -458,24 +515,15 @@ class IoBindingEngine(_Graphs):
         capacity = past[0].shape()[2]
         if past.length < capacity:
             return past
-        bigger = []
-        for value in past:
-            host = np.zeros((rows, h, self.capacity_for(past.length, capacity), dh), self.cache_dtype)
-            host[:, :, :capacity] = value.numpy()
-            bigger.append(ort.OrtValue.ortvalue_from_numpy(host, self.device, self.device_id))
-        return _DeviceCache(bigger, past.length)
+        pads = np.zeros(8, np.int64)                        # [begins of the 4 axes, ends of the 4 axes]
+        pads[4 + 2] = self.capacity_for(past.length, capacity) - capacity
+        return _DeviceCache(self._on_device(pad_model_bytes, "pads", pads, past), past.length)
 
     def take(self, values, index):
-        sess = self._gather_session(values)
-        io = sess.io_binding()
-        io.bind_cpu_input("indices", np.ascontiguousarray(index, dtype=np.int64))
-        for i, value in enumerate(values):
-            io.bind_ortvalue_input(f"x{i}", value)
-            io.bind_output(f"y{i}", self.device, self.device_id)
-        sess.run_with_iobinding(io)
+        taken = self._on_device(gather_model_bytes, "indices", np.ascontiguousarray(index, dtype=np.int64), values)
         if isinstance(values, _DeviceCache):
-            return _DeviceCache(io.get_outputs(), values.length)
-        return list(io.get_outputs())
+            return _DeviceCache(taken, values.length)
+        return taken
 
 
 class _DeviceCache(list):

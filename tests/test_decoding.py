@@ -275,6 +275,37 @@ def test_top_candidates_block_bound_is_a_stable_descending_sort(rows, cols, m, k
     expected = np.argsort(-scores, axis=1, kind="stable")[:, :m]
     assert np.array_equal(top_candidates(scores, m), expected)
 
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 4), st.integers(1, 5), st.integers(0, 2), st.integers(0, 10**6))
+def test_beam_search_from_each_rows_best_equals_from_all(sentences, beam, kind, seed):
+    """advance_top_k (each row's 2K best, as a GPU's TopK returns them) chooses as advance (every candidate), step
+    by step, on log-probs full of ties (kind 1) or of -inf (kind 2), EOS (2) often among the best."""
+    from seq2onnx.runtime.decoding import BeamSearch
+
+    rng = np.random.default_rng(seed)
+    vocab = int(rng.integers(2 * beam, 40))
+    vocab = max(vocab, 3)
+    full = BeamSearch(sentences, beam, np.full(sentences, 12), eos=2, length_penalty=1.0, num_hypotheses=1)
+    tops = BeamSearch(sentences, beam, np.full(sentences, 12), eos=2, length_penalty=1.0, num_hypotheses=1)
+    for step in range(12):
+        rows = len(full.examples) * beam
+        lp = np.log(rng.random((rows, vocab))).astype(np.float32)
+        if kind == 1:
+            lp = rng.integers(-4, 0, size=(rows, vocab)).astype(np.float32)
+        elif kind == 2:
+            lp[rng.random((rows, vocab)) < 0.7] = -np.inf
+        lp[:, [0, 1]] = -np.inf                                            # PAD, BOS
+        order = np.argsort(-lp, axis=1, kind="stable")[:, :2 * beam]      # ONNX TopK: ties in the order of the ids
+        parents_top = tops.advance_top_k(np.take_along_axis(lp, order, axis=1), order, step)
+        parents_full = full.advance(lp.copy(), step)
+        assert np.array_equal(parents_top, parents_full)
+        assert np.array_equal(tops.tokens, full.tokens) and np.array_equal(tops.cum, full.cum)
+        if len(parents_full) == 0:
+            break
+    for a, b in zip(tops.finished, full.finished):
+        assert [(h.tokens, h.score) for h in a] == [(h.tokens, h.score) for h in b]
+
+
 def test_no_repeat_ngram_bans_the_completing_token():
     toks = np.array([[5, 6, 7, 5, 6], [5, 6, 7, 8, 9]])
     lp = np.zeros((2, 12), dtype=np.float32)

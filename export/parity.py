@@ -42,7 +42,8 @@ import torch
 from seq2onnx.runtime.decoding import Hypothesis, decode
 from seq2onnx.runtime.errors import Seq2OnnxError
 from seq2onnx.runtime.options import DecodingOptions
-from seq2onnx.runtime.session import ArrayEngine, IoBindingEngine, cache_dtype, graph_format
+from seq2onnx.runtime.device_engine import IoBindingEngine
+from seq2onnx.runtime.session import ArrayEngine, cache_dtype, graph_format
 from seq2onnx.training.model import Transformer
 from seq2onnx.training.reference import beam_search, greedy_search, pad_batch
 

@@ -1,11 +1,8 @@
 """onnxruntime sessions and the two engines the decoding loop runs on.
 
   ArrayEngine      CPU: numpy arrays in, numpy arrays out (InferenceSession.run).
-  IoBindingEngine  CUDA: IO binding, so the cross K/V and the self-attention cache stay on the
-                   device between steps. Per step the token ids [R, 1] go up and the log-probs
-                   [R, V] come down (the logit filters and the search run in numpy); the cache
-                   reorder runs on the device as a small Gather graph (gather_graph.py).
-                   It also runs on the CPU provider, which is how the tests check it without a GPU.
+  IoBindingEngine  CUDA (device_engine.py): the cross K/V and the self-attention cache stay on the
+                   device between steps.
 
 Device choice: "cpu"; "cuda" (an error when CUDA cannot be used, never a silent fallback);
 "auto" = CUDA when onnxruntime has the CUDA provider AND a session really starts and runs on
@@ -28,7 +25,7 @@ import onnxruntime as ort
 from .cache_memory import Binding, Cache, CachePool, SpareMemory
 from .config import ModelConfig
 from .errors import ModelPackageError, Seq2OnnxError
-from .gather_graph import gather_model_bytes, pad_model_bytes, top_k_model_bytes
+from .gather_graph import gather_model_bytes
 from .graph_io import CROSS_ATTENTION, ID_INPUTS, PAST_LENGTH, GraphNames, cache_names
 
 log = logging.getLogger("seq2onnx.runtime")
@@ -402,141 +399,6 @@ class ArrayEngine(_Graphs):
             done.result()
 
 
-class IoBindingEngine(_Graphs):
-    """Decoding engine whose tensors stay on `device` ("cuda", or "cpu" for tests) as OrtValues."""
-
-    def __init__(self, encoder, decoder, config: ModelConfig, device: str = "cuda", device_id: int = 0,
-                 providers: Optional[List[Any]] = None, cross_per_sentence: bool = False,
-                 decoder_path: str = "the decoder step graph"):
-        super().__init__(encoder, decoder, config, cross_per_sentence, decoder_path)
-        self.device, self.device_id = device, device_id
-        self._providers = providers or encoder.get_providers()
-        self._graphs: Dict[Tuple, ort.InferenceSession] = {}        # gather_graph.py's, by builder and inputs
-        self._lock = threading.Lock()
-
-    def _small_session(self, model_bytes, specs: Tuple = ()) -> ort.InferenceSession:
-        """A session of a small graph of gather_graph.py (model_bytes: its builder, given `specs` when there are
-        any), one per builder and specs, made at first use."""
-        key = (model_bytes.__name__,) + specs
-        with self._lock:
-            if key not in self._graphs:
-                graph = model_bytes([(_NUMPY_OF_ORT[t], rank) for t, rank in specs]) if specs else model_bytes()
-                self._graphs[key] = ort.InferenceSession(graph, providers=self._providers)
-            return self._graphs[key]
-
-    def _on_device(self, model_bytes, second: str, second_value: np.ndarray,
-                   values: List[ort.OrtValue]) -> List[ort.OrtValue]:
-        """y_i = op(x_i, second) by gather_graph.py's graph `model_bytes` on `values`, which stay on the device."""
-        sess = self._small_session(model_bytes, tuple((v.element_type(), len(v.shape())) for v in values))
-        io = sess.io_binding()
-        io.bind_cpu_input(second, second_value)
-        for i, value in enumerate(values):
-            io.bind_ortvalue_input(f"x{i}", value)
-            io.bind_output(f"y{i}", self.device, self.device_id)
-        sess.run_with_iobinding(io)
-        return list(io.get_outputs())
-
-    def encode(self, input_ids, attention_mask):
-        io = self.encoder.io_binding()
-        io.bind_cpu_input("input_ids", input_ids)
-        io.bind_cpu_input("attention_mask", attention_mask)
-        for name in self.cross_names:
-            io.bind_output(name, self.device, self.device_id)
-        self.encoder.run_with_iobinding(io)
-        mask = ort.OrtValue.ortvalue_from_numpy(attention_mask, self.device, self.device_id)
-        return mask, list(io.get_outputs())
-
-    def step(self, input_ids, encoder_mask, past, cross, with_attention: bool = False):
-        log_probs, present, attention = self._step(input_ids, encoder_mask, past, cross, with_attention, "cpu")
-        return (log_probs.numpy(), present) + ((attention,) if with_attention else ())
-
-    def step_top_k(self, input_ids, encoder_mask, past, cross, bias: np.ndarray, k: int,
-                   with_attention: bool = False):
-        """step, with each row's k best of log_probs + bias (bias [1, V] float32: 0, or -inf for a token no row may
-        take) picked on the device, so that the log-probs [R, V] stay there: -> (values [R, k] float32,
-        indices [R, k] int64, present[, attention [R, S]]), best first, equal values in the order of their ids."""
-        log_probs, present, attention = self._step(input_ids, encoder_mask, past, cross, with_attention, self.device)
-        top_k = self._small_session(top_k_model_bytes)
-        io = top_k.io_binding()
-        io.bind_ortvalue_input("log_probs", log_probs)
-        io.bind_cpu_input("bias", bias)
-        io.bind_cpu_input("k", np.array([k], dtype=np.int64))
-        io.bind_output("values", "cpu")
-        io.bind_output("indices", "cpu")
-        top_k.run_with_iobinding(io)
-        values, indices = (v.numpy() for v in io.get_outputs())
-        return (values, indices, present) + ((attention,) if with_attention else ())
-
-    def _step(self, input_ids, encoder_mask, past, cross, with_attention: bool, log_probs_on: str):
-        """-> (log_probs OrtValue on `log_probs_on`, present, attention numpy or None)"""
-        if with_attention and not self.has_attention:
-            raise self.no_attention_error()
-        rows = len(input_ids)
-        io = self.decoder.io_binding()
-        io.bind_cpu_input("input_ids", np.ascontiguousarray(input_ids))
-        io.bind_ortvalue_input("encoder_attention_mask", encoder_mask)
-        if log_probs_on == "cpu":                           # outputs come back in the order they were bound
-            io.bind_output("log_probs", "cpu")
-        else:
-            io.bind_output("log_probs", self.device, self.device_id)
-        if self.format_version >= 2:
-            past = self._fixed_cache(past, rows)
-            io.bind_cpu_input(PAST_LENGTH, np.array(past.length, dtype=np.int64))
-            for name, value in zip(self.present_names, past):
-                io.bind_ortvalue_output(name, value)        # written in place
-        else:
-            if past is None:
-                empty = ort.OrtValue.ortvalue_from_shape_and_type(
-                    [rows, *self.empty_past_shape], self.cache_dtype, self.device, self.device_id)
-                past = [empty] * len(self.past_names)
-            for name in self.present_names:
-                io.bind_output(name, self.device, self.device_id)
-        for name, value in zip(self.past_names + self.cross_names, list(past) + list(cross)):
-            io.bind_ortvalue_input(name, value)
-        if with_attention:
-            io.bind_output(CROSS_ATTENTION, "cpu")
-        self.decoder.run_with_iobinding(io)
-        out = io.get_outputs()
-        if self.format_version >= 2:
-            present = _DeviceCache(past, past.length + 1)
-        else:
-            present = list(out[1:len(self.present_names) + 1])
-        return out[0], present, out[-1].numpy() if with_attention else None
-
-    def _fixed_cache(self, past: Optional["_DeviceCache"], rows: int) -> "_DeviceCache":
-        """Format 2: the cache this step writes into; a full one is padded on the device into one of larger
-        capacity (it happens log2(steps / FIXED_CACHE_START) times a call)."""
-        h, dh = self.config.n_heads, self.config.head_dim
-        if past is None:
-            capacity = self.capacity_for(0, 0)
-            return _DeviceCache([ort.OrtValue.ortvalue_from_numpy(np.zeros((rows, h, capacity, dh), self.cache_dtype),
-                                                                  self.device, self.device_id)
-                                 for _ in self.past_names], 0)
-        capacity = past[0].shape()[2]
-        if past.length < capacity:
-            return past
-        pads = np.zeros(8, np.int64)                        # [begins of the 4 axes, ends of the 4 axes]
-        pads[4 + 2] = self.capacity_for(past.length, capacity) - capacity
-        return _DeviceCache(self._on_device(pad_model_bytes, "pads", pads, past), past.length)
-
-    def take(self, values, index):
-        taken = self._on_device(gather_model_bytes, "indices", np.ascontiguousarray(index, dtype=np.int64), values)
-        if isinstance(values, _DeviceCache):
-            return _DeviceCache(taken, values.length)
-        return taken
-
-
-class _DeviceCache(list):
-    """IoBindingEngine's format-2 cache: OrtValues [R, H, capacity, Dh] and the positions written."""
-
-    def __init__(self, values: List[ort.OrtValue], length: int):
-        super().__init__(values)
-        self.length = length
-
-
-_NUMPY_OF_ORT = {1: np.float32, 7: np.int64, 10: np.float16}     # onnx TensorProto.DataType -> numpy
-
-
 def open_engine(encoder_path: Any, decoder_path: Any, config: ModelConfig, sc: SessionConfig,
                 cross_per_sentence: bool = False, graphs: Optional[Tuple[bytes, bytes]] = None,
                 format_version: Optional[int] = None):
@@ -547,6 +409,7 @@ def open_engine(encoder_path: Any, decoder_path: Any, config: ModelConfig, sc: S
     encoder = open_session(encoder_path, "encoder", config, sc, encoder_data, format_version)
     decoder = open_session(decoder_path, "decoder_step", config, sc, decoder_data, format_version)
     if sc.device == "cuda":
+        from .device_engine import IoBindingEngine     # it builds on _Graphs, from here
         return IoBindingEngine(encoder, decoder, config, "cuda", sc.device_id, sc.providers(), cross_per_sentence,
                                str(decoder_path))
     return ArrayEngine(encoder, decoder, config, cross_per_sentence, str(decoder_path), copy_threads=sc.copy_threads())

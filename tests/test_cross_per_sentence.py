@@ -27,7 +27,8 @@ from seq2onnx.runtime.decoding import decode
 from seq2onnx.runtime.errors import ModelPackageError
 from seq2onnx.runtime.manifest import read_package
 from seq2onnx.runtime.options import DecodingOptions
-from seq2onnx.runtime.session import IoBindingEngine, SessionConfig, open_session
+from seq2onnx.runtime.device_engine import IoBindingEngine
+from seq2onnx.runtime.session import SessionConfig, open_session
 from seq2onnx.runtime.translator import Translator
 from seq2onnx.training import model as model_module
 from seq2onnx.training import reference

@@ -13,7 +13,8 @@ from seq2onnx.runtime.gather_graph import gather_model_bytes, pad_model_bytes
 from seq2onnx.runtime.options import DecodingOptions
 from seq2onnx.runtime.decoding import decode
 from seq2onnx.runtime.manifest import read_package
-from seq2onnx.runtime.session import IoBindingEngine, SessionConfig, cuda_status, open_session
+from seq2onnx.runtime.device_engine import IoBindingEngine
+from seq2onnx.runtime.session import SessionConfig, cuda_status, open_session
 from seq2onnx.runtime.translator import Translator
 
 CUDA_OK, CUDA_REASON = cuda_status()

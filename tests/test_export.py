@@ -33,7 +33,8 @@ from seq2onnx.runtime.errors import ModelPackageError, Seq2OnnxError
 from seq2onnx.runtime.decoding import decode
 from seq2onnx.runtime.manifest import read_package
 from seq2onnx.runtime.options import DecodingOptions
-from seq2onnx.runtime.session import IoBindingEngine, SessionConfig, open_session
+from seq2onnx.runtime.device_engine import IoBindingEngine
+from seq2onnx.runtime.session import SessionConfig, open_session
 from seq2onnx.runtime.translator import Translator
 from seq2onnx.training.checkpoint import load_checkpoint
 from seq2onnx.training.reference import beam_search, greedy_search, pad_batch

@@ -8,4 +8,5 @@ venv = Path(sys.argv[1] if len(sys.argv) > 1 else ".venv")
 PROBE = ("import importlib.metadata as m, platform, sys; "
          "print(f'Python {platform.python_version()} on {platform.system()} {platform.machine()}'); "
          "print(', '.join(sorted((f\"{d.metadata['Name']}=={d.version}\" for d in m.distributions()), key=str.lower)))")
-subprocess.run([str(venv / "bin" / "python"), "-c", PROBE], check=True)
+# -I: isolated, so the working folder (a seq2onnx.egg-info a build left there) is not read as a second install
+subprocess.run([str(venv / "bin" / "python"), "-I", "-c", PROBE], check=True)

@@ -205,6 +205,7 @@ def main(argv=None) -> int:
                          "when its build has CUDA; not Optimum), no scaling, results in latest-cuda.*")
     args = ap.parse_args(argv)
     cpu = args.device == "cpu"                      # peak memory and the memory floor are CPU figures
+    cases = cases_for(args.device)
     if not cpu:
         args.systems, args.no_scaling = cuda_systems(args.systems), True
     st = QUICK if args.quick else Settings()
@@ -237,7 +238,7 @@ def main(argv=None) -> int:
         names = [e.name for e in engines]
         baseline = BASELINE if BASELINE in names else "HF transformers (torch)"
         try:
-            for case, sources in zip(cases_for(args.device), case_sources(bm, st, cases_for(args.device))):
+            for case, sources in zip(cases, case_sources(bm, st, cases)):
                 label = case_label(case, vocab, st)
                 probe = None
                 if cpu and case is CASES[0]:           # the floor's case: the bandwidth probed beside its rounds

@@ -124,7 +124,7 @@ class IoBindingEngine(_Graphs):
         """Format 2: the cache this step writes into; a full one is padded on the device into one of larger
         capacity (it happens log2(steps / FIXED_CACHE_START) times a call)."""
         h, dh = self.config.n_heads, self.config.head_dim
-        if past is None:
+        if past is None:            # an array each: on the CPU provider an OrtValue wraps its array, uncopied
             capacity = self.capacity_for(0, 0)
             return _DeviceCache([ort.OrtValue.ortvalue_from_numpy(np.zeros((rows, h, capacity, dh), self.cache_dtype),
                                                                   self.device, self.device_id)

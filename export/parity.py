@@ -39,7 +39,8 @@ import numpy as np
 import onnxruntime as ort
 import torch
 
-from seq2onnx.runtime.decoding import Hypothesis, decode
+from seq2onnx.runtime.decoding import decode
+from seq2onnx.runtime.search import Hypothesis
 from seq2onnx.runtime.errors import Seq2OnnxError
 from seq2onnx.runtime.options import DecodingOptions
 from seq2onnx.runtime.device_engine import IoBindingEngine

@@ -354,7 +354,7 @@ def _score_lines(tr: Any, block: List[Tuple[int, str]], args: Any, out: BinaryIO
 
 def _score_block(tr: Any, block: List[Tuple[int, str]], args: Any, terminal: bool) -> bytes:
     """Output lines for (line number, SOURCE<TAB>TARGET) lines, each with one TAB."""
-    from .decoding import normalize
+    from .search import normalize
     pairs = [text.split("\t") for _, text in block]
     try:
         with warnings.catch_warnings(record=True) as caught:

@@ -1,7 +1,7 @@
 """Terminology constraints (issue #18): phrases that every returned hypothesis must hold, for beam search.
 
 Lexically constrained beam search with dynamic beam allocation (DBA; Post & Vilar, 2018, as in Sockeye and
-fairseq), in decoding.BeamSearch's terms:
+fairseq), in search.BeamSearch's terms:
   * a phrase is a list of target ids; it is **met** once they appear contiguously in the hypothesis. Each beam
     row follows each phrase with a Knuth-Morris-Pratt automaton (its state: how much of the phrase the
     hypothesis ends with), so "met" is exactly "the ids are a contiguous run of the hypothesis";

@@ -10,7 +10,7 @@ A filter whose edit is the same for every row says so (`same_for_every_row`): be
 it as a bias [1, V] where the log-probs are (decoding.py, IoBindingEngine.step_top_k).
 
 Scores are sums of the filtered log-probs (the penalties count; the sampling temperature,
-top-k and top-p only shape the sampling distribution, see decoding.Sampler).
+top-k and top-p only shape the sampling distribution, see search.Sampler).
 """
 from __future__ import annotations
 

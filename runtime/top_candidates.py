@@ -1,5 +1,5 @@
 """The m best candidates of each row, best first, ties to the lower index: beam search's selection step
-(decoding.py BeamSearch), kept apart because its speed trick needs a page of its own. numpy only."""
+(search.py BeamSearch), kept apart because its speed trick needs a page of its own. numpy only."""
 from __future__ import annotations
 
 import numpy as np

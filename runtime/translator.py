@@ -29,7 +29,8 @@ import numpy as np
 
 from .alignment import hard_alignment
 from .constraints import check_phrase_ids, normalize_phrases, require_beam
-from .decoding import Hypothesis, common_prefix, decode, decode_steps, score
+from .decoding import common_prefix, decode, decode_steps, score
+from .search import Hypothesis
 from .errors import ModelPackageError, Seq2OnnxError
 from .manifest import UNCHECKED, ModelPackage, read_package
 from .options import DEFAULT_MAX_BATCH_SIZE, MAX_CHARS_PER_TOKEN, DecodingOptions

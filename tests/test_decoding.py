@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from fixtures_training import toy_pairs
 from limits import reference_max_length
-from seq2onnx.runtime.decoding import Sampler, decode
+from seq2onnx.runtime.decoding import decode
+from seq2onnx.runtime.search import Sampler
 from seq2onnx.runtime.top_candidates import top_candidates
 from seq2onnx.runtime.logit_filters import ForcePrefix, NoRepeatNGram, RepetitionPenalty
 from seq2onnx.runtime.options import DecodingOptions
@@ -280,7 +281,7 @@ def test_top_candidates_block_bound_is_a_stable_descending_sort(rows, cols, m, k
 def test_beam_search_from_each_rows_best_equals_from_all(sentences, beam, kind, seed):
     """advance_top_k (each row's 2K best, as a GPU's TopK returns them) chooses as advance (every candidate), step
     by step, on log-probs full of ties (kind 1) or of -inf (kind 2), EOS (2) often among the best."""
-    from seq2onnx.runtime.decoding import BeamSearch
+    from seq2onnx.runtime.search import BeamSearch
 
     rng = np.random.default_rng(seed)
     vocab = int(rng.integers(2 * beam, 40))
@@ -347,7 +348,7 @@ def test_beam_search_keeps_a_live_beam_that_beats_the_finished_ones():
     # step 1: "a a" (-0.6) and "a" EOS (-2.5, normalized -1.25) are the best two -> K hypotheses have finished,
     #         where fairseq stops with "" (-1.0); but the live "a a" scores -0.3 normalized, so search goes on
     # step 2: "a a" EOS: -0.7 over 3 tokens = -0.233, the best of all
-    from seq2onnx.runtime.decoding import BeamSearch, beam_done, rank
+    from seq2onnx.runtime.search import BeamSearch, beam_done, rank
 
     def logp(rows):
         out = np.full((len(rows), 5), -20.0, dtype=np.float32)

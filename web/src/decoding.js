@@ -1,4 +1,4 @@
-// The decoding loop: encode once, then one decoder step per generated token. A port of runtime/decoding.py,
+// The decoding loop: encode once, then one decoder step per generated token. A port of runtime/decoding.py and search.py,
 // rule for rule, so that the JS and Python runtimes give the same tokens (the tests compare them):
 //   * logit filters (logit_filters.js) edit the step's log-probs in place: PAD/BOS suppression, EOS before the
 //     minimum length, repetition penalty, no-repeat-ngram, forced target prefix;
@@ -43,7 +43,7 @@ export function normalize(score, length, lengthPenalty) {
   return length > 0 ? score / length ** lengthPenalty : score;
 }
 
-/** When beam search stops a sentence (runtime/decoding.py beam_done, where the rule and its reasons are written):
+/** When beam search stops a sentence (runtime/search.py beam_done, where the rule and its reasons are written):
  * once `beamSize` hypotheses have finished AND the `numHypotheses`-th best finished normalized score is at least
  * the best live beam's normalized score now (`bestLive`, -inf when no beam is alive). */
 export function beamDone(finished, beamSize, numHypotheses, bestLive) {
@@ -65,7 +65,7 @@ function before(a, i, b, j) {
 }
 
 /** Indices of the m best of scores[start, start + count), best first, ties to the lower index: exactly the
- * first m of a stable descending sort (runtime/decoding.py top_candidates). */
+ * first m of a stable descending sort (runtime/top_candidates.py). */
 export function topCandidates(scores, start, count, m) {
   const idx = [], val = [];
   for (let c = 0; c < count; c++) {
@@ -166,7 +166,7 @@ function argmax(row) {
 
 // --- searches ---------------------------------------------------------------------------------------
 /** The per-row attention history (an array of rows per row) with this step's rows (Float32Array [R*S]) appended
- * (runtime/decoding.py extend_rows); null: not kept. */
+ * (runtime/search.py extend_rows); null: not kept. */
 export function extendRows(history, rows, nRows) {
   if (rows === null) return history;
   const s = rows.length / nRows;

@@ -28,7 +28,7 @@ from seq2onnx.runtime.errors import Seq2OnnxError
 from seq2onnx.runtime.graph_io import (CROSS_ATTENTION, DECODER_FORMATS, FUSED_ATTENTION_DOMAIN, FUSED_ATTENTION_OPS,
                                        MIN_ONNXRUNTIME, cache_names)
 from seq2onnx.runtime.manifest import FORMAT_VERSION
-from seq2onnx.runtime.session import onnxruntime_log_severity
+from seq2onnx.runtime.session import onnxruntime_log_severity, onnxruntime_version
 from seq2onnx.training.checkpoint import load_checkpoint
 from seq2onnx.training.tokenizer import SPECIAL_TOKENS, tokenizer_from_json
 
@@ -39,6 +39,7 @@ MIN_OPSET = 18   # the torch.onnx dynamo exporter writes opset 18 and newer
 PARITY_LINES = sum(parity.REAL_BATCH_SIZES)
 VARIANT_FILES = {"int8": ("encoder.int8.onnx", "decoder_step.int8.onnx"),
                  "fp16": ("encoder.fp16.onnx", "decoder_step.fp16.onnx")}
+FEW_ROWS_FILE = "decoder_step.int8.few_rows.onnx"    # format 2 int8: the step for <= FEW_ROWS_MAX rows (quantize.py)
 FUSED_DECODER_FILE = ".decoder_step.fused.onnx"      # int8: the fp32 trace it is quantised from (not kept)
 
 
@@ -231,27 +232,41 @@ def _int8_variant(model, staging: Path, enc: Path, dec: Path, names: GraphNames,
     not applied; status "validation-skipped" instead of "checked". The graph checks always apply.
 
     Format 2: the decoder step is quantised from a trace whose attention is onnxruntime's fused CPU ops
-    (onnx_export.export_fused_decoder), which first passes the fp32 parity gate as the fp32 graph does."""
+    (onnx_export.export_fused_decoder), which first passes the fp32 parity gate as the fp32 graph does; the same
+    trace is quantised a second time as the few-rows step (quantize.quantize_int8_few_rows), which passes the
+    same checks and int8 gate as the step itself (not written where this onnxruntime is older than its ops)."""
     enc8, dec8 = (staging / f for f in VARIANT_FILES["int8"])
     source, entry = dec, {}
+    few_rows = format_version >= 2 and onnxruntime_version() >= quantize.FEW_ROWS_MIN_ONNXRUNTIME
+    block = quantize.few_rows_block(model.cfg.d_model)
     if format_version >= 2:
         source = onnx_export.export_fused_decoder(model, staging / FUSED_DECODER_FILE, opset)
         _check(source, names.decoder_inputs, names.decoder_outputs)
         fused = parity.check_fp32(parity.measure(model, parity.OnnxPair(enc, source, model.cfg), batches))
         entry["attention"] = {"ops": [f"{FUSED_ATTENTION_DOMAIN}.{op}" for op in FUSED_ATTENTION_OPS],
-                              "min_onnxruntime": ".".join(map(str, MIN_ONNXRUNTIME)),
+                              "min_onnxruntime": _version(MIN_ONNXRUNTIME),
                               "fp32_parity": fused.to_dict()}
     try:
         quantize.quantize_int8(enc, enc8)
         quantize.quantize_int8(source, dec8)
+        if few_rows:
+            quantize.quantize_int8_few_rows(source, staging / FEW_ROWS_FILE, block)
     finally:
         if source != dec:
             source.unlink()
     _check_variant(enc, enc8, names.encoder_inputs, names.encoder_outputs)
     _check_variant(dec, dec8, names.decoder_inputs, names.decoder_outputs)
-    report = parity.measure(model, parity.OnnxPair(enc8, dec8, model.cfg), batches)
-    if validate:
-        parity.check_reduced(report, "int8")
+    report = _int8_parity(model, enc8, dec8, batches, validate)
+    if few_rows:
+        few = staging / FEW_ROWS_FILE
+        _check_variant(dec, few, names.decoder_inputs, names.decoder_outputs)
+        entry["few_rows"] = {
+            "decoder_step": few.name, "max_rows": quantize.FEW_ROWS_MAX,
+            "min_onnxruntime": _version(quantize.FEW_ROWS_MIN_ONNXRUNTIME),
+            "quantization": {"tool": "onnxruntime.quantization.matmul_nbits_quantizer.MatMulNBitsQuantizer",
+                             "bits": quantize.FEW_ROWS_BITS, "block_size": block,
+                             "symmetric": True, "accuracy_level": quantize.FEW_ROWS_ACCURACY_LEVEL},
+            "parity": _int8_parity(model, enc8, few, batches, validate).to_dict()}
     return {"encoder": enc8.name, "decoder_step": dec8.name, "precision": "int8", "checked_on": report.provider,
             "status": "checked" if validate else "validation-skipped",
             "quantization": {"tool": "onnxruntime.quantization.quantize_dynamic", "weight_type": "QInt8",
@@ -260,6 +275,16 @@ def _int8_variant(model, staging: Path, enc: Path, dec: Path, names: GraphNames,
             "thresholds": {"top1_agreement": parity.MIN_TOP1_AGREEMENT,
                            "greedy_token_match": parity.MIN_GREEDY_TOKEN_MATCH},
             "parity": report.to_dict()}
+
+
+def _int8_parity(model, enc8: Path, dec8: Path, batches: List[parity.ParityBatch], validate: bool):
+    """The int8 figures of one encoder + decoder step pair, held to the int8 thresholds when validate."""
+    report = parity.measure(model, parity.OnnxPair(enc8, dec8, model.cfg), batches)
+    return parity.check_reduced(report, "int8") if validate else report
+
+
+def _version(numbers) -> str:
+    return ".".join(map(str, numbers))
 
 
 def cuda_works(model_path: Path) -> bool:
@@ -302,8 +327,11 @@ def _variant_line(name: str, v: Dict[str, Any]) -> str:
     if p is None:
         return f"{name} {v.get('status', 'unchecked')}"
     skipped = " (validation skipped: thresholds not applied)" if v.get("status") == "validation-skipped" else ""
+    few = v.get("few_rows")
+    few = (f"; its step for <= {few['max_rows']} rows top-1 agreement {few['parity']['top1_agreement']:.4f}, greedy "
+           f"token match {few['parity']['greedy_token_match']:.4f}") if few else ""
     return (f"{name} top-1 agreement {p['top1_agreement']:.4f}, greedy token match "
-            f"{p['greedy_token_match']:.4f}{skipped}")
+            f"{p['greedy_token_match']:.4f}{few}{skipped}")
 
 
 def exporter_versions() -> Dict[str, str]:

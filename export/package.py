@@ -176,7 +176,10 @@ def finish_package(folder: Path, manifest: Dict[str, Any]) -> Dict[str, Any]:
     write_text(folder / README_FILE, render_readme(manifest))
     manifest = dict(manifest, files=file_entries(folder))
     for variant in manifest["variants"].values():
-        missing = [v for k, v in variant.items() if k in ("encoder", "decoder_step") and v not in manifest["files"]]
+        named = [variant["encoder"], variant["decoder_step"]]
+        if "few_rows" in variant:
+            named.append(variant["few_rows"]["decoder_step"])
+        missing = [v for v in named if v not in manifest["files"]]
         if missing:
             raise RuntimeError(f"the manifest names files that are not in the package: {missing}")
     write_text(folder / MANIFEST, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
@@ -232,6 +235,10 @@ def render_readme(manifest: Dict[str, Any]) -> str:
             figures = (f"top-1 agreement {_fmt(p['top1_agreement'])}, greedy token match "
                        f"{_fmt(p['greedy_token_match'])}")
         lines.append(f"| {name} ({v['precision']}) | `{v['encoder']}`, `{v['decoder_step']}` | {figures} |")
+        if "few_rows" in v:
+            f, p = v["few_rows"], v["few_rows"]["parity"]
+            lines.append(f"| {name}, steps of at most {f['max_rows']} rows | `{f['decoder_step']}` | top-1 agreement "
+                         f"{_fmt(p['top1_agreement'])}, greedy token match {_fmt(p['greedy_token_match'])} |")
     lines += [
         "",
         "## Graphs",

@@ -10,6 +10,13 @@ int8  (--int8): dynamic quantisation of the MatMul weights (onnxruntime.quantiza
       embeddings that weight is also the embedding table of a Gather, which it would break. So a Gemm
       weight shared with other nodes gets its own copy first (`untie_gemm_weights`): the output
       projection is then quantised like the other MatMuls, the embedding (Gather) stays fp32.
+int8, few rows (format 2, with --int8): the int8 decoder step a second time, for steps of at most
+      FEW_ROWS_MAX rows, its weight MatMuls as onnxruntime's MatMulNBits (8-bit symmetric blocks of
+      FEW_ROWS_BLOCK along the input axis, activations quantised per block at run time: accuracy_level 4), made
+      by onnxruntime's MatMulNBitsQuantizer (`quantize_int8_few_rows`). At 1-2 rows its kernels read the weights
+      1.3-3x faster than DynamicQuantizeMatMul's (the output projection most); from ~6 rows they are slower
+      (docs/CONTRACTS.md has the figures). The quantizer takes MatMuls only, so the output projection (a Gemm
+      with the embedding table transposed) first becomes a MatMul of its own transposed copy (`gemm_as_matmul`).
 fp16  (--fp16, for CUDA): weights and activations in float16, graph inputs and outputs kept float32
       (onnxruntime.transformers.float16 with keep_io_types=True); LogSoftmax runs in fp32. Constants are
       clipped to the fp16 range, so the -3.4e38 mask bias becomes -65504 (finite).
@@ -27,6 +34,10 @@ import onnx
 
 PER_CHANNEL = True
 QUANTIZED_OPS = ["MatMul"]
+FEW_ROWS_BITS, FEW_ROWS_ACCURACY_LEVEL = 8, 4
+FEW_ROWS_BLOCK = 256                # MatMulNBits' largest block: 256 beat 128 at 1 row (base dims)
+FEW_ROWS_MAX = 4                    # the runtime steps with the few-rows graph up to this many rows (the manifest's)
+FEW_ROWS_MIN_ONNXRUNTIME = (1, 22)  # 8-bit MatMulNBits: 1.21 refuses it (the runtime then keeps the int8 step)
 
 
 def drop_initializer_value_info(model: onnx.ModelProto) -> int:
@@ -76,6 +87,55 @@ def quantize_int8(src: Path, dst: Path, per_channel: bool = PER_CHANNEL) -> None
     finally:
         logging.disable(logging.NOTSET)
         os.unlink(cleaned)
+
+
+def gemm_as_matmul(model: onnx.ModelProto) -> int:
+    """Each Gemm of an initializer weight (B transposed, alpha 1, no C: the output projection) -> a MatMul of
+    its own transposed copy, which MatMulNBitsQuantizer quantises. -> how many."""
+    from onnx import helper, numpy_helper
+
+    initializers = {t.name: t for t in model.graph.initializer}
+    rewritten = 0
+    for node in model.graph.node:
+        if node.op_type != "Gemm" or len(node.input) < 2 or node.input[1] not in initializers:
+            continue
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        if (len(node.input) > 2 and node.input[2]) or attrs.get("transA", 0) or attrs.get("alpha", 1.0) != 1.0:
+            raise ValueError(f"{node.name}: a Gemm other than x @ W^T; the exporter changed")
+        weight = numpy_helper.to_array(initializers[node.input[1]])
+        name = f"{node.input[1]}.{node.name or 'gemm'}.matmul"
+        model.graph.initializer.append(numpy_helper.from_array(weight.T.copy() if attrs.get("transB", 0) else weight,
+                                                               name))
+        inputs = [node.input[0], name]
+        node.op_type = "MatMul"
+        del node.attribute[:]
+        del node.input[:]
+        node.input.extend(inputs)
+        rewritten += 1
+    return rewritten
+
+
+def few_rows_block(d_model: int) -> int:
+    """The MatMulNBits block size for a model of width d_model: FEW_ROWS_BLOCK, or the largest power of two not
+    above d_model (blocks pad the input axis: a 64-wide model in blocks of 256 would store 4x its weights)."""
+    return max(16, min(FEW_ROWS_BLOCK, 1 << (d_model.bit_length() - 1)))
+
+
+def quantize_int8_few_rows(src: Path, dst: Path, block_size: int) -> None:
+    """src fp32 .onnx -> dst with every MatMul of an initializer weight as MatMulNBits (module docstring)."""
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    model = onnx.load(str(src))
+    drop_initializer_value_info(model)
+    gemm_as_matmul(model)
+    logging.disable(logging.INFO)      # it logs every node it skips
+    try:
+        quantizer = MatMulNBitsQuantizer(model, bits=FEW_ROWS_BITS, block_size=block_size, is_symmetric=True,
+                                         accuracy_level=FEW_ROWS_ACCURACY_LEVEL, op_types_to_quantize=("MatMul",))
+        quantizer.process()
+    finally:
+        logging.disable(logging.NOTSET)
+    onnx.save(quantizer.model.model, str(dst))
 
 
 def convert_fp16(src: Path, dst: Path, keep_float32: Sequence[str] = ()) -> None:

@@ -31,7 +31,7 @@ class CachePool:
         self.log_probs = np.empty((0, 0), dtype=np.float32)      # [rows, vocab], a view of reused memory
         self.attention = np.empty((0, 0), dtype=np.float32)      # [rows, src_len] (format 2, with attention)
         self._memory: Dict[str, np.ndarray] = {}
-        self.binding: Optional["Binding"] = None       # format 2: the call's IO binding, kept across steps
+        self.bindings: Dict[int, "Binding"] = {}       # format 2: the call's IO binding of each decoder session
         self.past_length = np.zeros((), dtype=np.int64)  # format 2: the bound past_length input
 
     def views(self, which: int, shape: Tuple[int, ...]) -> List[np.ndarray]:
@@ -41,6 +41,13 @@ class CachePool:
             grown = max(size, int(bufs[0].size * 1.5) if bufs else 0)     # zero pages come on first use
             bufs = self.sets[which] = [np.zeros(grown, dtype=np.float32) for _ in range(self.n)]
         return [b[:size].reshape(shape) for b in bufs]
+
+    def binding_for(self, session: ort.InferenceSession) -> "Binding":
+        """This call's binding of `session` (format 2), kept across its steps."""
+        binding = self.bindings.get(id(session))
+        if binding is None:
+            binding = self.bindings[id(session)] = Binding(session)
+        return binding
 
     def log_probs_view(self, rows: int, vocab: int) -> np.ndarray:
         """[rows, vocab] float32 in reused memory: the same array object while the shape stays (Binding)."""

@@ -394,6 +394,11 @@ def package_info(model_dir: str, verify: bool = True) -> Dict[str, Any]:
         sizes = {"encoder": pkg.file_bytes(v.encoder.name), "decoder_step": pkg.file_bytes(v.decoder_step.name)}
         variants[name] = {"precision": v.precision, "status": v.status, "encoder": v.encoder.name,
                           "decoder_step": v.decoder_step.name, "bytes": sizes, "parity": v.parity}
+        if v.few_rows is not None:
+            few = v.few_rows.decoder_step.name
+            variants[name]["few_rows"] = {"decoder_step": few, "bytes": pkg.file_bytes(few),
+                                          "max_rows": v.few_rows.max_rows,
+                                          "min_onnxruntime": ".".join(map(str, v.few_rows.min_onnxruntime))}
     return {
         "path": str(pkg.root), "format": m["format"], "format_version": m["format_version"],
         "seq2onnx_version": m.get("seq2onnx_version"), "created": m.get("created"),
@@ -438,6 +443,10 @@ def _print_info(info: Dict[str, Any]) -> None:
             f"{v['decoder_step']} {_size(b['decoder_step'])}; {v['status']}")
         if v["parity"]:
             say("        parity: " + ", ".join(f"{k}={val}" for k, val in v["parity"].items()))
+        if "few_rows" in v:
+            f = v["few_rows"]
+            say(f"        steps of at most {f['max_rows']} rows: {f['decoder_step']} {_size(f['bytes'])} "
+                f"(onnxruntime >= {f['min_onnxruntime']})")
     exporter = ", ".join(f"{k} {val}" for k, val in info["exporter"].items())
     say(f"exporter       {exporter}; opset {info['opset']}, IR {info['ir_version']}")
     src = info["source_checkpoint"]

@@ -52,12 +52,22 @@ MAX_FILE_BYTES = (1 << 31) - 1          # protobuf's limit: onnxruntime loads no
 MAX_TOKENIZER_BYTES = 1 << 28           # 256 MiB; a 250k-piece tokenizer.json is ~30 MB
 SHA256 = re.compile(r"[0-9a-f]{64}")
 VERSION = re.compile(r"\d{1,4}(\.\d{1,4}){0,3}")     # attention.min_onnxruntime: "1.21"
+MAX_FEW_ROWS = 1 << 16                  # a variant's few_rows.max_rows: any value only picks a graph
 FILE_NAME = re.compile(r"[A-Za-z0-9._+-]{1,255}")    # names in 'files': in the folder, nothing else
 # manifest variant status (CONTRACTS.md) -> why the variant was not held to the export's thresholds
 UNCHECKED = {"validation-skipped": "was exported with --skip-int8-validation",
              "unchecked-on-CUDA": "was not checked against PyTorch (no GPU at export)"}
 STATUSES = ("checked", *UNCHECKED)
 SPECIAL_ROLES = ("pad", "bos", "eos", "unk")       # special_tokens keys; ModelConfig has {role}_id
+
+
+@dataclass(frozen=True)
+class FewRows:
+    """A variant's second decoder step for steps of at most max_rows rows (int8: its weight MatMuls as
+    MatMulNBits, faster at 1-4 rows; export/quantize.py), taking the same inputs and caches as the step."""
+    decoder_step: Path
+    max_rows: int
+    min_onnxruntime: Tuple[int, ...]     # older: the runtime steps with the variant's decoder step only
 
 
 @dataclass(frozen=True)
@@ -70,6 +80,7 @@ class Variant:
     status: str = "checked"      # checked | validation-skipped (int8) | unchecked-on-CUDA (fp16): CONTRACTS.md
     # the onnxruntime its graphs need (attention.min_onnxruntime: the int8 variant's fused attention ops); () none
     min_onnxruntime: Tuple[int, ...] = ()
+    few_rows: Optional[FewRows] = None
 
 
 @dataclass
@@ -112,24 +123,28 @@ class ModelPackage:
         self.read_file(name, verify=True)
 
     def read_variant(self, name: str, verify: Optional[bool] = None) -> Tuple[bytes, bytes]:
-        """The bytes of the variant's encoder and decoder step (read_file), each holding all its weights:
-        a graph with external data is refused (onnxruntime would read them from files no checksum covers)."""
+        """The bytes of the variant's encoder and decoder step (read_graph)."""
         variant = self.variants[name]
-        graphs = []
-        for path in (variant.encoder, variant.decoder_step):
-            data = self.read_file(path.name, verify)
-            try:
-                external = has_external_data(data)
-            except ValueError as e:
-                raise ModelPackageError(f"{path} is not a valid ONNX model ({e}); {REEXPORT}") from e
-            if external:
-                raise ModelPackageError(f"{path} keeps weights in external data files, which the package's checksums "
-                                        f"do not cover: a seq2onnx graph holds all its weights; {REEXPORT}")
-            graphs.append(data)
-        return graphs[0], graphs[1]
+        return self.read_graph(variant.encoder, verify), self.read_graph(variant.decoder_step, verify)
+
+    def read_graph(self, path: Path, verify: Optional[bool] = None) -> bytes:
+        """The bytes of one of the package's graphs (read_file), holding all its weights: a graph with external
+        data is refused (onnxruntime would read them from files no checksum covers)."""
+        data = self.read_file(path.name, verify)
+        try:
+            external = has_external_data(data)
+        except ValueError as e:
+            raise ModelPackageError(f"{path} is not a valid ONNX model ({e}); {REEXPORT}") from e
+        if external:
+            raise ModelPackageError(f"{path} keeps weights in external data files, which the package's checksums "
+                                    f"do not cover: a seq2onnx graph holds all its weights; {REEXPORT}")
+        return data
 
     def verify_variant(self, name: str) -> None:
         self.read_variant(name, verify=True)
+        few_rows = self.variants[name].few_rows
+        if few_rows is not None:
+            self.read_graph(few_rows.decoder_step, verify=True)
 
 
 def sha256_of(path: Path, chunk: int = 1 << 20) -> str:
@@ -336,15 +351,39 @@ def _read_variants(root: Path, manifest: Dict[str, Any]) -> Dict[str, Variant]:
             raise ModelPackageError(f"{where}: {field}['status'] should be one of {', '.join(STATUSES)}, got "
                                     f"{_short(status)}; {REEXPORT}")
         attention = _field(entry, "attention", dict, where, f"{field}['attention']", default={})
-        needs = _field(attention, "min_onnxruntime", str, where, f"{field}['attention']['min_onnxruntime']", default="")
-        if needs and not VERSION.fullmatch(needs):
-            raise ModelPackageError(f"{where}: {field}['attention']['min_onnxruntime'] should be a version such as "
-                                    f"1.21, got {_short(needs)}; {REEXPORT}")
-        variants[name] = Variant(name, paths[0], paths[1], precision, dict(parity), status,
-                                 tuple(int(x) for x in needs.split(".")) if needs else ())
+        needs = _version(attention, where, f"{field}['attention']", default="")
+        variants[name] = Variant(name, paths[0], paths[1], precision, dict(parity), status, needs,
+                                 _read_few_rows(root, manifest, entry, field))
     if "fp32" not in variants:
         raise ModelPackageError(f"{where}: no 'fp32' variant; {REEXPORT}")
     return variants
+
+
+def _version(obj: Dict[str, Any], where: Path, field: str, default: Any = _REQUIRED) -> Tuple[int, ...]:
+    """obj's min_onnxruntime: "1.21" -> (1, 21); with a default, a missing one -> ()."""
+    needs = _field(obj, "min_onnxruntime", str, where, f"{field}['min_onnxruntime']", default=default)
+    if needs and not VERSION.fullmatch(needs):
+        raise ModelPackageError(f"{where}: {field}['min_onnxruntime'] should be a version such as 1.21, got "
+                                f"{_short(needs)}; {REEXPORT}")
+    return tuple(int(x) for x in needs.split(".")) if needs else ()
+
+
+def _read_few_rows(root: Path, manifest: Dict[str, Any], entry: Dict[str, Any], field: str) -> Optional[FewRows]:
+    """A variant's few_rows (absent in packages exported before it, and where the exporter's onnxruntime lacked
+    its ops): a decoder step file listed in 'files', its max_rows and min_onnxruntime."""
+    where = root / MANIFEST
+    few = _field(entry, "few_rows", dict, where, f"{field}['few_rows']", default=None)
+    if few is None:
+        return None
+    file = few.get("decoder_step")
+    if not isinstance(file, str) or file not in manifest["files"]:
+        raise ModelPackageError(f"{where}: {field}['few_rows']['decoder_step'] = {_short(file)} is not a file listed "
+                                f"in 'files'; {REEXPORT}")
+    max_rows = _field(few, "max_rows", int, where, f"{field}['few_rows']['max_rows']")
+    if not 1 <= max_rows <= MAX_FEW_ROWS:
+        raise ModelPackageError(f"{where}: {field}['few_rows']['max_rows'] should be in [1, {MAX_FEW_ROWS}], got "
+                                f"{_short(max_rows)}; {REEXPORT}")
+    return FewRows(root / file, max_rows, _version(few, where, f"{field}['few_rows']"))
 
 
 def _read_cross_per_sentence(where: Path, manifest: Dict[str, Any]) -> bool:

@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 import onnxruntime as ort
 
-from .cache_memory import Binding, Cache, CachePool, SpareMemory
+from .cache_memory import Cache, CachePool, SpareMemory
 from .config import ModelConfig
 from .errors import ModelPackageError, Seq2OnnxError
 from .gather_graph import gather_model_bytes
@@ -267,6 +267,16 @@ class _Graphs:
         self.empty_past_shape = (config.n_heads, 0, config.head_dim)
         self.cache_dtype = cache_dtype(decoder, config)
         self.has_attention = self.format_version >= 2      # the cross_attention output
+        self.few_rows: Optional[Tuple[ort.InferenceSession, int]] = None   # ArrayEngine.use_few_rows
+
+    @property
+    def decoders(self) -> List[ort.InferenceSession]:
+        """The decoder step sessions: the step, and the few-rows step where there is one."""
+        return [self.decoder] + ([self.few_rows[0]] if self.few_rows else [])
+
+    def decoder_for(self, rows: int) -> ort.InferenceSession:
+        """The session that steps `rows` rows: the few-rows step up to its max_rows, else the step."""
+        return self.few_rows[0] if self.few_rows and rows <= self.few_rows[1] else self.decoder
 
     def no_attention_error(self) -> Seq2OnnxError:
         return Seq2OnnxError(f"{self.decoder_path} has no cross-attention output (a format_version 1 package): "
@@ -300,6 +310,14 @@ class ArrayEngine(_Graphs):
         if self.copy_threads > 1:
             from concurrent.futures import ThreadPoolExecutor   # here: the runtime's import stays light
             self._copier = ThreadPoolExecutor(self.copy_threads - 1, thread_name_prefix="seq2onnx-copy")
+
+    def use_few_rows(self, session: ort.InferenceSession, max_rows: int, path: Any) -> None:
+        """Step with `session` (a format-2 decoder step of the same contract and caches: the variant's few_rows,
+        manifest.FewRows) whenever a step has at most max_rows rows."""
+        if self.format_version < 2 or cache_dtype(session, self.config) != self.cache_dtype:
+            raise ModelPackageError(f"{path}: a few-rows decoder step needs a format_version 2 package and the "
+                                    f"caches of its decoder step; re-export the model")
+        self.few_rows = (session, max_rows)
 
     def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> Tuple[np.ndarray, List[np.ndarray]]:
         cross = self.encoder.run(self.cross_names, {"input_ids": input_ids, "attention_mask": attention_mask})
@@ -338,8 +356,8 @@ class ArrayEngine(_Graphs):
         memory), through the call's kept binding (Binding)."""
         cache = self._fixed_cache(past, len(input_ids))
         pool = cache.pool
-        if pool.binding is None:
-            pool.binding = Binding(self.decoder)
+        decoder = self.decoder_for(len(input_ids))
+        binding = pool.binding_for(decoder)
         pool.past_length[()] = cache.length
         log_probs = pool.log_probs_view(len(input_ids), self.config.vocab_size)
         inputs = [(PAST_LENGTH, pool.past_length), ("input_ids", np.ascontiguousarray(input_ids, dtype=np.int64)),
@@ -352,10 +370,10 @@ class ArrayEngine(_Graphs):
             attention = pool.attention_view(len(input_ids), encoder_mask.shape[1])
             outputs.append((CROSS_ATTENTION, attention))
         for name, value in inputs:
-            pool.binding.bind(name, value)
+            binding.bind(name, value)
         for name, value in outputs:
-            pool.binding.bind(name, value, output=True)
-        self.decoder.run_with_iobinding(pool.binding.io)
+            binding.bind(name, value, output=True)
+        decoder.run_with_iobinding(binding.io)
         present = Cache(list(cache), pool, cache.which, cache.length + 1)
         if with_attention:
             return log_probs, present, attention.copy()
@@ -401,10 +419,12 @@ class ArrayEngine(_Graphs):
 
 def open_engine(encoder_path: Any, decoder_path: Any, config: ModelConfig, sc: SessionConfig,
                 cross_per_sentence: bool = False, graphs: Optional[Tuple[bytes, bytes]] = None,
-                format_version: Optional[int] = None):
+                format_version: Optional[int] = None, few_rows: Optional[Tuple[Any, Optional[bytes], int]] = None):
     """The engine for a resolved device: ArrayEngine on CPU, IoBindingEngine on CUDA. graphs: the two
     graphs' bytes as the package read and checked them (ModelPackage.read_variant); else the paths are read.
-    format_version: the package's (the graphs must follow its contract); None: whichever the graph shows."""
+    format_version: the package's (the graphs must follow its contract); None: whichever the graph shows.
+    few_rows: (path, bytes or None, max_rows) of a decoder step for steps of at most max_rows rows (the variant's
+    few_rows, CPU only: ArrayEngine.use_few_rows)."""
     encoder_data, decoder_data = graphs or (None, None)
     encoder = open_session(encoder_path, "encoder", config, sc, encoder_data, format_version)
     decoder = open_session(decoder_path, "decoder_step", config, sc, decoder_data, format_version)
@@ -412,4 +432,8 @@ def open_engine(encoder_path: Any, decoder_path: Any, config: ModelConfig, sc: S
         from .device_engine import IoBindingEngine     # it builds on _Graphs, from here
         return IoBindingEngine(encoder, decoder, config, "cuda", sc.device_id, sc.providers(), cross_per_sentence,
                                str(decoder_path))
-    return ArrayEngine(encoder, decoder, config, cross_per_sentence, str(decoder_path), copy_threads=sc.copy_threads())
+    engine = ArrayEngine(encoder, decoder, config, cross_per_sentence, str(decoder_path), copy_threads=sc.copy_threads())
+    if few_rows is not None:
+        path, data, max_rows = few_rows
+        engine.use_few_rows(open_session(path, "decoder_step", config, sc, data, engine.format_version), max_rows, path)
+    return engine

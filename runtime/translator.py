@@ -34,7 +34,7 @@ from .search import Hypothesis
 from .errors import ModelPackageError, Seq2OnnxError
 from .manifest import UNCHECKED, ModelPackage, read_package
 from .options import DEFAULT_MAX_BATCH_SIZE, MAX_CHARS_PER_TOKEN, DecodingOptions
-from .session import SessionConfig, check_onnxruntime, open_engine, resolve_device
+from .session import SessionConfig, check_onnxruntime, onnxruntime_version, open_engine, resolve_device
 
 log = logging.getLogger("seq2onnx.runtime")
 
@@ -184,21 +184,26 @@ class Translator:
                           f"differ from float32 more than the export's thresholds allow", stacklevel=2)
         check_onnxruntime(v.min_onnxruntime, f"{self.package.root}: the {self.variant} variant")
         sc = SessionConfig(self.device, device_id, intra_threads, inter_threads, optimization)
+        few_rows = None               # a second decoder step for steps of few rows, where this onnxruntime runs it
+        if v.few_rows is not None and self.device == "cpu" and onnxruntime_version() >= v.few_rows.min_onnxruntime:
+            path = v.few_rows.decoder_step
+            few_rows = (path, self.package.read_graph(path), v.few_rows.max_rows)
         self.engine = open_engine(v.encoder, v.decoder_step, self.config, sc,
                                   cross_per_sentence=self.package.cross_per_sentence, graphs=graphs,
-                                  format_version=self.package.format_version)
-        self._check_graph_vocab(v.decoder_step)
-        self._check_graph_cross_axis(v.decoder_step)
+                                  format_version=self.package.format_version, few_rows=few_rows)
+        for session, path in zip(self.engine.decoders, (v.decoder_step, few_rows and few_rows[0])):
+            self._check_graph_vocab(session, path)
+            self._check_graph_cross_axis(session, path)
         self._tokenizer = self.package.tokenizer
         # self.engine: the decoding engine (decoding.Engine), for id-level use with decoding.decode
         log.info("seq2onnx: %s runs on %s (variant %s, %s)", self.package.root, self.device, self.variant, v.precision)
 
-    def _check_graph_cross_axis(self, decoder_path: Any) -> None:
+    def _check_graph_cross_axis(self, decoder: Any, decoder_path: Any) -> None:
         """A manifest that says cross K/V are per sentence needs a graph whose cross inputs have their own
         batch axis: a graph of the earlier contract fails at the first beam step of a batch."""
         if not self.package.cross_per_sentence:
             return
-        dims = {i.name: i.shape for i in self.engine.decoder.get_inputs()}
+        dims = {i.name: i.shape for i in decoder.get_inputs()}
         rows, sentences = dims["input_ids"][0], dims["encoder_attention_mask"][0]
         if isinstance(rows, str) and rows == sentences:
             raise ModelPackageError(f"{decoder_path}: the manifest says the decoder step takes cross K/V once per "
@@ -206,10 +211,10 @@ class Translator:
                                     f"batch axis {rows!r}: the graph and the manifest do not belong together; "
                                     f"re-export the model with `seq2onnx export`")
 
-    def _check_graph_vocab(self, decoder_path: Any) -> None:
+    def _check_graph_vocab(self, decoder: Any, decoder_path: Any) -> None:
         """The decoder's log-probs must cover exactly the tokenizer's ids (a swapped tokenizer.json or an
         edited manifest would otherwise decode ids that mean other pieces, or none)."""
-        dims = self.engine.decoder.get_outputs()[0].shape
+        dims = decoder.get_outputs()[0].shape
         width = dims[-1] if dims else None
         if isinstance(width, int) and width != self.config.vocab_size:
             raise ModelPackageError(f"{decoder_path}: the graph scores {width} tokens per step but {self.package.root} "

@@ -141,19 +141,23 @@ def test_generate_tokens_rejects_nbest(translator):
 
 
 def test_int8_variant_decodes_its_own_graphs(tiny_package, pairs, translator):
-    """compute_type="int8" runs the int8 graphs: token-identical to decoding those two files opened
-    directly (export/parity.py's OnnxPair, the parity gate's own sessions). One sentence at a time: int8
-    quantizes activations per call, so the rows that share a call change each other's results by a rounding."""
+    """compute_type="int8" runs the int8 graphs: token-identical to decoding those files opened directly
+    (export/parity.py's OnnxPair, the parity gate's own sessions): its few-rows step for one row, its step for
+    five copies of the row (more than few_rows.max_rows; the copies quantize like the row alone, since int8
+    quantizes activations per call and the rows that share a call change each other's results by a rounding)."""
     from seq2onnx.export import parity               # torch: see above
     tr8 = Translator(tiny_package, device="cpu", compute_type="int8")
     assert tr8.variant == "int8"
-    pair = parity.OnnxPair(tiny_package / "encoder.int8.onnx", tiny_package / "decoder_step.int8.onnx", tr8.config)
-    for src, _ in pairs[:10]:
-        ids = tr8._tokenizer.encode(src).ids + [tr8.config.eos_id]
-        [expected] = parity.onnx_greedy(pair, [ids])
-        [[got]] = tr8.translate_ids([ids], beam_size=1)
-        assert (got.tokens, got.finished) == (expected.tokens, expected.finished), src
-        assert got.score == pytest.approx(expected.score, abs=1e-5)
+    few_rows = tr8.package.variants["int8"].few_rows
+    assert few_rows.max_rows < 5
+    for decoder, copies in ((few_rows.decoder_step, 1), (tiny_package / "decoder_step.int8.onnx", 5)):
+        pair = parity.OnnxPair(tiny_package / "encoder.int8.onnx", decoder, tr8.config)
+        for src, _ in pairs[:10]:
+            ids = tr8._tokenizer.encode(src).ids + [tr8.config.eos_id]
+            [expected] = parity.onnx_greedy(pair, [ids])
+            for [got] in tr8.translate_ids([ids] * copies, beam_size=1):
+                assert (got.tokens, got.finished) == (expected.tokens, expected.finished), (src, copies)
+                assert got.score == pytest.approx(expected.score, abs=1e-5)
 
 
 def test_compute_type_errors(tiny_package, tmp_path):

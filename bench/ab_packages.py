@@ -1,6 +1,6 @@
 """Two model packages of the same weights, A and B, timed in one process through our runtime.
 
-    python bench/ab_packages.py A_PACKAGE B_PACKAGE [--rounds 7] [--cases b16k4 b1g b16g]
+    python bench/ab_packages.py A_PACKAGE B_PACKAGE [--rounds 7] [--cases b16k4 b1g b16g] [--variants int8 fp32]
 
 For changes to the exported graphs, where only a same-process comparison is trustworthy on a shared
 machine. bench/run.py's setup: sources of 32 ids (31 random non-special ids, then EOS; the seeds of
@@ -29,6 +29,8 @@ from seq2onnx.runtime.translator import Translator  # noqa: E402
 
 LENGTH, SRC_LEN, THREADS = 64, 32, 2
 CASES = {"b1g": (1, 1, 1), "b16g": (16, 1, 2), "b16k4": (16, 4, 3)}   # batch, beam, source seed (bench/run.py)
+CASES.update({f"b{n}g": (n, 1, 2) for n in (2, 3, 4, 5, 6, 8)})         # steps of few rows (the int8 few-rows step)
+CASES.update({"b1k2": (1, 2, 3), "b1k4": (1, 4, 3)})
 VARIANTS = {"int8": "int8", "fp32": "float32"}
 
 
@@ -44,18 +46,20 @@ def main(argv=None) -> int:
     ap.add_argument("b", type=Path)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--cases", nargs="+", choices=sorted(CASES), default=["b16k4", "b1g", "b16g"])
+    ap.add_argument("--variants", nargs="+", choices=sorted(VARIANTS), default=list(VARIANTS))
     args = ap.parse_args(argv)
+    variants = {v: VARIANTS[v] for v in args.variants}
     trs = {(v, side): Translator(str(pkg), device="cpu", compute_type=ct, intra_threads=THREADS, inter_threads=1)
-           for v, ct in VARIANTS.items() for side, pkg in (("A", args.a), ("B", args.b))}
+           for v, ct in variants.items() for side, pkg in (("A", args.a), ("B", args.b))}
     for (v, side), tr in trs.items():
         print(f"{side} {v}: {tr.package.root}, cross_per_sentence={tr.engine.cross_per_sentence}", file=sys.stderr)
     rows = []
     for case in args.cases:
         batch, beam, seed = CASES[case]
-        cfg = trs[("fp32", "A")].config
+        cfg = trs[(args.variants[0], "A")].config
         sources = make_sources(batch, SRC_LEN, cfg.vocab_size, 1 + max(cfg.pad_id, cfg.bos_id, cfg.eos_id,
                                                                         cfg.unk_id), cfg.eos_id, seed=seed)
-        for v in VARIANTS:
+        for v in variants:
             a, b = trs[(v, "A")], trs[(v, "B")]
             run(a, sources, beam)
             run(b, sources, beam)

@@ -36,6 +36,24 @@ GB = 1e9
 VARIANTS = {"fp32": "decoder_step.onnx", "int8": "decoder_step.int8.onnx"}   # our package's decoder step graphs
 
 
+def batch1_graphs(package: Path) -> Dict[str, str]:
+    """The decoder step graph each variant runs at batch 1: the int8 variant's few-rows step where the package has
+    one (its manifest's variants.int8.few_rows: 1 row is few), else VARIANTS."""
+    graphs = dict(VARIANTS)
+    manifest = json.loads((package / "manifest.json").read_text(encoding="utf-8"))
+    few_rows = manifest["variants"].get("int8", {}).get("few_rows")
+    if few_rows and few_rows["max_rows"] >= 1:
+        graphs["int8"] = few_rows["decoder_step"]
+    return graphs
+
+
+def few_rows_block(package: Path):
+    """The MatMulNBits block size of the package's int8 few-rows step, or None without one."""
+    manifest = json.loads((package / "manifest.json").read_text(encoding="utf-8"))
+    few_rows = manifest["variants"].get("int8", {}).get("few_rows")
+    return few_rows["quantization"]["block_size"] if few_rows else None
+
+
 def _best_rate(threads: int, nbytes: int, work: Callable[[int], None], tries: int):
     """-> (best GB/s, every try's GB/s): work(i) does the i-th of `threads` chunks, all at once."""
     rates = []
@@ -103,27 +121,29 @@ def step_bytes(graph_path: Path) -> Dict[str, int]:
 
 
 def package_floor(package: Path, bandwidth_gb_s: float) -> Dict[str, Dict]:
-    """Per variant of our package: bytes per step and the floor tokens/s at batch 1."""
+    """Per variant of our package: bytes per step and the floor tokens/s at batch 1, of the graph a batch-1 step
+    runs (batch1_graphs)."""
     out = {}
-    for variant, name in VARIANTS.items():
+    for variant, name in batch1_graphs(package).items():
         if (package / name).exists():
             sizes = step_bytes(package / name)
-            out[variant] = dict(sizes, floor_tok_s=round(bandwidth_gb_s * GB / sizes["bytes_per_step"], 1))
+            out[variant] = dict(sizes, graph=name, floor_tok_s=round(bandwidth_gb_s * GB / sizes["bytes_per_step"], 1))
     return out
 
 
-def weight_products(graph_path: Path, out_dir: Path) -> Dict[str, Path]:
+def weight_products(graph_path: Path, out_dir: Path, block_size=None) -> Dict[str, Path]:
     """Graphs of nothing but a decoder step's weight products: {"fp32": path, "int8": path}.
 
     Every MatMul (and Gemm) of the fp32 decoder step whose second input is a 2-D initializer, with that same weight
     (a Gemm's transposed weight stored as [K, N]: the same bytes), each fed a graph input of one row [1, K] and
-    each a graph output; the int8 graph quantises them as `seq2onnx export --int8` does (export/quantize.py). What
-    onnxruntime's kernels alone take to read a batch-1 step's weights: the attention, layer norms, the other small
-    ops of a step and our decoding loop come on top. (The embedding lookup, one row, is left out.)"""
+    each a graph output; the int8 graph quantises them as `seq2onnx export --int8` does (export/quantize.py): as
+    its few-rows step, MatMulNBits in blocks of block_size, when given (what a batch-1 step runs), else as its
+    step. What onnxruntime's kernels alone take to read a batch-1 step's weights: the attention, layer norms, the
+    other small ops of a step and our decoding loop come on top. (The embedding lookup, one row, is left out.)"""
     import onnx
     from onnx import helper, numpy_helper
 
-    from seq2onnx.export.quantize import quantize_int8
+    from seq2onnx.export.quantize import quantize_int8, quantize_int8_few_rows
 
     graph = onnx.load(str(graph_path)).graph
     weights = {t.name: t for t in graph.initializer if len(t.dims) == 2}
@@ -144,7 +164,10 @@ def weight_products(graph_path: Path, out_dir: Path) -> Dict[str, Path]:
     model.ir_version = 9
     out = {"fp32": Path(out_dir) / "weight_products.onnx", "int8": Path(out_dir) / "weight_products.int8.onnx"}
     onnx.save(model, str(out["fp32"]))
-    quantize_int8(out["fp32"], out["int8"])
+    if block_size:
+        quantize_int8_few_rows(out["fp32"], out["int8"], block_size)
+    else:
+        quantize_int8(out["fp32"], out["int8"])
     return out
 
 
@@ -174,7 +197,7 @@ def weight_products_ceiling(package: Path, threads: int = 2) -> Dict[str, float]
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
-        graphs = weight_products(package / VARIANTS["fp32"], Path(tmp))
+        graphs = weight_products(package / VARIANTS["fp32"], Path(tmp), few_rows_block(package))
         return {variant: round(weight_products_tok_s(path, threads), 1) for variant, path in graphs.items()}
 
 
@@ -190,7 +213,7 @@ def main(argv=None) -> int:
     if args.package:
         ceiling = weight_products_ceiling(args.package)
         for variant, f in package_floor(args.package, bw["bandwidth_gb_s"]).items():
-            print(f"{variant}: {f['bytes_per_step'] / 1e6:.1f} MB read per step "
+            print(f"{variant} ({f['graph']}): {f['bytes_per_step'] / 1e6:.1f} MB read per step "
                   f"({f['initializer_bytes'] / 1e6:.1f} MB of initializers), floor {f['floor_tok_s']:.0f} tokens/s; "
                   f"its weight products alone on onnxruntime: {ceiling[variant]:.0f} steps/s "
                   f"({100 * ceiling[variant] / f['floor_tok_s']:.0f}% of the floor)")

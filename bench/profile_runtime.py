@@ -163,19 +163,21 @@ def main(argv=None) -> int:
           f"(encoder and decoder), {100 * (1 - in_ort / total):.0f}% in Python/numpy\n")
     stats.sort_stats("tottime").print_stats(12)
     phases = phase_times(engine, sources, args.beam, args.length)
-    print(f"where a step's time goes (engine methods timed, median of 5 calls): "
+    print("where a step's time goes (engine methods timed, median of 5 calls): "
           + ", ".join(f"{name} {ms:.2f}" for name, ms in phases.items()) + " ms/step\n")
     if args.device != "cpu":
         return 0
 
     # 2. + 3. the bare loop on batch * beam rows, with onnxruntime's profiler on the decoder
     rows = [s for s in sources for _ in range(args.beam)]
+    few = files.get("few_rows")             # the graph the runtime steps these rows with (ArrayEngine.decoder_for)
+    decoder_file = few["decoder_step"] if few and len(rows) <= few["max_rows"] else files["decoder_step"]
     with tempfile.TemporaryDirectory() as tmp:
         encoder = _session(args.package / files["encoder"], args.threads)
-        plain = _session(args.package / files["decoder_step"], args.threads)
+        plain = _session(args.package / decoder_file, args.threads)
         bare_loop(encoder, plain, cfg, rows, args.length)                  # warm-up
         bare_tokens, step_times = bare_loop(encoder, plain, cfg, rows, args.length)
-        profiled = _session(args.package / files["decoder_step"], args.threads, os.path.join(tmp, "decoder"))
+        profiled = _session(args.package / decoder_file, args.threads, os.path.join(tmp, "decoder"))
         for _ in range(2):                                                 # warm-up, then counted
             bare_loop(encoder, profiled, cfg, rows, args.length)
         profiled.end_profiling()
@@ -183,7 +185,8 @@ def main(argv=None) -> int:
         ops, kernel_ms, run_ms = op_profile(trace, args.length)
     step_ms = 1000 * float(np.median(step_times))
     same = f"; same tokens as the runtime: {bare_tokens == runtime_tokens}" if args.beam == 1 else ""
-    print(f"## 2. bare greedy loop over the graphs, {len(rows)} rows: {step_ms:.2f} ms/step median{same}\n")
+    print(f"## 2. bare greedy loop over the graphs ({decoder_file}), {len(rows)} rows: {step_ms:.2f} ms/step "
+          f"median{same}\n")
     print(f"## 3. decoder under onnxruntime's profiler ({len(rows)} rows): {run_ms:.2f} ms/step per session run, "
           f"of which {kernel_ms:.2f} in kernels (with intra-op threads a kernel's time is its wall time)\n")
     print("| op type | ms/step | share |\n|---|---:|---:|")

@@ -148,9 +148,10 @@ def test_int8_variant_decodes_its_own_graphs(tiny_package, pairs, translator):
     from seq2onnx.export import parity               # torch: see above
     tr8 = Translator(tiny_package, device="cpu", compute_type="int8")
     assert tr8.variant == "int8"
-    few_rows = tr8.package.variants["int8"].few_rows
-    assert few_rows.max_rows < 5
-    for decoder, copies in ((few_rows.decoder_step, 1), (tiny_package / "decoder_step.int8.onnx", 5)):
+    few_rows = tr8.package.variants["int8"].few_rows         # None where onnxruntime < 1.22 exported it
+    assert few_rows is None or few_rows.max_rows < 5
+    graphs = [(tiny_package / "decoder_step.int8.onnx", 5)] + ([(few_rows.decoder_step, 1)] if few_rows else [])
+    for decoder, copies in graphs:
         pair = parity.OnnxPair(tiny_package / "encoder.int8.onnx", decoder, tr8.config)
         for src, _ in pairs[:10]:
             ids = tr8._tokenizer.encode(src).ids + [tr8.config.eos_id]

@@ -17,6 +17,8 @@
 //   take(values, index) -> values gathered along their first axis
 //   release() -> the sessions' native memory and threads freed
 //   crossPerSentence, decoderPath (names the graph when it returns NaN log-probs)
+// A format-2 engine steps with the variant's few-rows decoder step (manifest few_rows: the int8 variant's second
+// step, faster at 1-4 rows) whenever a step has at most its maxRows rows, as runtime/session.py does.
 import { ModelPackageError, Seq2OnnxError } from "./errors.js";
 
 export function cacheNames(prefix, layers) {
@@ -66,8 +68,10 @@ export class GrowingCacheEngine {
 
   /** outputsInto: the onnxruntime binding writes outputs into tensors the caller allocates (onnxruntime-node does;
    * onnxruntime-web's WASM backend does not fill them) */
-  constructor(ort, encoder, decoder, config, { crossPerSentence = false, decoderPath = "the decoder step graph", outputsInto = false } = {}) {
-    Object.assign(this, { ort, encoder, decoder, config, crossPerSentence, decoderPath, outputsInto });
+  constructor(ort, encoder, decoder, config, { crossPerSentence = false, decoderPath = "the decoder step graph", outputsInto = false,
+    fewRows = null } = {}) {
+    // fewRows: { session, maxRows } of the few-rows decoder step, or null
+    Object.assign(this, { ort, encoder, decoder, config, crossPerSentence, decoderPath, outputsInto, fewRows });
     const io = this.constructor.io(config);
     this.crossNames = io.encoder[1];
     this.pastNames = cacheNames("past", config.decoder_layers);
@@ -108,8 +112,13 @@ export class GrowingCacheEngine {
     return values.map((v) => gatherRows(this.ort, v, index));
   }
 
+  /** The session that steps `rows` rows: the few-rows step up to its maxRows, else the step. */
+  decoderFor(rows) {
+    return this.fewRows !== null && rows <= this.fewRows.maxRows ? this.fewRows.session : this.decoder;
+  }
+
   async release() {
-    await Promise.all([this.encoder.release(), this.decoder.release()]);
+    await Promise.all([this.encoder.release(), this.decoder.release(), ...(this.fewRows ? [this.fewRows.session.release()] : [])]);
   }
 }
 
@@ -185,9 +194,9 @@ export class FixedCacheEngine extends GrowingCacheEngine {
         const srcLen = encoderMask.dims[1];
         fetches[CROSS_ATTENTION] = new ort.Tensor("float32", new Float32Array(rows * srcLen), [rows, srcLen]);
       }
-      out = await this.decoder.run(feeds, fetches);
+      out = await this.decoderFor(rows).run(feeds, fetches);
     } else {
-      out = await this.decoder.run(feeds, ["log_probs", ...this.presentNames, ...(withAttention ? [CROSS_ATTENTION] : [])]);
+      out = await this.decoderFor(rows).run(feeds, ["log_probs", ...this.presentNames, ...(withAttention ? [CROSS_ATTENTION] : [])]);
     }
     return [out.log_probs.data, new FixedCache(this.presentNames.map((name) => out[name]), cache.positions + 1),
       withAttention ? out[CROSS_ATTENTION].data : null];
@@ -239,26 +248,42 @@ function checkGraphIo(Engine, session, where, graph, config) {
  * whose spinning threads would take a core from the decoder's. */
 export const SPINNING = { encoder: false, decoder_step: true };
 
-/** The engine of a package variant: its two sessions from the bytes the package read and checked.
- * sessionOptions(graph): the onnxruntime session options of "encoder" and "decoder_step". */
-export async function openEngine(pkg, variantName, [encoderBytes, decoderBytes], sessionOptions) {
-  const { config } = pkg, ort = pkg.platform.ort;
-  const Engine = ENGINES.get(pkg.formatVersion);
-  const variant = pkg.variants[variantName];
-  const encoderPath = pkg.describe(variant.encoder), decoderPath = pkg.describe(variant.decoderStep);
-  const encoder = await openSession(ort, encoderBytes, encoderPath, sessionOptions("encoder"));
-  const decoder = await openSession(ort, decoderBytes, decoderPath, sessionOptions("decoder_step"));
-  checkGraphIo(Engine, encoder, encoderPath, "encoder", config);
-  checkGraphIo(Engine, decoder, decoderPath, "decoder_step", config);
+/** "1.30.0" -> [1, 30, 0]; the leading numbers of a development version (runtime/session.py onnxruntime_version). */
+export function versionNumbers(version) {
+  const numbers = [];
+  for (const part of String(version ?? "").split(".")) {
+    if (!/^\d+$/.test(part)) break;
+    numbers.push(Number(part));
+  }
+  return numbers;
+}
+
+/** a >= b, as version number lists ([1, 30] >= [1, 22]). */
+export function versionAtLeast(a, b) {
+  for (let i = 0; i < Math.max(a.length, b.length); i++) {
+    if ((a[i] ?? 0) !== (b[i] ?? 0)) return (a[i] ?? 0) > (b[i] ?? 0);
+  }
+  return true;
+}
+
+/** Whether this onnxruntime runs a variant's few-rows step (its min_onnxruntime; an unknown version: no). */
+export function runsFewRows(ort, fewRows) {
+  const version = versionNumbers(ort.env?.versions?.common);
+  return fewRows !== null && version.length > 0 && versionAtLeast(version, fewRows.minOnnxruntime);
+}
+
+/** A decoder step session's checks beyond its I/O: the log-probs cover exactly the tokenizer's ids, and cross K/V
+ * once per sentence needs a graph whose cross inputs have their own batch axis (Translator._check_graph_vocab,
+ * _check_graph_cross_axis). */
+function checkDecoder(pkg, decoder, decoderPath) {
+  const { config } = pkg;
   const meta = Object.fromEntries((decoder.inputMetadata ?? []).concat(decoder.outputMetadata ?? []).map((m) => [m.name, m.shape ?? []]));
-  // the decoder's log-probs cover exactly the tokenizer's ids (Translator._check_graph_vocab)
   const width = meta.log_probs?.at(-1);
   if (typeof width === "number" && width >= 0 && width !== config.vocab_size) {
     throw new ModelPackageError(`${decoderPath}: the graph scores ${width} tokens per step but ${pkg.describe()} has a ` +
       `tokenizer and config of ${config.vocab_size}: the tokenizer does not belong to this model; re-export the model ` +
       "with `seq2onnx export`");
   }
-  // cross K/V once per sentence needs a graph whose cross inputs have their own batch axis (_check_graph_cross_axis)
   if (pkg.crossPerSentence) {
     const rows = meta.input_ids?.[0], sentences = meta.encoder_attention_mask?.[0];
     if (typeof rows === "string" && rows === sentences) {
@@ -267,6 +292,33 @@ export async function openEngine(pkg, variantName, [encoderBytes, decoderBytes],
         "do not belong together; re-export the model with `seq2onnx export`");
     }
   }
+}
+
+/** The engine of a package variant: its sessions from the bytes the package read and checked (fewRowsBytes: the
+ * variant's few-rows step, or null). sessionOptions(graph): the onnxruntime session options of "encoder" and
+ * "decoder_step". */
+export async function openEngine(pkg, variantName, [encoderBytes, decoderBytes], sessionOptions, fewRowsBytes = null) {
+  const { config } = pkg, ort = pkg.platform.ort;
+  const Engine = ENGINES.get(pkg.formatVersion);
+  const variant = pkg.variants[variantName];
+  const encoderPath = pkg.describe(variant.encoder), decoderPath = pkg.describe(variant.decoderStep);
+  const encoder = await openSession(ort, encoderBytes, encoderPath, sessionOptions("encoder"));
+  const decoder = await openSession(ort, decoderBytes, decoderPath, sessionOptions("decoder_step"));
+  checkGraphIo(Engine, encoder, encoderPath, "encoder", config);
+  checkGraphIo(Engine, decoder, decoderPath, "decoder_step", config);
+  checkDecoder(pkg, decoder, decoderPath);
+  let fewRows = null;
+  if (fewRowsBytes !== null) {
+    const fewPath = pkg.describe(variant.fewRows.decoderStep);
+    if (Engine.formatVersion < 2) {
+      throw new ModelPackageError(`${fewPath}: a few-rows decoder step needs a format_version 2 package and the caches of ` +
+        `its decoder step; ${REEXPORT}`);
+    }
+    const session = await openSession(ort, fewRowsBytes, fewPath, sessionOptions("decoder_step"));
+    checkGraphIo(Engine, session, fewPath, "decoder_step", config);
+    checkDecoder(pkg, session, fewPath);
+    fewRows = { session, maxRows: variant.fewRows.maxRows };
+  }
   return new Engine(ort, encoder, decoder, config, { crossPerSentence: pkg.crossPerSentence, decoderPath,
-    outputsInto: pkg.platform.outputsInto === true });
+    outputsInto: pkg.platform.outputsInto === true, fewRows });
 }

@@ -25,6 +25,8 @@ export const MAX_FILE_BYTES = 2 ** 31 - 1; // protobuf's limit: onnxruntime load
 export const MAX_TOKENIZER_BYTES = 2 ** 28;
 const SHA256 = /^[0-9a-f]{64}$/;
 const FILE_NAME = /^[A-Za-z0-9._+-]{1,255}$/; // names in 'files': in the folder, nothing else
+const VERSION = /^\d{1,4}(\.\d{1,4}){0,3}$/; // few_rows.min_onnxruntime: "1.22"
+export const MAX_FEW_ROWS = 2 ** 16; // a variant's few_rows.max_rows: any value only picks a graph
 // variant status -> why the variant was not held to the export's thresholds
 export const UNCHECKED = {
   "validation-skipped": "was exported with --skip-int8-validation",
@@ -145,10 +147,34 @@ function readVariants(where, manifest) {
     if (!STATUSES.includes(status)) {
       throw new ModelPackageError(`${where}: ${label}['status'] should be one of ${STATUSES.join(", ")}, got ${short(status)}; ${REEXPORT}`);
     }
-    variants[name] = Object.freeze({ name, encoder: graphs.encoder, decoderStep: graphs.decoder_step, precision, parity, status });
+    variants[name] = Object.freeze({ name, encoder: graphs.encoder, decoderStep: graphs.decoder_step, precision, parity, status,
+      fewRows: readFewRows(where, manifest, entry, label) });
   }
   if (!Object.hasOwn(variants, "fp32")) throw new ModelPackageError(`${where}: no 'fp32' variant; ${REEXPORT}`);
   return variants;
+}
+
+/** A variant's few_rows (runtime/manifest.py _read_few_rows): its second decoder step for steps of at most maxRows
+ * rows, a file listed in 'files'; null in packages without one. */
+function readFewRows(where, manifest, entry, label) {
+  const few = field(entry, "few_rows", "object", where, `${label}['few_rows']`, null);
+  if (few === null) return null;
+  const file = few.decoder_step;
+  if (typeof file !== "string" || !Object.hasOwn(manifest.files, file)) {
+    throw new ModelPackageError(`${where}: ${label}['few_rows']['decoder_step'] = ${short(file)} is not a file listed in ` +
+      `'files'; ${REEXPORT}`);
+  }
+  const maxRows = field(few, "max_rows", "int", where, `${label}['few_rows']['max_rows']`);
+  if (!(maxRows >= 1 && maxRows <= MAX_FEW_ROWS)) {
+    throw new ModelPackageError(`${where}: ${label}['few_rows']['max_rows'] should be in [1, ${MAX_FEW_ROWS}], got ` +
+      `${short(maxRows)}; ${REEXPORT}`);
+  }
+  const needs = field(few, "min_onnxruntime", "string", where, `${label}['few_rows']['min_onnxruntime']`);
+  if (!VERSION.test(needs)) {
+    throw new ModelPackageError(`${where}: ${label}['few_rows']['min_onnxruntime'] should be a version such as 1.21, got ` +
+      `${short(needs)}; ${REEXPORT}`);
+  }
+  return Object.freeze({ decoderStep: file, maxRows, minOnnxruntime: needs.split(".").map(Number) });
 }
 
 /** graphs.decoder_step.cross_per_sentence: true, or absent / false (packages exported before it existed). */
@@ -195,24 +221,27 @@ export class ModelPackage {
     return data;
   }
 
-  /** [encoder bytes, decoder step bytes] of a variant, each holding all its weights: a graph with external
-   * data is refused (onnxruntime would read files no checksum covers). */
+  /** [encoder bytes, decoder step bytes] of a variant (readGraph). */
   async readVariant(name, verify = this.verify) {
     const variant = this.variants[name];
-    return Promise.all([variant.encoder, variant.decoderStep].map(async (file) => {
-      const data = await this.readFile(file, verify);
-      let external;
-      try {
-        external = hasExternalData(data);
-      } catch (e) {
-        throw new ModelPackageError(`${this.describe(file)} is not a valid ONNX model (${e.message}); ${REEXPORT}`);
-      }
-      if (external) {
-        throw new ModelPackageError(`${this.describe(file)} keeps weights in external data files, which the package's ` +
-          `checksums do not cover: a seq2onnx graph holds all its weights; ${REEXPORT}`);
-      }
-      return data;
-    }));
+    return Promise.all([variant.encoder, variant.decoderStep].map((file) => this.readGraph(file, verify)));
+  }
+
+  /** The bytes of one of the package's graphs (readFile), holding all its weights: a graph with external data is
+   * refused (onnxruntime would read files no checksum covers). */
+  async readGraph(file, verify = this.verify) {
+    const data = await this.readFile(file, verify);
+    let external;
+    try {
+      external = hasExternalData(data);
+    } catch (e) {
+      throw new ModelPackageError(`${this.describe(file)} is not a valid ONNX model (${e.message}); ${REEXPORT}`);
+    }
+    if (external) {
+      throw new ModelPackageError(`${this.describe(file)} keeps weights in external data files, which the package's ` +
+        `checksums do not cover: a seq2onnx graph holds all its weights; ${REEXPORT}`);
+    }
+    return data;
   }
 }
 

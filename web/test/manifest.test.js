@@ -22,6 +22,11 @@ function replaceFile(dir, m, name, data) {
   m.files[name] = { sha256: sha256(data), bytes: Buffer.byteLength(data) };
 }
 
+/** A variant's few_rows entry (docs/CONTRACTS.md) naming the int8 step itself, with `changes`. */
+function fewRows(changes = {}) {
+  return { decoder_step: "decoder_step.int8.onnx", max_rows: 4, min_onnxruntime: "1.22", ...changes };
+}
+
 function tokenizerJson() {
   return JSON.parse(readFileSync(path.join(MODEL_DIR, "tokenizer.json"), "utf8"));
 }
@@ -115,6 +120,11 @@ const CASES = {
   "an exporter version that is no string": [() => { const m = clone(); m.exporter.torch = 2; return m; }, /exporter\['torch'\] should be a string, got 2/],
   "an opset that is no integer": [() => ({ ...clone(), opset: "18" }), /the field opset should be an integer, got '18'/],
   "no manifest": [(dir) => { unlinkSync(path.join(dir, "manifest.json")); return null; }, /manifest\.json is missing: .* is not a seq2onnx model package/],
+  "a few-rows step (the int8 step itself)": [() => { const m = clone(); m.variants.int8.few_rows = fewRows(); return m; }, null, { computeType: "int8" }],
+  "a few-rows step naming an unlisted file": [() => { const m = clone(); m.variants.int8.few_rows = fewRows({ decoder_step: "other.onnx" }); return m; }, /variants\['int8'\]\['few_rows'\]\['decoder_step'\] = 'other\.onnx' is not a file listed/],
+  "a few-rows max_rows of 0": [() => { const m = clone(); m.variants.int8.few_rows = fewRows({ max_rows: 0 }); return m; }, /\['few_rows'\]\['max_rows'\] should be in \[1, 65536\], got 0/],
+  "a few-rows step without min_onnxruntime": [() => { const m = clone(); m.variants.int8.few_rows = fewRows({ min_onnxruntime: undefined }); return m; }, /the field variants\['int8'\]\['few_rows'\]\['min_onnxruntime'\] is missing/],
+  "a few-rows step that is the encoder": [() => { const m = clone(); m.variants.int8.few_rows = fewRows({ decoder_step: "encoder.int8.onnx" }); return m; }, /encoder\.int8\.onnx: graph inputs\/outputs .* do not match the decoder_step contract/, { computeType: "int8" }],
   "no int8 variant for computeType int8": [() => { const m = clone(); delete m.variants.int8; return m; }, /has no int8 variant; it has fp32 \(float32\)/, { computeType: "int8" }],
 };
 

@@ -17,7 +17,7 @@ import os
 import threading
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import onnxruntime as ort
@@ -202,7 +202,20 @@ def open_session(path: Any, graph: str, config: ModelConfig, sc: SessionConfig,
     if sc.device == "cuda" and "CUDAExecutionProvider" not in sess.get_providers():
         raise Seq2OnnxError(f"{path}: the CUDA provider did not start for this graph; use device 'cpu'")
     check_graph_io(sess, path, graph, config, graph_format(sess) if format_version is None else format_version)
+    if data is not None:
+        release_model_bytes(sess, data)
     return sess
+
+
+def release_model_bytes(sess: ort.InferenceSession, data: bytes) -> None:
+    """Let go of the graph's bytes once its session is built. onnxruntime's Python session keeps the bytes it was
+    made from (`_model_bytes`, marked "TODO: This is bad as we're holding the memory indefinitely" there) only to
+    build the session again when it falls back to other providers after a failed run; the runtime checks its
+    providers at load and wants a failed run to fail, so it turns that fallback off and the bytes go (their size
+    again in resident memory for every graph: 350 MB for the int8 variant at vocab 32000)."""
+    sess.disable_fallback()
+    if getattr(sess, "_model_bytes", None) is data:
+        sess._model_bytes = None
 
 
 def graph_format(sess: ort.InferenceSession) -> int:
@@ -418,22 +431,24 @@ class ArrayEngine(_Graphs):
 
 
 def open_engine(encoder_path: Any, decoder_path: Any, config: ModelConfig, sc: SessionConfig,
-                cross_per_sentence: bool = False, graphs: Optional[Tuple[bytes, bytes]] = None,
-                format_version: Optional[int] = None, few_rows: Optional[Tuple[Any, Optional[bytes], int]] = None):
-    """The engine for a resolved device: ArrayEngine on CPU, IoBindingEngine on CUDA. graphs: the two
-    graphs' bytes as the package read and checked them (ModelPackage.read_variant); else the paths are read.
+                cross_per_sentence: bool = False, read: Optional[Callable[[Any], bytes]] = None,
+                format_version: Optional[int] = None, few_rows: Optional[Tuple[Any, int]] = None):
+    """The engine for a resolved device: ArrayEngine on CPU, IoBindingEngine on CUDA. read: the package's reader of a
+    graph's checked bytes (ModelPackage.read_graph), called for each graph right before its session is built, so that
+    one graph's bytes at a time are in memory (open_session lets go of them); None: onnxruntime reads the paths.
     format_version: the package's (the graphs must follow its contract); None: whichever the graph shows.
-    few_rows: (path, bytes or None, max_rows) of a decoder step for steps of at most max_rows rows (the variant's
-    few_rows, CPU only: ArrayEngine.use_few_rows)."""
-    encoder_data, decoder_data = graphs or (None, None)
-    encoder = open_session(encoder_path, "encoder", config, sc, encoder_data, format_version)
-    decoder = open_session(decoder_path, "decoder_step", config, sc, decoder_data, format_version)
+    few_rows: (path, max_rows) of a decoder step for steps of at most max_rows rows (the variant's few_rows, CPU
+    only: ArrayEngine.use_few_rows)."""
+    def session(path: Any, graph: str, version: Optional[int]) -> ort.InferenceSession:
+        return open_session(path, graph, config, sc, None if read is None else read(path), version)
+    encoder = session(encoder_path, "encoder", format_version)
+    decoder = session(decoder_path, "decoder_step", format_version)
     if sc.device == "cuda":
         from .device_engine import IoBindingEngine     # it builds on _Graphs, from here
         return IoBindingEngine(encoder, decoder, config, "cuda", sc.device_id, sc.providers(), cross_per_sentence,
                                str(decoder_path))
     engine = ArrayEngine(encoder, decoder, config, cross_per_sentence, str(decoder_path), copy_threads=sc.copy_threads())
     if few_rows is not None:
-        path, data, max_rows = few_rows
-        engine.use_few_rows(open_session(path, "decoder_step", config, sc, data, engine.format_version), max_rows, path)
+        path, max_rows = few_rows
+        engine.use_few_rows(session(path, "decoder_step", engine.format_version), max_rows, path)
     return engine

@@ -177,7 +177,6 @@ class Translator:
         self.config = self.package.config
         self.device = "cpu" if device == "auto" and compute_type == "int8" else resolve_device(device, device_id)
         self.variant = pick_variant(self.package, compute_type, self.device)
-        graphs = self.package.read_variant(self.variant)     # read once, checked; onnxruntime gets these bytes
         v = self.package.variants[self.variant]
         if v.status in UNCHECKED:
             warnings.warn(f"{self.package.root}: the {self.variant} variant {UNCHECKED[v.status]}; its tokens may "
@@ -186,10 +185,10 @@ class Translator:
         sc = SessionConfig(self.device, device_id, intra_threads, inter_threads, optimization)
         few_rows = None               # a second decoder step for steps of few rows, where this onnxruntime runs it
         if v.few_rows is not None and self.device == "cpu" and onnxruntime_version() >= v.few_rows.min_onnxruntime:
-            path = v.few_rows.decoder_step
-            few_rows = (path, self.package.read_graph(path), v.few_rows.max_rows)
+            few_rows = (v.few_rows.decoder_step, v.few_rows.max_rows)
+        # each graph read once, checked, and handed to onnxruntime as those bytes (ModelPackage.read_graph)
         self.engine = open_engine(v.encoder, v.decoder_step, self.config, sc,
-                                  cross_per_sentence=self.package.cross_per_sentence, graphs=graphs,
+                                  cross_per_sentence=self.package.cross_per_sentence, read=self.package.read_graph,
                                   format_version=self.package.format_version, few_rows=few_rows)
         for session, path in zip(self.engine.decoders, (v.decoder_step, few_rows and few_rows[0])):
             self._check_graph_vocab(session, path)

@@ -96,7 +96,7 @@ def test_switching_graphs_mid_call_keeps_the_cache(tiny_package):
                  DecodingOptions(beam_size=1, return_attention=True)):
         # the rows of each step: all of them at the first, then those of the sentences still decoding
         stepped = [len(sources) * opts.beam_size] + [len(s.tokens) for s in _steps(plain, pkg, sources, opts)][:-1]
-        mixed = engine((fp32, None, min(stepped)))       # the last steps run the few-rows session
+        mixed = engine((fp32, min(stepped)))       # the last steps run the few-rows session
         assert mixed.few_rows[0] is not mixed.decoder and stepped[0] > min(stepped) > 0, stepped
         got = decode(mixed, pkg.config, sources, opts)
         want = decode(plain, pkg.config, sources, opts)
@@ -151,13 +151,13 @@ def test_few_rows_graph_is_checked_like_the_others(tiny_package, tmp_path):
     pkg = read_package(tiny_package)
     fp32 = pkg.variants["fp32"]
     with pytest.raises(ModelPackageError, match=r"a few-rows decoder step needs .* the caches of its decoder step"):
-        _engine(pkg, fp32.decoder_step, few_rows=(tmp_path / "fp16.onnx", _fp16_step(fp32, tmp_path), 4))
+        _engine(pkg, fp32.decoder_step, few_rows=(_fp16_step(fp32, tmp_path), 4))
 
 
-def _fp16_step(fp32, tmp_path) -> bytes:
+def _fp16_step(fp32, tmp_path):
     path = tmp_path / "fp16.onnx"
     quantize.convert_fp16(fp32.decoder_step, path, keep_float32=["log_probs", "cross_attention"])
-    return path.read_bytes()
+    return path
 
 
 def test_an_older_onnxruntime_keeps_the_int8_step(tiny_package, tmp_path):
@@ -180,3 +180,21 @@ def test_info_shows_the_few_rows_step(tiny_package, capsys):
                    "max_rows": quantize.FEW_ROWS_MAX, "min_onnxruntime": "1.22"}
     assert cli_main(["info", str(tiny_package)]) == 0
     assert f"steps of at most {quantize.FEW_ROWS_MAX} rows: {FEW}" in capsys.readouterr().out
+
+
+def test_sessions_keep_no_graph_bytes(tiny_package):
+    """open_engine reads each graph right before its session is built and onnxruntime's session lets go of the
+    bytes (session.release_model_bytes): a loaded int8 variant holds no copy of its three graph files."""
+    import sys
+    pkg, read = read_package(tiny_package), []
+
+    def reader(path):
+        read.append(pkg.read_graph(path))
+        return read[-1]
+    v = pkg.variants["int8"]
+    engine = open_engine(v.encoder, v.decoder_step, pkg.config, SessionConfig("cpu", intra_threads=1),
+                         cross_per_sentence=True, read=reader, format_version=pkg.format_version,
+                         few_rows=(v.few_rows.decoder_step, v.few_rows.max_rows))
+    assert len(read) == 3 and len(engine.decoders) == 2
+    control = [bytes(bytearray(16))]                             # held by a list only, as `read` holds the three
+    assert [sys.getrefcount(data) for data in read] == [sys.getrefcount(data) for data in control] * 3

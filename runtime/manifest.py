@@ -5,8 +5,10 @@
                                  listed file present, a regular file (no symbolic link) of its size;
                                  ModelConfig; the tokenizer (its SHA-256 checked, its vocab and special
                                  tokens against the config)
-    package.read_variant(name)   the bytes of the variant's two graphs, SHA-256 checked against the manifest,
-                                 without external data: what onnxruntime loads
+    package.read_graph(path)     the bytes of one graph (a variant's encoder, decoder step, few-rows step),
+                                 SHA-256 checked against the manifest, without external data: what
+                                 onnxruntime loads (the Translator reads each right before its session)
+    package.read_variant(name)   read_graph of the variant's encoder and decoder step
 
 A model folder is untrusted input. Each file is read once, into memory, and its SHA-256 is checked on
 exactly the bytes that are then used (onnxruntime and tokenizers get those bytes, never the path), so

@@ -6,7 +6,7 @@
 //                                   size, with a plain name (nothing outside the folder); the config; the
 //                                   tokenizer (its SHA-256 checked, its vocab and special tokens against the config)
 //   pkg.readVariant(name)           the bytes of the variant's two graphs, SHA-256 checked, without external data:
-//                                   what onnxruntime loads
+//                                   what onnxruntime loads (pkg.readGraph(file): one of them, or a few-rows step)
 // A model folder is untrusted input. Each file is read once and its SHA-256 checked on exactly the bytes that
 // are then used. Every failure is one ModelPackageError line naming the file, the field and the fix.
 import { configFromObject, CONFIG_FIELDS } from "./config.js";

@@ -123,15 +123,17 @@ def few_rows_block(d_model: int) -> int:
 
 def quantize_int8_few_rows(src: Path, dst: Path, block_size: int) -> None:
     """src fp32 .onnx -> dst with every MatMul of an initializer weight as MatMulNBits (module docstring)."""
-    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+    from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, MatMulNBitsQuantizer
 
     model = onnx.load(str(src))
     drop_initializer_value_info(model)
     gemm_as_matmul(model)
     logging.disable(logging.INFO)      # it logs every node it skips
     try:
-        quantizer = MatMulNBitsQuantizer(model, bits=FEW_ROWS_BITS, block_size=block_size, is_symmetric=True,
-                                         accuracy_level=FEW_ROWS_ACCURACY_LEVEL, op_types_to_quantize=("MatMul",))
+        # the settings as a config: onnxruntime 1.22's quantizer takes `bits` there only
+        config = DefaultWeightOnlyQuantConfig(block_size=block_size, is_symmetric=True, bits=FEW_ROWS_BITS,
+                                              accuracy_level=FEW_ROWS_ACCURACY_LEVEL, op_types_to_quantize=("MatMul",))
+        quantizer = MatMulNBitsQuantizer(model, algo_config=config)
         quantizer.process()
     finally:
         logging.disable(logging.NOTSET)

@@ -25,24 +25,23 @@ import json
 import os
 import re
 import stat
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 from tokenizers import Tokenizer
 
 from .config import ModelConfig
-from .errors import ModelPackageError
+from .errors import REEXPORT, ModelPackageError, first_line
 from .graph_io import DECODER_FORMATS
 from .onnx_bytes import has_external_data
+from .package_tokenizer import PackageTokenizer, rust_panics_as_errors, specials_as_text
 from .shipped_models import available_models, resolve_model_dir
 
 FORMAT = "seq2onnx-model"
 FORMAT_VERSION = 2                      # what `seq2onnx export` writes
 READ_FORMAT_VERSIONS = DECODER_FORMATS  # what this runtime reads: 1 and 2 differ in the decoder step (graph_io.py)
 MANIFEST = "manifest.json"
-REEXPORT = "re-export the model with `seq2onnx export`"
 # what a killed `seq2onnx export` leaves beside OUT_DIR (export/package.py): .OUT_DIR.partial-PID-XXXX (the
 # unfinished staging folder) and .OUT_DIR.old-PID-XXXX (the previous package, renamed aside for --overwrite)
 _EXPORT_LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?P<kind>partial|old)-\d+-")
@@ -205,10 +204,6 @@ _KIND_NAMES = {dict: "an object", list: "a list", str: "a string", int: "an inte
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _first_line(e: BaseException) -> str:
-    return (str(e).splitlines() or [""])[0][:200]
 
 
 def _field(obj: Dict[str, Any], key: str, kind: type, where: Path, name: Optional[str] = None,
@@ -409,50 +404,7 @@ def _check_described_fields(where: Path, manifest: Dict[str, Any]) -> None:
     _field(source, "train_meta", dict, where, "source_checkpoint.train_meta", default=None)
 
 
-# --- the tokenizer ----------------------------------------------------------------------------------
-def specials_as_text(tokenizer: Tokenizer) -> Tokenizer:
-    """Make `tokenizer` encode a literal "<s>", "</s>", "<pad>" or "<unk>" in text as ordinary pieces, so
-    that no input (source or target prefix) can inject a control token: ids of specials come only from
-    the model code (docs/CONTRACTS.md). Training and export load their tokenizers the same way.
-    (tokenizers < 0.15.1 cannot: there such text stays a special token.)"""
-    try:
-        tokenizer.encode_special_tokens = True
-    except AttributeError:
-        pass
-    return tokenizer
-
-
-@contextmanager
-def rust_panics_as_errors(path: Path) -> Iterator[None]:
-    """A panic in the tokenizer's Rust code (a hostile tokenizer.json can cause one, e.g. with a corrupt
-    Precompiled normalizer) reaches Python as pyo3's PanicException, a BaseException that `except
-    Exception` misses (and that cannot be imported: it is known by its name): make it a ModelPackageError."""
-    try:
-        yield
-    except BaseException as e:  # noqa: BLE001 - re-raised unless it is a PanicException
-        if type(e).__name__ != "PanicException":
-            raise
-        raise ModelPackageError(f"{path}: the tokenizer crashed in its Rust code ({_first_line(e)}): the file is "
-                                f"broken; {REEXPORT}") from e
-
-
-class PackageTokenizer:
-    """The package's tokenizers.Tokenizer, with every method call under rust_panics_as_errors."""
-
-    def __init__(self, tokenizer: Tokenizer, path: Path):
-        self._tokenizer, self._path = tokenizer, path
-
-    def __getattr__(self, name: str) -> Any:
-        value = getattr(self._tokenizer, name)
-        if not callable(value):
-            return value
-
-        def guarded(*args: Any, **kwargs: Any) -> Any:
-            with rust_panics_as_errors(self._path):
-                return value(*args, **kwargs)
-        return guarded
-
-
+# --- the tokenizer (its guards: package_tokenizer.py) ------------------------------------------------
 def _read_tokenizer(package: ModelPackage) -> PackageTokenizer:
     where, config, manifest = package.root / MANIFEST, package.config, package.manifest
     name = _field(manifest, "tokenizer", str, where)
@@ -469,7 +421,7 @@ def _read_tokenizer(package: ModelPackage) -> PackageTokenizer:
     except ModelPackageError:
         raise
     except Exception as e:  # noqa: BLE001 - tokenizers raises a plain Exception
-        raise ModelPackageError(f"{path} is not a tokenizers JSON file ({_first_line(e)}); {REEXPORT}") from e
+        raise ModelPackageError(f"{path} is not a tokenizers JSON file ({first_line(e)}); {REEXPORT}") from e
     tokenizer = PackageTokenizer(specials_as_text(raw), path)
     if tokenizer.post_processor is not None:
         raise ModelPackageError(f"{path} has a post-processor, which would add ids to every text: a seq2onnx "

@@ -98,7 +98,7 @@ def train_tokenizer(job: Dict[str, Any]) -> Dict[str, Any]:
 def tokenize(job: Dict[str, Any]) -> Dict[str, Any]:
     from tokenizers import Tokenizer
 
-    from seq2onnx.runtime.manifest import specials_as_text
+    from seq2onnx.runtime.package_tokenizer import specials_as_text
 
     tok = specials_as_text(Tokenizer.from_file(job["tokenizer"]))
     ids = [e.ids for e in tok.encode_batch(job["texts"])]

@@ -1,0 +1,55 @@
+"""The guards around a package's tokenizer (HF tokenizers, Rust): a literal special token in text stays text,
+and a panic in the Rust code is a ModelPackageError. manifest.py reads and checks tokenizer.json with them;
+training and export load their tokenizers through specials_as_text too."""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+from tokenizers import Tokenizer
+
+from .errors import REEXPORT, ModelPackageError, first_line
+
+
+def specials_as_text(tokenizer: Tokenizer) -> Tokenizer:
+    """Make `tokenizer` encode a literal "<s>", "</s>", "<pad>" or "<unk>" in text as ordinary pieces, so
+    that no input (source or target prefix) can inject a control token: ids of specials come only from
+    the model code (docs/CONTRACTS.md). Training and export load their tokenizers the same way.
+    (tokenizers < 0.15.1 cannot: there such text stays a special token.)"""
+    try:
+        tokenizer.encode_special_tokens = True
+    except AttributeError:
+        pass
+    return tokenizer
+
+
+@contextmanager
+def rust_panics_as_errors(path: Path) -> Iterator[None]:
+    """A panic in the tokenizer's Rust code (a hostile tokenizer.json can cause one, e.g. with a corrupt
+    Precompiled normalizer) reaches Python as pyo3's PanicException, a BaseException that `except
+    Exception` misses (and that cannot be imported: it is known by its name): make it a ModelPackageError."""
+    try:
+        yield
+    except BaseException as e:  # noqa: BLE001 - re-raised unless it is a PanicException
+        if type(e).__name__ != "PanicException":
+            raise
+        raise ModelPackageError(f"{path}: the tokenizer crashed in its Rust code ({first_line(e)}): the file is "
+                                f"broken; {REEXPORT}") from e
+
+
+class PackageTokenizer:
+    """The package's tokenizers.Tokenizer, with every method call under rust_panics_as_errors."""
+
+    def __init__(self, tokenizer: Tokenizer, path: Path):
+        self._tokenizer, self._path = tokenizer, path
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._tokenizer, name)
+        if not callable(value):
+            return value
+
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            with rust_panics_as_errors(self._path):
+                return value(*args, **kwargs)
+        return guarded

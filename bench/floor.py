@@ -36,12 +36,17 @@ GB = 1e9
 VARIANTS = {"fp32": "decoder_step.onnx", "int8": "decoder_step.int8.onnx"}   # our package's decoder step graphs
 
 
+def _few_rows(package: Path):
+    """The package manifest's variants.int8.few_rows entry, or None."""
+    manifest = json.loads((package / "manifest.json").read_text(encoding="utf-8"))
+    return manifest["variants"].get("int8", {}).get("few_rows")
+
+
 def batch1_graphs(package: Path) -> Dict[str, str]:
     """The decoder step graph each variant runs at batch 1: the int8 variant's few-rows step where the package has
-    one (its manifest's variants.int8.few_rows: 1 row is few), else VARIANTS."""
+    one (1 row is few), else VARIANTS."""
+    few_rows = _few_rows(package)
     graphs = dict(VARIANTS)
-    manifest = json.loads((package / "manifest.json").read_text(encoding="utf-8"))
-    few_rows = manifest["variants"].get("int8", {}).get("few_rows")
     if few_rows and few_rows["max_rows"] >= 1:
         graphs["int8"] = few_rows["decoder_step"]
     return graphs
@@ -49,8 +54,7 @@ def batch1_graphs(package: Path) -> Dict[str, str]:
 
 def few_rows_block(package: Path):
     """The MatMulNBits block size of the package's int8 few-rows step, or None without one."""
-    manifest = json.loads((package / "manifest.json").read_text(encoding="utf-8"))
-    few_rows = manifest["variants"].get("int8", {}).get("few_rows")
+    few_rows = _few_rows(package)
     return few_rows["quantization"]["block_size"] if few_rows else None
 
 

@@ -14,8 +14,8 @@ int8, few rows (format 2, with --int8): the int8 decoder step a second time, for
       FEW_ROWS_MAX rows, its weight MatMuls as onnxruntime's MatMulNBits (8-bit symmetric blocks of
       FEW_ROWS_BLOCK along the input axis, activations quantised per block at run time: accuracy_level 4), made
       by onnxruntime's MatMulNBitsQuantizer (`quantize_int8_few_rows`). At 1-2 rows its kernels read the weights
-      1.3-3x faster than DynamicQuantizeMatMul's (the output projection most); from ~6 rows they are slower
-      (docs/CONTRACTS.md has the figures). The quantizer takes MatMuls only, so the output projection (a Gemm
+      1.2-1.9x faster than DynamicQuantizeMatMul's (the output projection most); from ~8 rows they are slower
+      (bench/int8_kernels.py; docs/CONTRACTS.md has the figures). The quantizer takes MatMuls only, so the output projection (a Gemm
       with the embedding table transposed) first becomes a MatMul of its own transposed copy (`gemm_as_matmul`).
 fp16  (--fp16, for CUDA): weights and activations in float16, graph inputs and outputs kept float32
       (onnxruntime.transformers.float16 with keep_io_types=True); LogSoftmax runs in fp32. Constants are

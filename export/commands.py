@@ -27,7 +27,7 @@ from seq2onnx.runtime.cli import OneLineParser
 from seq2onnx.runtime.errors import Seq2OnnxError
 from seq2onnx.runtime.graph_io import (CROSS_ATTENTION, DECODER_FORMATS, FUSED_ATTENTION_DOMAIN, FUSED_ATTENTION_OPS,
                                        MIN_ONNXRUNTIME, cache_names)
-from seq2onnx.runtime.manifest import FORMAT_VERSION
+from seq2onnx.runtime.manifest import FORMAT_VERSION, version_text
 from seq2onnx.runtime.session import onnxruntime_log_severity, onnxruntime_version
 from seq2onnx.training.checkpoint import load_checkpoint
 from seq2onnx.training.tokenizer import SPECIAL_TOKENS, tokenizer_from_json
@@ -244,7 +244,7 @@ def _int8_variant(model, staging: Path, enc: Path, dec: Path, names: GraphNames,
         _check(source, names.decoder_inputs, names.decoder_outputs)
         fused = parity.check_fp32(parity.measure(model, parity.OnnxPair(enc, source, model.cfg), batches))
         entry["attention"] = {"ops": [f"{FUSED_ATTENTION_DOMAIN}.{op}" for op in FUSED_ATTENTION_OPS],
-                              "min_onnxruntime": _version(MIN_ONNXRUNTIME),
+                              "min_onnxruntime": version_text(MIN_ONNXRUNTIME),
                               "fp32_parity": fused.to_dict()}
     try:
         quantize.quantize_int8(enc, enc8)
@@ -262,7 +262,7 @@ def _int8_variant(model, staging: Path, enc: Path, dec: Path, names: GraphNames,
         _check_variant(dec, few, names.decoder_inputs, names.decoder_outputs)
         entry["few_rows"] = {
             "decoder_step": few.name, "max_rows": quantize.FEW_ROWS_MAX,
-            "min_onnxruntime": _version(quantize.FEW_ROWS_MIN_ONNXRUNTIME),
+            "min_onnxruntime": version_text(quantize.FEW_ROWS_MIN_ONNXRUNTIME),
             "quantization": {"tool": "onnxruntime.quantization.matmul_nbits_quantizer.MatMulNBitsQuantizer",
                              "bits": quantize.FEW_ROWS_BITS, "block_size": block,
                              "symmetric": True, "accuracy_level": quantize.FEW_ROWS_ACCURACY_LEVEL},
@@ -281,10 +281,6 @@ def _int8_parity(model, enc8: Path, dec8: Path, batches: List[parity.ParityBatch
     """The int8 figures of one encoder + decoder step pair, held to the int8 thresholds when validate."""
     report = parity.measure(model, parity.OnnxPair(enc8, dec8, model.cfg), batches)
     return parity.check_reduced(report, "int8") if validate else report
-
-
-def _version(numbers) -> str:
-    return ".".join(map(str, numbers))
 
 
 def cuda_works(model_path: Path) -> bool:

@@ -380,7 +380,7 @@ def _score_block(tr: Any, block: List[Tuple[int, str]], args: Any, terminal: boo
 # --- info ------------------------------------------------------------------------------------------
 def package_info(model_dir: str, verify: bool = True) -> Dict[str, Any]:
     """What a package is: architecture, vocabulary, variants with sizes and parity, exporter."""
-    from .manifest import read_package
+    from .manifest import read_package, version_text
     pkg = read_package(model_dir, verify=verify)
     if verify:
         for name in pkg.variants:
@@ -398,7 +398,7 @@ def package_info(model_dir: str, verify: bool = True) -> Dict[str, Any]:
             few = v.few_rows.decoder_step.name
             variants[name]["few_rows"] = {"decoder_step": few, "bytes": pkg.file_bytes(few),
                                           "max_rows": v.few_rows.max_rows,
-                                          "min_onnxruntime": ".".join(map(str, v.few_rows.min_onnxruntime))}
+                                          "min_onnxruntime": version_text(v.few_rows.min_onnxruntime)}
     return {
         "path": str(pkg.root), "format": m["format"], "format_version": m["format_version"],
         "seq2onnx_version": m.get("seq2onnx_version"), "created": m.get("created"),

@@ -365,6 +365,11 @@ def _version(obj: Dict[str, Any], where: Path, field: str, default: Any = _REQUI
     return tuple(int(x) for x in needs.split(".")) if needs else ()
 
 
+def version_text(numbers: Tuple[int, ...]) -> str:
+    """(1, 21) -> "1.21": a min_onnxruntime as the manifest writes it (_version reads it back)."""
+    return ".".join(map(str, numbers))
+
+
 def _read_few_rows(root: Path, manifest: Dict[str, Any], entry: Dict[str, Any], field: str) -> Optional[FewRows]:
     """A variant's few_rows (absent in packages exported before it, and where the exporter's onnxruntime lacked
     its ops): a decoder step file listed in 'files', its max_rows and min_onnxruntime."""

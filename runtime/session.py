@@ -27,6 +27,7 @@ from .config import ModelConfig
 from .errors import ModelPackageError, Seq2OnnxError
 from .gather_graph import gather_model_bytes
 from .graph_io import CROSS_ATTENTION, ID_INPUTS, PAST_LENGTH, GraphNames, cache_names
+from .manifest import version_text
 
 log = logging.getLogger("seq2onnx.runtime")
 
@@ -161,7 +162,7 @@ def check_onnxruntime(needed: Tuple[int, ...], what: str, version: str = ort.__v
     """A variant whose graphs need a newer onnxruntime (its fused attention ops: graph_io.MIN_ONNXRUNTIME) is refused
     in one line: an older one loads them and computes wrong log-probs."""
     if needed and onnxruntime_version(version) < needed:
-        want = ".".join(map(str, needed))
+        want = version_text(needed)
         raise Seq2OnnxError(f"{what} needs onnxruntime >= {want} (its graphs use onnxruntime's fused attention ops), "
                             f"this is {version}: pip install -U \"onnxruntime>={want}\" (onnxruntime-gpu on Linux x86_64)")
 

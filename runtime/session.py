@@ -48,18 +48,18 @@ class SessionConfig:
     inter_threads: int = 1              # > 1 runs independent nodes in parallel
     optimization: str = "all"           # graph optimisation level: disable | basic | extended | all
 
-    def session_options(self, spinning: bool = True) -> ort.SessionOptions:
-        """spinning False: the session's idle intra-op threads sleep at once instead of spinning; True: they spin
-        within a run and sleep between runs (see SPINNING)."""
+    def session_options(self, spinning: str = "in_run") -> ort.SessionOptions:
+        """spinning (SPINNING): "off": the session's idle intra-op threads sleep at once; "in_run": they spin within a
+        run and sleep between runs; "always": they spin between runs too."""
         so = ort.SessionOptions()
         so.intra_op_num_threads = self.intra_threads
         so.inter_op_num_threads = self.inter_threads
         so.execution_mode = ort.ExecutionMode.ORT_PARALLEL if self.inter_threads > 1 else ort.ExecutionMode.ORT_SEQUENTIAL
         so.graph_optimization_level = OPTIMIZATION_LEVELS[self.optimization]
-        if spinning:
-            so.add_session_config_entry("session.force_spinning_stop", "1")
-        else:
+        if spinning == "off":
             so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        elif spinning == "in_run":
+            so.add_session_config_entry("session.force_spinning_stop", "1")
         return so
 
     def copy_threads(self) -> int:
@@ -175,28 +175,32 @@ def expected_io(config: ModelConfig, format_version: int) -> Dict[str, Tuple[Lis
 
 
 _CACHE_TYPES = ("tensor(float)", "tensor(float16)")       # cross K/V and caches: [batch, heads, len, head_dim]
-# Which graphs' intra-op threads spin while they wait for work. Each session has its own thread pool; the decoder
-# step runs hundreds of small parallel sections per translation and needs its workers awake (without spinning a
-# batch-1 int8 step took 1.07 ms instead of 0.62). The encoder runs once per call, and its spinning workers then
-# took a core from the decoder's: on 2 cores one decoder step in ~12 stalled for a scheduler tick (4-5 ms), which
-# cost 30% of the batch-1 int8 decoding time (mean step 1.19 -> 0.84 ms with the encoder's spinning off; the
-# encoder itself takes 2.7 -> 3.4 ms at batch 1, 27 -> 30 ms at batch 16). The decoder's workers spin only within
-# a run (session.force_spinning_stop): between steps the search's numpy work and the beam reorder's copy threads
-# (ArrayEngine.take) have the cores to themselves. Spinning on after a run, a 2-thread reorder was slower than one.
-SPINNING = {"encoder": False, "decoder_step": True}
+# Which sessions' intra-op threads spin while they wait for work (SessionConfig.session_options). Each session has its
+# own thread pool; the decoder step runs hundreds of small parallel sections per translation and needs its workers
+# awake (without spinning a batch-1 int8 step took 1.07 ms instead of 0.62). The encoder runs once per call, and its
+# spinning workers then took a core from the decoder's: on 2 cores one decoder step in ~12 stalled for a scheduler
+# tick (4-5 ms), which cost 30% of the batch-1 int8 decoding time (mean step 1.19 -> 0.84 ms with the encoder's
+# spinning off; the encoder itself takes 2.7 -> 3.4 ms at batch 1, 27 -> 30 ms at batch 16). The decoder step's
+# workers spin only within a run (session.force_spinning_stop): between steps the search's numpy work and the beam
+# reorder's copy threads (ArrayEngine.take) have the cores to themselves (spinning on after a run, batch 16 beam 4
+# int8 took 7% longer). The few-rows step (at most a few rows: batch 1) spins between runs too: the numpy work
+# between its steps is short and its reorders copy on one thread (ArrayEngine.take), and a worker that slept
+# after every step is woken at the next step's first parallel section (batch-1 greedy int8 7% faster).
+SPINNING = {"encoder": "off", "decoder_step": "in_run", "few_rows": "always"}
 
 
-def open_session(path: Any, graph: str, config: ModelConfig, sc: SessionConfig,
-                 data: Optional[bytes] = None, format_version: Optional[int] = None) -> ort.InferenceSession:
+def open_session(path: Any, graph: str, config: ModelConfig, sc: SessionConfig, data: Optional[bytes] = None,
+                 format_version: Optional[int] = None, spinning: Optional[str] = None) -> ort.InferenceSession:
     """An InferenceSession of the graph file `path` (or of `data`, its bytes as read and checked by the
     package: then onnxruntime reads no file), its inputs/outputs checked against the contract of
-    `format_version` (the package's; None: the decoder contract the graph's inputs show)."""
+    `format_version` (the package's; None: the decoder contract the graph's inputs show). spinning: SPINNING's mode
+    for it (None: the graph's)."""
     # On CUDA, onnxruntime warns at load for each ScatterND without reduction (a format-2 step's cache write, 2 per
     # layer) that repeated indices are unsafe: ours never repeat (one position per row and head).
     try:
         with onnxruntime_log_severity(3) if sc.device == "cuda" else nullcontext():
             sess = ort.InferenceSession(str(path) if data is None else data,
-                                        sess_options=sc.session_options(SPINNING[graph]), providers=sc.providers())
+                                        sess_options=sc.session_options(spinning or SPINNING[graph]), providers=sc.providers())
     except Exception as e:  # noqa: BLE001 - onnxruntime raises several types for a bad file
         raise ModelPackageError(f"{path}: onnxruntime cannot load it ({str(e).splitlines()[0]}); "
                                 f"re-export the model") from e
@@ -421,7 +425,8 @@ class ArrayEngine(_Graphs):
         def gather(part: slice) -> None:
             for src, out in zip(values[part], dst[part]):
                 np.take(src, index, axis=0, out=out, mode="wrap")   # "wrap": unbuffered; index is in range
-        threads = min(self.copy_threads, len(values))
+        # rows the few-rows step runs: its session's workers spin between steps (SPINNING), one core is left
+        threads = 1 if self.few_rows and len(index) <= self.few_rows[1] else min(self.copy_threads, len(values))
         if threads < 2:
             return gather(slice(None))
         parts = [slice(t * len(values) // threads, (t + 1) * len(values) // threads) for t in range(threads)]
@@ -440,8 +445,8 @@ def open_engine(encoder_path: Any, decoder_path: Any, config: ModelConfig, sc: S
     format_version: the package's (the graphs must follow its contract); None: whichever the graph shows.
     few_rows: (path, max_rows) of a decoder step for steps of at most max_rows rows (the variant's few_rows, CPU
     only: ArrayEngine.use_few_rows)."""
-    def session(path: Any, graph: str, version: Optional[int]) -> ort.InferenceSession:
-        return open_session(path, graph, config, sc, None if read is None else read(path), version)
+    def session(path: Any, graph: str, version: Optional[int], spinning: Optional[str] = None) -> ort.InferenceSession:
+        return open_session(path, graph, config, sc, None if read is None else read(path), version, spinning)
     encoder = session(encoder_path, "encoder", format_version)
     decoder = session(decoder_path, "decoder_step", format_version)
     if sc.device == "cuda":
@@ -451,5 +456,5 @@ def open_engine(encoder_path: Any, decoder_path: Any, config: ModelConfig, sc: S
     engine = ArrayEngine(encoder, decoder, config, cross_per_sentence, str(decoder_path), copy_threads=sc.copy_threads())
     if few_rows is not None:
         path, max_rows = few_rows
-        engine.use_few_rows(session(path, "decoder_step", engine.format_version), max_rows, path)
+        engine.use_few_rows(session(path, "decoder_step", engine.format_version, SPINNING["few_rows"]), max_rows, path)
     return engine

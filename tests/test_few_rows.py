@@ -53,6 +53,14 @@ def _engine(pkg, decoder, few_rows=None):
                        few_rows=few_rows)
 
 
+def _config(session, key):
+    """A session's config entry, None where it has none (onnxruntime's default)."""
+    try:
+        return session.get_session_options().get_session_config_entry(key)
+    except RuntimeError:
+        return None
+
+
 def _sources(pkg, n):
     return [pkg.tokenizer.encode(s).ids + [pkg.config.eos_id] for s, _ in toy_pairs(n, seed=5, max_words=6)]
 
@@ -64,6 +72,11 @@ def test_runtime_steps_with_the_few_rows_step_up_to_max_rows(tiny_package):
     assert max_rows == quantize.FEW_ROWS_MAX and engine.decoders == [engine.decoder, few_session]
     assert all(engine.decoder_for(r) is few_session for r in range(1, max_rows + 1))
     assert engine.decoder_for(max_rows + 1) is engine.decoder
+    # its intra-op workers spin between steps too; the step's only within a run, the encoder's not at all (SPINNING)
+    spinning = ("session.force_spinning_stop", "session.intra_op.allow_spinning")
+    assert [_config(few_session, key) for key in spinning] == [None, None]
+    assert [_config(engine.decoder, key) for key in spinning] == ["1", None]
+    assert [_config(engine.encoder, key) for key in spinning] == [None, "0"]
     v = pkg.variants["int8"]
     alone = {"few": _engine(pkg, v.few_rows.decoder_step), "step": _engine(pkg, v.decoder_step)}
     # min = max length: no row ends early, so each call steps with one graph throughout

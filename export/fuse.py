@@ -1,4 +1,5 @@
-"""One rewrite of the traced fp32 graphs, before they are checked against PyTorch: sibling projections fused.
+"""Rewrites of the traced fp32 graphs, before they are checked against PyTorch: sibling projections fused, and
+onnxruntime's GroupQueryAttention fed their packed output.
 
 Projections that read the same tensor (each layer's self-attention Q, K and V; in the encoder, every decoder
 layer's cross-attention K and V of the encoder output) are traced as separate MatMul + Add pairs:
@@ -12,6 +13,9 @@ They become one MatMul + Add over the concatenated weights and one Split:
 Each output element is the same dot product as before, and the export's parity gate checks the fused graphs
 against PyTorch. One matrix product instead of three reads the same weights in fewer, larger kernel calls; the
 int8 variant (export/quantize.py) quantises the fused MatMul like any other.
+
+In the decoder step traced with onnxruntime's fused attention (the int8 variant's source), the Split of each layer's
+Q | K | V then only feeds a GroupQueryAttention, which takes the product packed (pack_attention_qkv): the Split goes.
 """
 from __future__ import annotations
 
@@ -80,3 +84,34 @@ def fuse_sibling_projections(model: onnx.ModelProto) -> int:
         del graph.initializer[:]
         graph.initializer.extend(keep)
     return fused
+
+
+def pack_attention_qkv(model: onnx.ModelProto) -> int:
+    """GroupQueryAttention nodes fed Q, K and V by the Split of one fused projection (fuse_sibling_projections) take
+    the projection's output whole instead, as its packed QKV input [R, 1, (H + 2 Hkv) Dh] (onnxruntime's contrib op
+    spec: `query` packed, `key` and `value` absent), and the Split goes: one node less per layer. -> how many."""
+    graph = model.graph
+    readers: Dict[str, int] = defaultdict(int)
+    for node in graph.node:
+        for name in node.input:
+            readers[name] += 1
+    splits = {n.output[0]: n for n in graph.node if n.op_type == "Split" and len(n.output) == 3}
+    packed, removed = 0, set()
+    for node in graph.node:
+        if node.op_type != "GroupQueryAttention" or len(node.input) < 3:
+            continue
+        split = splits.get(node.input[0])
+        if split is None or list(split.output) != list(node.input[:3]) or any(readers[o] != 1 for o in split.output):
+            continue
+        node.input[0], node.input[1], node.input[2] = split.input[0], "", ""
+        removed.add(split.name)
+        packed += 1
+    if packed:
+        keep = [n for n in graph.node if n.name not in removed]
+        del graph.node[:]
+        graph.node.extend(keep)
+        used = {name for node in graph.node for name in node.input}
+        initializers = [t for t in graph.initializer if t.name in used]
+        del graph.initializer[:]
+        graph.initializer.extend(initializers)
+    return packed

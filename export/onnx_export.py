@@ -236,9 +236,11 @@ def _export_decoder(model: Transformer, path: Path, opset: int, format_version: 
 
 
 def _fuse_projections(path: Path) -> None:
-    """Sibling projections as one MatMul (export/fuse.py), in place."""
+    """Sibling projections as one MatMul, and GroupQueryAttention on its packed QKV (export/fuse.py), in place."""
     graph = onnx.load(str(path))
-    if fuse.fuse_sibling_projections(graph):
+    changed = fuse.fuse_sibling_projections(graph)
+    changed += fuse.pack_attention_qkv(graph)
+    if changed:
         onnx.save(graph, str(path))
 
 

@@ -150,6 +150,11 @@ def test_graphs_use_plain_attention_and_finite_masks(tiny_package):
                                    + [("com.microsoft", "MultiHeadAttention")] * (layers - 1))
     assert [n.op_type for n in int8.graph.node].count("Softmax") == 1
     assert "com.microsoft" in {o.domain for o in int8.opset_import}
+    # each GroupQueryAttention takes its layer's fused Q | K | V projection packed, without a Split (export/fuse.py)
+    producers = {o: n for n in int8.graph.node for o in n.output}
+    for gqa in (n for n in int8.graph.node if n.op_type == "GroupQueryAttention"):
+        assert list(gqa.input[1:3]) == ["", ""] and producers[gqa.input[0]].op_type == "Add"   # the fused bias
+    assert "Split" not in {n.op_type for n in int8.graph.node}
 
 
 def test_a_fused_variant_needs_onnxruntime_1_21(tiny_package, tmp_path):

@@ -127,11 +127,14 @@ def floor_text(floor: Dict) -> str:
                   "case (the best of the probes taken before each of its counted rounds: the machine's bandwidth "
                   "moves with its neighbours' load). Weight products alone: a graph of nothing but the step's weight "
                   "MatMuls (the same weights, int8 quantised as the export does), timed at batch 1 on onnxruntime "
-                  "(bench/floor.py): the ceiling of any engine on onnxruntime's kernels.",
+                  "(bench/floor.py): the ceiling of any engine on onnxruntime's kernels. Read-only floor: the start "
+                  "probe's best read on the same threads alone (a step's weights are only read; a copy's bytes read + "
+                  "written count more).",
                   "", f"| model | weights read per step (MB) | floor tokens/s at start | floor beside the case "
-                  f"(GB/s) | weight products alone, steps/s | seq2onnx tokens/s, {floor['case']} | % of floor at "
-                  "start | % of floor beside the case | % of weight products |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                  f"(GB/s) | read-only floor at start (GB/s) | weight products alone, steps/s | seq2onnx tokens/s, "
+                  f"{floor['case']} | % of floor at start | % of floor beside the case | % of read-only floor | "
+                  "% of weight products |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for vocab, variants in floor["by_vocab"].items():
         for variant, f in variants.items():
             ours = f.get("ours_tok_s")
@@ -139,9 +142,11 @@ def floor_text(floor: Dict) -> str:
             during = f.get("floor_tok_s_during_case")
             cells = [f"{variant}, vocab {vocab}", f"{f['bytes_per_step'] / 1e6:.1f}", f"{f['floor_tok_s']:.0f}",
                      f"{during:.0f} ({f['bandwidth_during_case_gb_s']:.1f})" if during else "-",
+                     f"{f['read_floor_tok_s']:.0f} ({f['read_gb_s']:.1f})" if "read_floor_tok_s" in f else "-",
                      f"{products:.0f}" if products else "-", f"{ours:.0f}" if ours else "-",
                      f"{f['percent_of_floor']:.0f}%" if "percent_of_floor" in f else "-",
                      f"{f['percent_of_floor_during_case']:.0f}%" if "percent_of_floor_during_case" in f else "-",
+                     f"{f['percent_of_read_floor']:.0f}%" if "percent_of_read_floor" in f else "-",
                      f"{100 * ours / products:.0f}%" if ours and products else "-"]
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -127,13 +127,19 @@ def floor_summary(bandwidth: Dict, step_bytes: Dict[int, Dict], results, st: Set
     start, before any model is loaded (`floor_tok_s`, `percent_of_floor`), and beside the batch-1 case itself, the
     best of the probes taken before each of its counted rounds (`floor_tok_s_during_case`,
     `percent_of_floor_during_case`). This machine's bandwidth moves with its neighbours' load (the same probe read
-    46.6 and 77.5 GB/s a minute apart): the second floor is the one taken under the conditions the case ran in."""
+    46.6 and 77.5 GB/s a minute apart): the second floor is the one taken under the conditions the case ran in.
+    A third, `read_floor_tok_s` (`percent_of_read_floor`): the same start probe's best read on st.threads threads
+    alone. The floor takes the best of read and copy, and a copy's bytes read + written came out 1.3x what a
+    read reached on this host, while a decoder step's weights are only read."""
     by_vocab = {}
+    read_gb_s = max(bandwidth.get("read_gb_s", {}).get(str(st.threads)) or [0.0])
     for vocab, variants in step_bytes.items():
         res = results.get(case_label(CASES[0], vocab, st))
         ours = {t.system: t.tokens_per_s for t in res.timings} if res else {}
         during = max((probes or {}).get(vocab) or [0.0])
         for variant, f in variants.items():
+            if read_gb_s:
+                f.update(read_gb_s=read_gb_s, read_floor_tok_s=round(read_gb_s * floor.GB / f["bytes_per_step"], 1))
             if during:
                 f.update(bandwidth_during_case_gb_s=during, probes_during_case_gb_s=probes[vocab],
                          floor_tok_s_during_case=round(during * floor.GB / f["bytes_per_step"], 1))
@@ -142,6 +148,8 @@ def floor_summary(bandwidth: Dict, step_bytes: Dict[int, Dict], results, st: Set
                 f.update(ours_tok_s=round(tok_s, 1), percent_of_floor=round(100 * tok_s / f["floor_tok_s"], 1))
                 if during:
                     f["percent_of_floor_during_case"] = round(100 * tok_s / f["floor_tok_s_during_case"], 1)
+                if read_gb_s:
+                    f["percent_of_read_floor"] = round(100 * tok_s / f["read_floor_tok_s"], 1)
         by_vocab[str(vocab)] = variants
     head = by_vocab.get(str(st.vocab_sizes[0]), {})
     return {"bandwidth_gb_s": bandwidth["bandwidth_gb_s"], "fp32_tok_s": head.get("fp32", {}).get("floor_tok_s"),

@@ -106,13 +106,16 @@ def test_the_floor_beside_the_case_is_the_best_probe_of_its_rounds_and_both_floo
     st = Settings(vocab_sizes=[8000])
     step_bytes = {8000: {"fp32": {"bytes_per_step": 100e6, "initializer_bytes": 110e6, "floor_tok_s": 800.0,
                                   "weight_products_tok_s": 600.0}}}
-    out = floor_summary({"bandwidth_gb_s": 80.0}, step_bytes, {CASES[0].name: res}, st, {8000: probes})
+    start = {"bandwidth_gb_s": 80.0, "read_gb_s": {"1": [30.0], str(st.threads): [50.0, 60.0]}}
+    out = floor_summary(start, step_bytes, {CASES[0].name: res}, st, {8000: probes})
     f = out["by_vocab"]["8000"]["fp32"]
     assert res.timings[0].tokens_per_s == 8.0                          # 4 tokens in 0.5 s
     assert f["bandwidth_during_case_gb_s"] == 42.0 and f["floor_tok_s_during_case"] == 420.0
     assert f["percent_of_floor"] == 1.0 and f["percent_of_floor_during_case"] == round(800 / 420, 1)
     assert (out["bandwidth_gb_s"], out["fp32_tok_s"]) == (80.0, 800.0)
+    # the read-only floor: the start probe's best read on the run's threads
+    assert (f["read_gb_s"], f["read_floor_tok_s"], f["percent_of_read_floor"]) == (60.0, 600.0, round(800 / 600, 1))
     out["bandwidth"] = {"tries": 5, "best": "copy, 2 threads", "array_mib": 512, "threads_beat_one": True,
                         "read_gb_s": {"1": [30.0], "2": [60.0]}, "copy_gb_s": {"1": [40.0], "2": [80.0]}}
     row = [line for line in floor_text(out).splitlines() if line.startswith("| fp32, vocab 8000")]
-    assert row == ["| fp32, vocab 8000 | 100.0 | 800 | 420 (42.0) | 600 | 8 | 1% | 2% | 1% |"]
+    assert row == ["| fp32, vocab 8000 | 100.0 | 800 | 420 (42.0) | 600 (60.0) | 600 | 8 | 1% | 2% | 1% | 1% |"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -80,6 +81,17 @@ def test_beam4_nbest2_matches_reference(translator, tiny_model, sources, max_bat
         assert [h.normalized_score for h in g] == pytest.approx([h.normalized_score for h in r], abs=1e-4)
 
 
+def forced_score(model, source, target, finished: bool) -> float:
+    """The log-probability PyTorch gives `target` (then EOS, when finished) after `source`, teacher-forced."""
+    cfg = model.cfg
+    out = list(target) + ([cfg.eos_id] if finished else [])
+    with torch.no_grad():
+        src = torch.tensor([source])
+        logits = model(src, torch.ones_like(src), torch.tensor([[cfg.bos_id] + out[:-1]]))[0]
+        logp = torch.log_softmax(logits.float(), dim=-1)
+    return float(logp[torch.arange(len(out)), torch.tensor(out)].sum())
+
+
 @pytest.mark.parametrize("opts", [
     dict(beam_size=4, max_length=3),                         # the length limit ends live beams
     dict(beam_size=4, min_length=7, length_penalty=0.6),
@@ -100,7 +112,16 @@ def test_limits_and_length_penalty_match_reference(translator, tiny_model, sourc
     got = translator.translate_ids(sources, beam_size=k, num_hypotheses=opts.get("num_hypotheses", 1),
                                    max_decoding_length=kw["max_length"], min_decoding_length=kw["min_length"],
                                    length_penalty=kw["length_penalty"], max_batch_size=7)
-    assert tokens(got) == tokens(ref)
+    # the reference's hypotheses, except that one which ties with it may stand in its place: onnxruntime 1.21-1.23
+    # rank one such pair of the tiny model's (beam 4, min length 7: [89, 85, 51, 55, 51, 51, 51] and
+    # [89, 85, 51, 51, 51, 51, 51], both -35.24873352) the other way round, a last-ulp difference upstream ordering
+    # equal beams differently. A stand-in must score as the reference's own under PyTorch, teacher-forced.
+    for src, g, r in zip(sources, got, ref):
+        assert [h.score for h in g] == pytest.approx([h.score for h in r], abs=1e-4)
+        assert forced_score(tiny_model, src, r[0].tokens, r[0].finished) == pytest.approx(r[0].score, abs=1e-4)
+        for a, b in zip(g, r):
+            if a.tokens != b.tokens:
+                assert forced_score(tiny_model, src, a.tokens, a.finished) == pytest.approx(b.score, abs=1e-4)
     assert [[h.finished for h in g] for g in got] == [[h.finished for h in r] for r in ref]
 
 

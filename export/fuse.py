@@ -77,13 +77,18 @@ def fuse_sibling_projections(model: onnx.ModelProto) -> int:
         nodes = []
         for node in graph.node:                       # the fused nodes where the group's first MatMul was
             nodes.extend(replacement.get(node.name, []) if node.name in removed else [node])
-        del graph.node[:]
-        graph.node.extend(nodes)
-        used = {name for node in graph.node for name in node.input}
-        keep = [t for t in graph.initializer if t.name in used]
-        del graph.initializer[:]
-        graph.initializer.extend(keep)
+        _set_nodes(graph, nodes)
     return fused
+
+
+def _set_nodes(graph: onnx.GraphProto, nodes: List[onnx.NodeProto]) -> None:
+    """The graph's nodes become `nodes`; the initializers no node reads any more go."""
+    del graph.node[:]
+    graph.node.extend(nodes)
+    used = {name for node in graph.node for name in node.input}
+    keep = [t for t in graph.initializer if t.name in used]
+    del graph.initializer[:]
+    graph.initializer.extend(keep)
 
 
 def pack_attention_qkv(model: onnx.ModelProto) -> int:
@@ -107,11 +112,5 @@ def pack_attention_qkv(model: onnx.ModelProto) -> int:
         removed.add(split.name)
         packed += 1
     if packed:
-        keep = [n for n in graph.node if n.name not in removed]
-        del graph.node[:]
-        graph.node.extend(keep)
-        used = {name for node in graph.node for name in node.input}
-        initializers = [t for t in graph.initializer if t.name in used]
-        del graph.initializer[:]
-        graph.initializer.extend(initializers)
+        _set_nodes(graph, [n for n in graph.node if n.name not in removed])
     return packed

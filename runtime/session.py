@@ -185,7 +185,8 @@ _CACHE_TYPES = ("tensor(float)", "tensor(float16)")       # cross K/V and caches
 # reorder's copy threads (ArrayEngine.take) have the cores to themselves (spinning on after a run, batch 16 beam 4
 # int8 took 7% longer). The few-rows step (at most a few rows: batch 1) spins between runs too: the numpy work
 # between its steps is short and its reorders copy on one thread (ArrayEngine.take), and a worker that slept
-# after every step is woken at the next step's first parallel section (batch-1 greedy int8 7% faster).
+# after every step is woken at the next step's first parallel section (batch-1 greedy int8 1.03-1.04x in
+# bench/ab_code.py over 15 and 25 rounds; 0.94x in a 9-round run: a small gain at this host's noise).
 SPINNING = {"encoder": "off", "decoder_step": "in_run", "few_rows": "always"}
 
 
@@ -199,8 +200,8 @@ def open_session(path: Any, graph: str, config: ModelConfig, sc: SessionConfig, 
     # layer) that repeated indices are unsafe: ours never repeat (one position per row and head).
     try:
         with onnxruntime_log_severity(3) if sc.device == "cuda" else nullcontext():
-            sess = ort.InferenceSession(str(path) if data is None else data,
-                                        sess_options=sc.session_options(spinning or SPINNING[graph]), providers=sc.providers())
+            sess = ort.InferenceSession(str(path) if data is None else data, providers=sc.providers(),
+                                        sess_options=sc.session_options(spinning or SPINNING[graph]))
     except Exception as e:  # noqa: BLE001 - onnxruntime raises several types for a bad file
         raise ModelPackageError(f"{path}: onnxruntime cannot load it ({str(e).splitlines()[0]}); "
                                 f"re-export the model") from e
@@ -426,7 +427,8 @@ class ArrayEngine(_Graphs):
             for src, out in zip(values[part], dst[part]):
                 np.take(src, index, axis=0, out=out, mode="wrap")   # "wrap": unbuffered; index is in range
         # rows the few-rows step runs: its session's workers spin between steps (SPINNING), one core is left
-        threads = 1 if self.few_rows and len(index) <= self.few_rows[1] else min(self.copy_threads, len(values))
+        few = self.decoder_for(len(index)) is not self.decoder
+        threads = 1 if few else min(self.copy_threads, len(values))
         if threads < 2:
             return gather(slice(None))
         parts = [slice(t * len(values) // threads, (t + 1) * len(values) // threads) for t in range(threads)]
@@ -456,5 +458,6 @@ def open_engine(encoder_path: Any, decoder_path: Any, config: ModelConfig, sc: S
     engine = ArrayEngine(encoder, decoder, config, cross_per_sentence, str(decoder_path), copy_threads=sc.copy_threads())
     if few_rows is not None:
         path, max_rows = few_rows
-        engine.use_few_rows(session(path, "decoder_step", engine.format_version, SPINNING["few_rows"]), max_rows, path)
+        few_session = session(path, "decoder_step", engine.format_version, SPINNING["few_rows"])
+        engine.use_few_rows(few_session, max_rows, path)
     return engine

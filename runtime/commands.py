@@ -3,24 +3,23 @@ out: cli_io.py)."""
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
-import os
 import re
 import warnings
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Dict, List, Optional, Tuple
-
-import numpy as np
 
 from .cli import OneLineParser, printable, terminate_raises
 from .cli_io import (PROG, UTF8_MAX_BYTES, Progress, open_output, open_path, read_lines, stdin_bytes, stdout_text,
                      warn)
 from .alignment import format_alignment
 from .errors import Seq2OnnxError
+from .constraints import normalize_phrases, require_beam
 from .options import (DEFAULT_MAX_BATCH_SIZE, LENGTH_PENALTY_RANGE, MAX_BEAM_SIZE, MAX_CHARS_PER_TOKEN,
-                      MAX_LENGTH_A, MAX_LENGTH_B, MIN_TOPP, REPETITION_PENALTY_RANGE, TEMPERATURE_RANGE,
-                      DecodingOptions)
+                      MAX_LENGTH_A, MAX_LENGTH_B, MIN_TOPP, REPETITION_PENALTY_RANGE, TEMPERATURE_RANGE, Arg,
+                      DecodingOptions, NamesArgs, check_text)
 
 DEFAULTS = DecodingOptions()            # the API's defaults are the CLI's
 
@@ -93,7 +92,8 @@ def _translate_parser() -> argparse.ArgumentParser:
                       "sources", "translations")
     d = p.add_argument_group("decoding (as the Python API, with dashes)")
     d.add_argument("--beam-size", type=int, default=DEFAULTS.beam_size)
-    d.add_argument("--n-best", type=int, default=DEFAULTS.num_hypotheses, help="hypotheses per input (num_hypotheses)")
+    d.add_argument("--n-best", dest="num_hypotheses", type=int, default=DEFAULTS.num_hypotheses,
+                   help="hypotheses per input (num_hypotheses)")
     d.add_argument("--length-penalty", type=float, default=DEFAULTS.length_penalty)
     d.add_argument("--max-decoding-length", type=int, default=DEFAULTS.max_decoding_length)
     d.add_argument("--min-decoding-length", type=int, default=DEFAULTS.min_decoding_length)
@@ -111,7 +111,7 @@ def _translate_parser() -> argparse.ArgumentParser:
     d.add_argument("--scores", action="store_true", help="prefix each hypothesis with its normalized score")
     d.add_argument("--target-prefix", metavar="TEXT",
                    help="every translation starts with TEXT (the API's target_prefix), e.g. a term to force")
-    d.add_argument("--constraint", metavar="TEXT", action="append",
+    d.add_argument("--constraint", dest="constraints", metavar="TEXT", action="append",
                    help="every translation holds TEXT, a term (repeatable: all of them; beam search; the API's "
                         "constraints); a line where none within the length limit does gets the closest, with a warning")
     a = p.add_argument_group("attention (format-2 packages)")
@@ -123,13 +123,23 @@ def _translate_parser() -> argparse.ArgumentParser:
     return p
 
 
-CLI_NAMES = {"num_hypotheses": "--n-best"}
+@functools.lru_cache(maxsize=None)
+def _flags() -> Dict[str, str]:
+    """The API's argument names -> the flags that set them: the parser is the one table (each flag's dest is
+    the API's name: --n-best sets num_hypotheses, --constraint constraints; `score` has no flag of its own)."""
+    flags: Dict[str, str] = {}
+    for action in _translate_parser()._actions:
+        if action.option_strings:
+            flags.setdefault(action.dest, max(action.option_strings, key=len))
+    return flags
 
 
 def _cli_message(error: Exception) -> str:
-    """An option error of the Python API, with the option named as on the command line."""
-    return re.sub(r"\b(?:[a-z]+_)+[a-z]+\b",
-                  lambda m: CLI_NAMES.get(m.group(0), "--" + m.group(0).replace("_", "-")), str(error), count=1)
+    """An error or warning of the Python API as the command line says it: the arguments an options.OptionError or
+    OptionWarning names, named by their flags."""
+    if isinstance(error, NamesArgs):
+        return error.render(lambda name: _flags().get(name, name))
+    return str(error)
 
 
 # every character str.splitlines() breaks at: none may split one output line into two
@@ -153,7 +163,7 @@ def translate_main(argv: List[str]) -> int:
     args = _translate_parser().parse_args(argv)
     PROG["name"] = "seq2onnx translate"
     relative = (0.0, None) if args.max_length_a is None else (args.max_length_a, args.max_length_b)
-    decoding = dict(beam_size=args.beam_size, num_hypotheses=args.n_best, length_penalty=args.length_penalty,
+    decoding = dict(beam_size=args.beam_size, num_hypotheses=args.num_hypotheses, length_penalty=args.length_penalty,
                     max_decoding_length=args.max_decoding_length, min_decoding_length=args.min_decoding_length,
                     max_length_a=relative[0], max_length_b=relative[1],
                     sampling_topk=args.sampling_topk, sampling_topp=args.sampling_topp,
@@ -161,56 +171,58 @@ def translate_main(argv: List[str]) -> int:
                     no_repeat_ngram_size=args.no_repeat_ngram_size, seed=args.seed)
     _check_options(args, **decoding)
     if args.plot_attention is not None:
-        _plot_dir(args.plot_attention)
+        from .attention_plot import check_folder
+        check_folder(args.plot_attention)              # made by _check_attention, once the run will proceed
     from .translator import max_source_chars
-    return _run_lines(args, lambda tr, limit: UTF8_MAX_BYTES * max_source_chars(limit),
-                      lambda tr, limit, block, out: out.write(_translate_block(tr, block, decoding, args, limit,
-                                                                               out.isatty())),
-                      check=_check_attention if args.alignment or args.plot_attention is not None else None)
+    return _run_lines(args, lambda tr, limit: (UTF8_MAX_BYTES * max_source_chars(limit), None),
+                      lambda tr, limit, block, out: _translate_and_plot(tr, block, decoding, args, limit, out),
+                      check=lambda tr: _check_attention(tr, args) if args.alignment or args.plot_attention is not None
+                      else None)
 
 
-def _check_attention(tr: Any) -> None:
-    """--alignment / --plot-attention need a format-2 package: said once the model is loaded, before any line."""
+def _check_attention(tr: Any, args: Any) -> None:
+    """--alignment / --plot-attention need a format-2 package: said once the model is loaded, before any line;
+    then --plot-attention's DIR is made."""
     if not tr.engine.has_attention:
         raise tr.engine.no_attention_error()
+    if args.plot_attention is not None:
+        from .attention_plot import make_folder
+        make_folder(Path(args.plot_attention))
 
 
-def _plot_dir(path: str) -> Path:
-    """--plot-attention DIR: matplotlib importable and DIR a folder we can write into, before any work."""
-    from .attention_plot import require_matplotlib
-    require_matplotlib()
-    folder = Path(path)
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise Seq2OnnxError(f"--plot-attention {path}: cannot make that folder ({e.strerror or e}): pass a folder "
-                            f"you can write to") from None
-    if not os.access(folder, os.W_OK):
-        raise Seq2OnnxError(f"--plot-attention {path}: the folder is not writable: pass a folder you can write to")
-    return folder
+def _translate_and_plot(tr: Any, block: List[Tuple[int, str]], decoding: Dict[str, Any], args: Any, limit: int,
+                        out: BinaryIO) -> None:
+    """A block's translations written and flushed, then its --plot-attention pictures (attention_plot.py):
+    a picture never holds back or loses a translation."""
+    results: List[Any] = []
+    out.write(_translate_block(tr, block, decoding, args, limit, out.isatty(), results))
+    out.flush()
+    if args.plot_attention is not None:
+        from .attention_plot import plot_block
+        plot_block(tr, block, results, Path(args.plot_attention), args.max_input_length, warn)
 
 
 def _check_options(args: Any, **decoding: Any) -> None:
     """Options the API would refuse, refused before anything is opened or read."""
     if args.max_batch_size < 1:
         raise Seq2OnnxError(f"--max-batch-size must be >= 1, got {args.max_batch_size}")
-    for phrase in getattr(args, "constraint", None) or []:
-        if not phrase.split():
-            raise Seq2OnnxError(f"--constraint {phrase!r} is empty: give it at least one word")
-        if decoding["beam_size"] < 2:
-            raise Seq2OnnxError(f"--constraint needs beam search: --beam-size must be >= 2, "
-                                f"got {decoding['beam_size']}")
     try:
+        if getattr(args, "constraints", None):                  # what needs no model: the rest, once it is loaded
+            normalize_phrases([args.constraints], 1)
+            require_beam(decoding["beam_size"])
+        if getattr(args, "target_prefix", None) is not None:
+            check_text(Arg("target_prefix"), args.target_prefix)
         DecodingOptions.from_kwargs(**decoding)
     except ValueError as e:
         raise Seq2OnnxError(_cli_message(e)) from e
 
 
-def _run_lines(args: Any, max_bytes: Callable[[Any, int], int],
+def _run_lines(args: Any, max_bytes: Callable[[Any, int], Tuple[int, Optional[int]]],
                handle: Callable[[Any, int, List[Tuple[int, str]], BinaryIO], Any],
                check: Optional[Callable[[Any], None]] = None) -> int:
     """What `translate` and `score` share: open --input and --output (a bad --output is refused before the
-    model loads), load the model, read the lines (at most max_bytes(translator, limit) bytes each) in
+    model loads), load the model, read the lines (cli_io.read_lines, bounded by max_bytes(translator, limit):
+    (bytes of a line, None) or, for SOURCE<TAB>TARGET lines, (bytes of a source, bytes of a target)) in
     chunks of --max-batch-size (64 for token batches), let handle(translator, limit, chunk, out) write
     each chunk's output, flush it, and show progress on a terminal."""
     with terminate_raises():                           # SIGTERM, SIGHUP: the temporary output file goes too
@@ -221,7 +233,7 @@ def _run_lines(args: Any, max_bytes: Callable[[Any, int], int],
                 if check is not None:
                     check(tr)
                 chunk = args.max_batch_size if args.batch_type == "examples" else 64
-                lines = read_lines(source, max_bytes(tr, limit))
+                lines = read_lines(source, *max_bytes(tr, limit))
                 progress = Progress()
                 try:
                     for block in iter(lambda: list(itertools.islice(lines, chunk)), []):
@@ -249,6 +261,11 @@ def _load_translator(args: Any) -> Tuple[Any, int]:
         raise Seq2OnnxError(_cli_message(e)) from e
     for w in caught:                                   # e.g. an int8 variant exported without its check
         warn(str(w.message))
+    try:                                                # what the vocabulary cannot spell, before any line is read
+        tr._prefixes(None if getattr(args, "target_prefix", None) is None else [args.target_prefix], 1)
+        tr._constraint_ids(None if getattr(args, "constraints", None) is None else [args.constraints], 1)
+    except ValueError as e:
+        raise Seq2OnnxError(_cli_message(e)) from e
     limit = tr.config.max_positions if args.max_input_length is None else args.max_input_length
     if not 1 <= limit <= tr.config.max_positions:
         raise Seq2OnnxError(f"--max-input-length must be in [1, {tr.config.max_positions}] (the model's "
@@ -257,22 +274,23 @@ def _load_translator(args: Any) -> Tuple[Any, int]:
 
 
 def _translate_block(tr: Any, block: List[Tuple[int, str]], decoding: Dict[str, Any], args: Any, limit: int,
-                     terminal: bool) -> bytes:
-    """Blank lines come back from the Translator as one empty hypothesis with score 0."""
+                     terminal: bool, results: Optional[List[Any]] = None) -> bytes:
+    """Blank lines come back from the Translator as one empty hypothesis with score 0. The results are
+    appended to `results` when given."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")            # truncation: reported below with line numbers
             prefix = None if args.target_prefix is None else [args.target_prefix] * len(block)
-            phrases = None if args.constraint is None else [args.constraint] * len(block)
+            phrases = None if args.constraints is None else [args.constraints] * len(block)
             out = tr.translate_batch([t for _, t in block], max_batch_size=args.max_batch_size,
                                      batch_type=args.batch_type, max_input_length=args.max_input_length,
                                      return_scores=True, target_prefix=prefix, constraints=phrases,
                                      return_alignment=args.alignment,
                                      return_attention=args.plot_attention is not None, **decoding)
     except ValueError as e:
-        raise Seq2OnnxError(re.sub(r"constraints\[\d+\]: the phrase", "--constraint", _cli_message(e))) from e
-    if args.plot_attention is not None:
-        _plot_block(tr, block, out, Path(args.plot_attention), args.max_input_length)
+        raise Seq2OnnxError(_cli_message(e)) from e
+    if results is not None:
+        results.extend(out)
     data = b""
     for (n, text), r in zip(block, out):
         if r.truncated:
@@ -287,29 +305,19 @@ def _translate_block(tr: Any, block: List[Tuple[int, str]], decoding: Dict[str, 
                   "--max-decoding-length set the limit")
         texts = r.hypotheses if not args.alignment else \
             [f"{LINE_BREAKS.sub(' ', t)} ||| {format_alignment(a)}" for t, a in zip(r.hypotheses, r.alignment)]
-        data += _format(n, texts, r.normalized_scores, args.n_best, args.scores, terminal)
+        data += _format(n, texts, r.normalized_scores, args.num_hypotheses, args.scores, terminal)
     return data
-
-
-def _plot_block(tr: Any, block: List[Tuple[int, str]], out: List[Any], folder: Path,
-                max_input_length: Any) -> None:
-    """DIR/line-N.png for each line of the block: the best translation's attention (attention_plot.py)."""
-    from .attention_plot import plot_attention
-    from .translator import is_blank
-    for (n, text), r in zip(block, out):
-        source = [] if is_blank(text) else tr.source_ids(text, max_input_length)[:-1]
-        rows = np.array(r.attention[0], dtype=np.float64).reshape(len(r.token_ids[0]), len(source) + 1)
-        plot_attention(folder / f"line-{n}.png", rows, tr.pieces(source), tr.pieces(r.token_ids[0]),
-                       title=f"{printable(text)[:80]}  ->  {printable(r.hypotheses[0])[:80]}")
 
 
 # --- score -----------------------------------------------------------------------------------------
 SCORE_FORMAT = """\
 input: one SOURCE<TAB>TARGET pair per line, UTF-8, from stdin or --input, read as `seq2onnx translate`
 reads its lines (invalid UTF-8 replaced, a BOM dropped, a source over --max-input-length tokens cut,
-each with a warning naming the line). A line without exactly one TAB stops the command (exit 2,
-naming the line); the lines before it are already written. A target longer than the model's
-max_positions is scored on its beginning (a warning names the line).
+each with a warning naming the line). Only the first 256 x --max-input-length bytes of a SOURCE are
+read, and of a TARGET 256 x max_positions bytes (no more can fit; a warning names the line), so a huge
+line costs no more memory than a long one and keeps its TAB and its target. A line without exactly
+one TAB stops the command (exit 2, naming the line); the lines before it are already written. A
+target longer than the model's max_positions is scored on its beginning (a warning names the line).
 output: one line per input line, in order, to stdout or --output FILE (written as translate writes):
   default    SCORE                         sum of the target's token log-probs, EOS included,
                                            / tokens ** --length-penalty
@@ -334,8 +342,8 @@ def score_main(argv: List[str]) -> int:
     _check_options(args, length_penalty=args.length_penalty)
     from .translator import max_source_chars
 
-    def max_bytes(tr: Any, limit: int) -> int:       # a source, a target of at most max_positions, the TAB
-        return UTF8_MAX_BYTES * (max_source_chars(limit) + max_source_chars(tr.config.max_positions)) + 1
+    def max_bytes(tr: Any, limit: int) -> Tuple[int, int]:      # a source; a target of at most max_positions
+        return UTF8_MAX_BYTES * max_source_chars(limit), UTF8_MAX_BYTES * max_source_chars(tr.config.max_positions)
 
     return _run_lines(args, max_bytes, lambda tr, limit, block, out: _score_lines(tr, block, args, out))
 
@@ -366,7 +374,7 @@ def _score_block(tr: Any, block: List[Tuple[int, str]], args: Any, terminal: boo
         raise Seq2OnnxError(_cli_message(e)) from e
     for w in caught:                                   # "input i ..." / "target i ...": name the line
         warn(re.sub(r"^(input|target) (\d+)", lambda m: f"line {block[int(m.group(2))][0]}: "
-                     f"{'source' if m.group(1) == 'input' else 'target'}", str(w.message)))
+                     f"{'source' if m.group(1) == 'input' else 'target'}", _cli_message(w.message)))
     data = []
     for r in results:
         fields = [f"{normalize(sum(r.log_probs), len(r.log_probs), args.length_penalty):.6f}"]

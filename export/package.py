@@ -190,6 +190,53 @@ def _fmt(x: Optional[float]) -> str:
     return "n/a" if x is None else (f"{x:.3g}" if isinstance(x, float) else str(x))
 
 
+# what a dimension name of the manifest's graph entries means (a name not here is shown as it is)
+DIMENSIONS = {
+    "batch": "sources encoded together",
+    "src_len": "source tokens: a source's pieces followed by EOS",
+    "sentences": "sentences decoded together",
+    "rows": "decoder rows, sentences x G (row = sentence * G + g): the G beams of a sentence share its cross K/V "
+            "and mask (G = 1 for greedy decoding)",
+    "capacity": "positions the cache holds (past_length < capacity <= max_positions); the step writes its K/V at "
+                "position `past_length` and attends to positions 0..past_length",
+    "past_len": "positions decoded so far (0 at the first step), read from the cache's shape",
+    "past_len + 1": "the cache grown by this step's K/V",
+}
+
+
+def _shape(shape: List[Any]) -> str:
+    return "[" + ", ".join(str(d) for d in shape) + "]" if shape else "[] (a scalar)"
+
+
+def graph_lines(manifest: Dict[str, Any]) -> List[str]:
+    """The `## Graphs` text: each graph's inputs and outputs exactly as the manifest's `graphs` entries record
+    them (so it cannot drift from the graphs), the files that hold it, and what its dimension names mean."""
+    files = {"encoder": [], "decoder_step": []}          # type: Dict[str, List[str]]
+    half = [name for name, v in manifest["variants"].items() if v.get("precision") == "float16"]
+    for v in manifest["variants"].values():
+        files["encoder"].append(v["encoder"])
+        files["decoder_step"] += [v["decoder_step"]] + ([v["few_rows"]["decoder_step"]] if "few_rows" in v else [])
+    lines = [f"Decoder step contract: format_version {manifest['format_version']}. Each graph's inputs and "
+             "outputs as `manifest.json` records them (the types are the float32 files'"
+             + (f"; the {', '.join(half)} variant's cross K/V and past/present caches are float16" if half else "")
+             + "):", ""]
+    dims = []                                          # type: List[str]
+    for graph, entry in manifest["graphs"].items():
+        held = ", ".join(f"`{f}`" for f in files.get(graph, []))
+        lines += [f"`{graph}`" + (f" ({held})" if held else "") + ":", "", "| | name | type | shape |",
+                  "|---|---|---|---|"]
+        for side in ("inputs", "outputs"):
+            for io in entry.get(side, []):
+                lines.append(f"| {side[:-1] if side == 'inputs' else 'output'} | `{io['name']}` | {io['dtype']} | "
+                             f"{_shape(io['shape'])} |")
+                dims += [d for d in io["shape"] if isinstance(d, str) and d not in dims]
+        lines.append("")
+    known = [d for d in dims if d in DIMENSIONS]
+    if known:
+        lines += ["Dimensions:", ""] + [f"- `{d}`: {DIMENSIONS[d]}" for d in known] + [""]
+    return lines + ["Decoding starts from the BOS token. seq2onnx's docs/CONTRACTS.md has the whole contract.", ""]
+
+
 def render_readme(manifest: Dict[str, Any]) -> str:
     """README.md of a package, generated from its manifest."""
     c = manifest["config"]
@@ -208,7 +255,7 @@ def render_readme(manifest: Dict[str, Any]) -> str:
         "## Run it",
         "",
         "```sh",
-        "pip install seq2onnx            # numpy + onnxruntime + tokenizers, no torch",
+        "pip install PATH/TO/seq2onnx    # a seq2onnx checkout or wheel: numpy + onnxruntime + tokenizers, no torch",
         "echo 'some text' | seq2onnx translate THIS_FOLDER",
         "seq2onnx info THIS_FOLDER       # what is inside",
         "```",
@@ -239,20 +286,7 @@ def render_readme(manifest: Dict[str, Any]) -> str:
             f, p = v["few_rows"], v["few_rows"]["parity"]
             lines.append(f"| {name}, steps of at most {f['max_rows']} rows | `{f['decoder_step']}` | top-1 agreement "
                          f"{_fmt(p['top1_agreement'])}, greedy token match {_fmt(p['greedy_token_match'])} |")
-    lines += [
-        "",
-        "## Graphs",
-        "",
-        "`encoder.onnx`: `input_ids`, `attention_mask` [batch, src_len] int64 -> `cross_key_i`, `cross_value_i` "
-        "[batch, heads, src_len, head_dim], computed once per source.",
-        "",
-        "`decoder_step.onnx`: `input_ids` [rows, 1], `encoder_attention_mask` [sentences, src_len], `past_key_i`, "
-        "`past_value_i` [rows, heads, past_len, head_dim] (past_len 0 at the first step), `cross_key_i`, "
-        "`cross_value_i` [sentences, heads, src_len, head_dim] -> `log_probs` [rows, vocab] and `present_key_i`, "
-        "`present_value_i` [rows, heads, past_len + 1, head_dim]. rows = sentences x G, row = sentence * G + g: "
-        "the G beams of a sentence share its cross K/V (G = 1 for greedy decoding). Decoding starts from the "
-        "BOS token; a source is its pieces followed by EOS.",
-        "",
+    lines += ["", "## Graphs", ""] + graph_lines(manifest) + [
         "`manifest.json` lists every file with its SHA-256, the configuration and the parity figures.",
         "",
     ]

@@ -24,7 +24,7 @@ import torch
 
 from seq2onnx.runtime import __version__
 from seq2onnx.runtime.cli import OneLineParser
-from seq2onnx.runtime.errors import Seq2OnnxError
+from seq2onnx.runtime.errors import Seq2OnnxError, checkpoints_in
 from seq2onnx.runtime.graph_io import (CROSS_ATTENTION, DECODER_FORMATS, FUSED_ATTENTION_DOMAIN, FUSED_ATTENTION_OPS,
                                        MIN_ONNXRUNTIME, cache_names)
 from seq2onnx.runtime.manifest import FORMAT_VERSION, version_text
@@ -110,6 +110,7 @@ def run_export(opts: ExportOptions, log: Callable[[str], None] = lambda msg: Non
     if not MIN_OPSET <= opts.opset <= max_opset:
         raise Seq2OnnxError(f"--opset {opts.opset} is not supported: choose {MIN_OPSET} to {max_opset}")
     package.check_target(target, opts.overwrite)
+    _check_not_a_folder(Path(opts.checkpoint))
     ckpt = load_checkpoint(opts.checkpoint)
     model = onnx_export.model_from_checkpoint(ckpt)
     special_tokens = _special_tokens(ckpt["tokenizer"], model.cfg, opts.checkpoint)
@@ -170,6 +171,20 @@ def run_export(opts: ExportOptions, log: Callable[[str], None] = lambda msg: Non
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
     return ExportResult(target, manifest, time.perf_counter() - start, stage_seconds)
+
+
+def _check_not_a_folder(checkpoint: Path) -> None:
+    """A run folder where a checkpoint belongs: name the checkpoints in it (fairseq's and CTranslate2's converters
+    take a checkpoint file too; which one to ship, best or averaged, is the user's choice)."""
+    if not checkpoint.is_dir():
+        return
+    found = checkpoints_in(checkpoint)
+    if not found:
+        raise Seq2OnnxError(f"{checkpoint} is a folder with no .pt checkpoint in it: pass a checkpoint file written "
+                            "by seq2onnx train or seq2onnx average")
+    raise Seq2OnnxError(f"{checkpoint} is a folder; pass one checkpoint in it, e.g. seq2onnx export "
+                        f"{checkpoint / found[0]} OUT_DIR "
+                        f"(it holds {', '.join(found)}; seq2onnx average makes an averaged one)")
 
 
 def _special_tokens(tokenizer_json: str, cfg, checkpoint: Path) -> Dict[str, str]:

@@ -11,7 +11,7 @@ import signal
 import sys
 import threading
 from contextlib import contextmanager
-from typing import Iterator, List, NoReturn, Optional, Union
+from typing import Iterator, List, NoReturn, Optional, TextIO, Union
 
 from .errors import Seq2OnnxError, Terminated
 
@@ -69,6 +69,13 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise Seq2OnnxError(f"{message} (see {self.prog} --help)")
 
+    def print_help(self, file: Optional[TextIO] = None) -> None:
+        """argparse's, less its silence on a write error: `--help | head` ends as any output's closed pipe does
+        (main), with the same exit status buffered or not."""
+        file = file or sys.stdout
+        if file is not None:                            # None: stdout closed (`>&-`), as argparse has it
+            file.write(self.format_help())
+
 
 def usage() -> str:
     lines = ["usage: seq2onnx COMMAND [options]   (seq2onnx COMMAND --help for its options)", "", "commands:"]
@@ -76,7 +83,44 @@ def usage() -> str:
     return "\n".join(lines)
 
 
+# the exit status of a command whose reader went away (`seq2onnx ... | head`): a shell shows 128 + SIGPIPE for
+# `cat` killed so; the command says nothing, as `cat` does (TRANSLATE_FORMAT, "exit status")
+CLOSED_PIPE_EXIT = 128 + getattr(signal, "SIGPIPE", 13)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
+    """Run one command; its exit status. Output still buffered is flushed here, so a reader that went away
+    (`| head`) shows here, in argparse's --help and in the last lines alike, and ends the command quietly."""
+    try:
+        try:
+            return _main(argv)
+        finally:
+            if sys.stdout is not None:
+                sys.stdout.flush()
+    except BrokenPipeError:
+        return _reader_gone()
+
+
+def _reader_gone() -> int:
+    """Python's recipe for a closed stdout (docs, "Note on SIGPIPE"): what is still buffered goes to
+    /dev/null, so that the flush at exit does not fail again and print a traceback-like message."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            for stream in (sys.stdout, sys.stderr):
+                if stream is not None:
+                    try:
+                        stream.flush()
+                    except OSError:
+                        os.dup2(devnull, stream.fileno())
+        finally:
+            os.close(devnull)
+    except (OSError, ValueError):                       # no file descriptor (an embedding caller): nothing held
+        pass
+    return CLOSED_PIPE_EXIT
+
+
+def _main(argv: Optional[List[str]]) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(usage())
@@ -104,13 +148,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2
     except (KeyboardInterrupt, Terminated) as e:
         return _stopped(name, e)
-    except BrokenPipeError:
-        # the reader of our stdout went away (e.g. `| head`): not an error of ours
-        try:
-            sys.stdout = open(os.devnull, "w")
-        except OSError:
-            pass
-        return 0
+    except BrokenPipeError:                         # the reader of our output went away (`| head`): main
+        raise
     except Exception as e:  # noqa: BLE001 - the CLI's promise: no tracebacks
         return _internal_error(name, e)
 

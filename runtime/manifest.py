@@ -32,7 +32,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 from tokenizers import Tokenizer
 
 from .config import ModelConfig
-from .errors import REEXPORT, ModelPackageError, first_line
+from .errors import REEXPORT, ModelPackageError, checkpoints_in, first_line
 from .graph_io import DECODER_FORMATS
 from .onnx_bytes import has_external_data
 from .package_tokenizer import PackageTokenizer, rust_panics_as_errors, specials_as_text
@@ -267,6 +267,11 @@ def _read_manifest(root: Path) -> Dict[str, Any]:
         raise ModelPackageError(f"{root} {what}: pass the folder written by `seq2onnx export`, "
                                 f"or the name of a shipped model ({shipped})")
     path = root / MANIFEST
+    run = [] if os.path.lexists(path) else checkpoints_in(root)
+    if run:                                  # a training run folder (seq2onnx train --out): never exported
+        raise ModelPackageError(f"{root} is a training run folder (it holds {', '.join(run)}), not a model package: "
+                                f"export a checkpoint of it first, e.g. seq2onnx export {root / run[0]} MODEL_DIR, "
+                                "then pass MODEL_DIR")
     _check_regular(path, f"{path} is missing: {root} is not a seq2onnx model package; {REEXPORT}")
     data = _read_regular(path, MAX_MANIFEST_BYTES)
     if len(data) > MAX_MANIFEST_BYTES:

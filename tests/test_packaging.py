@@ -1,9 +1,13 @@
-"""The distribution: one import package `seq2onnx`, a runtime-only base install, nothing generic leaked."""
+"""The distributions: one import package `seq2onnx`, a runtime-only base install, nothing generic leaked; an sdist
+that builds the wheel, and a wheel that installs in an empty environment and translates with the shipped model."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import sysconfig
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -11,15 +15,32 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 CODE_FOLDERS = {"training": "seq2onnx.training", "export": "seq2onnx.export", "runtime": "seq2onnx.runtime"}
+SHIPPED = sorted(m.parent for m in (REPO / "models").glob("*/manifest.json"))
+
+
+def shipped_files(folder: Path) -> list:
+    """What a shipped model package is: its manifest, its model card and every file the manifest lists."""
+    listed = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))["files"]
+    return ["manifest.json", "MODEL_CARD.md", *listed]
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--disable-pip-version-check",
-                    str(REPO), "-w", str(out)], check=True, capture_output=True, text=True)
+def dists(tmp_path_factory) -> dict:
+    """`python -m build`: the sdist from the checkout, then the wheel built from that sdist (so the sdist holds what
+    a build needs). --no-isolation builds with this environment's setuptools (the test extra asks for the version
+    pyproject.toml's build-system needs) instead of downloading one."""
+    out = tmp_path_factory.mktemp("dist")
+    proc = subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(REPO)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (sdist,) = out.glob("seq2onnx-*.tar.gz")
     (whl,) = out.glob("seq2onnx-*.whl")
-    return whl
+    return {"sdist": sdist, "wheel": whl}
+
+
+@pytest.fixture(scope="module")
+def wheel(dists) -> Path:
+    return dists["wheel"]
 
 
 def test_wheel_holds_every_subpackage_under_seq2onnx(wheel):
@@ -39,12 +60,68 @@ def test_wheel_holds_every_subpackage_under_seq2onnx(wheel):
 
 def test_wheel_ships_every_model_package_whole(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
-    shipped = [m.parent for m in (REPO / "models").glob("*/manifest.json")]
-    assert shipped, "models/ holds no model package"
-    for folder in shipped:
-        listed = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))["files"]
-        for name in ["manifest.json", "MODEL_CARD.md", *listed]:
+    assert SHIPPED, "models/ holds no model package"
+    for folder in SHIPPED:
+        for name in shipped_files(folder):
             assert f"seq2onnx/models/{folder.name}/{name}" in names, f"{folder.name}/{name} is not in the wheel"
+
+
+def test_sdist_holds_what_a_build_needs_and_no_tests(dists):
+    with tarfile.open(dists["sdist"]) as tar:
+        names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
+    for name in ("pyproject.toml", "README.md", "LICENSE", "models/__init__.py"):
+        assert name in names, f"{name} is not in the sdist"
+    for folder in SHIPPED:
+        for name in shipped_files(folder):
+            assert f"models/{folder.name}/{name}" in names, f"models/{folder.name}/{name} is not in the sdist"
+    for folder in CODE_FOLDERS:
+        for py in (REPO / folder).rglob("*.py"):
+            assert py.relative_to(REPO).as_posix() in names, f"{py} is not in the sdist"
+    # the test suite needs the whole checkout (web/, bench/, tests/data): half of it would only mislead
+    assert not any(n.startswith(("tests/", "web/", "bench/")) for n in names), sorted(names)
+
+
+def test_python_and_npm_packages_have_one_version():
+    from seq2onnx.runtime import __version__
+    assert json.loads((REPO / "web" / "package.json").read_text(encoding="utf-8"))["version"] == __version__
+
+
+def test_wheel_installs_in_an_empty_venv_and_translates_with_the_shipped_model(wheel, tmp_path):
+    """The wheel alone, in a new venv: its console script, its seq2onnx package and its shipped model, from an empty
+    folder. The runtime's dependencies (numpy, onnxruntime, tokenizers) are this environment's, put on the venv's
+    path after its own site-packages by a .pth file, so nothing is downloaded; this environment's editable seq2onnx
+    stays out (a .pth line adds a folder, the .pth files inside it are not run)."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    py = venv / "bin" / "python"
+    site = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+    ours = dict.fromkeys([sysconfig.get_path("purelib"), sysconfig.get_path("platlib")])
+    (site / "deps-of-the-test-environment.pth").write_text("".join(f"{p}\n" for p in ours), encoding="utf-8")
+    proc = subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-deps",
+                           "--no-index", "--disable-pip-version-check", str(wheel)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    where = subprocess.run([str(py), "-c", "import seq2onnx.runtime as r; from seq2onnx.runtime.shipped_models import "
+                            "resolve_model_dir as m; print(r.__file__); print(m('numbers-en-de'))"],
+                           cwd=empty, env=env, check=True, capture_output=True, text=True).stdout.split("\n")
+    for line in where[:2]:          # the code and the model are the wheel's, not this checkout's
+        assert Path(line).resolve().is_relative_to(site.resolve()), where
+
+    lines = "forty-two\nthree hundred and one\n999999\nhello\n"
+    args = ["translate", "numbers-en-de", "--beam-size", "4", "--scores", "--device", "cpu", "--intra-threads", "1"]
+    installed = subprocess.run([str(venv / "bin" / "seq2onnx"), *args], input=lines, cwd=empty, env=env,
+                               capture_output=True, text=True, timeout=120)
+    assert installed.returncode == 0, installed.stderr[-2000:]
+    # the checkout's CLI on the same lines with the same flags: the same code on the same onnxruntime, one thread on
+    # the CPU, so the same arithmetic in the same order: equal to the last digit; and four lines out for four in
+    checkout = subprocess.run([sys.executable, "-m", "seq2onnx.runtime.cli", *args], input=lines, cwd=empty,
+                              capture_output=True, text=True, timeout=120)
+    assert checkout.returncode == 0, checkout.stderr[-2000:]
+    assert installed.stdout == checkout.stdout and len(installed.stdout.splitlines()) == 4, (installed.stdout, checkout.stdout)
 
 
 def test_base_install_brings_no_torch(wheel, tmp_path):

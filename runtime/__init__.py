@@ -19,6 +19,7 @@ _LAZY = {
     "ModelConfig": "seq2onnx.runtime.config",
     "Seq2OnnxError": "seq2onnx.runtime.errors",
     "ModelPackageError": "seq2onnx.runtime.errors",
+    "OptionError": "seq2onnx.runtime.options",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -12,7 +12,7 @@ import stat
 import sys
 import time
 from contextlib import contextmanager, suppress
-from typing import BinaryIO, Iterator, Optional, TextIO, Tuple
+from typing import BinaryIO, Iterator, List, Optional, TextIO, Tuple
 
 from .cli import printable
 from .errors import Seq2OnnxError
@@ -54,23 +54,35 @@ def warn(message: str) -> None:
     print(f"{PROG['name']}: warning: {printable(message)}", file=sys.stderr, flush=True)
 
 
-def read_lines(stream: BinaryIO, max_bytes: Optional[int] = None) -> Iterator[Tuple[int, str]]:
+# what a cut names, per field of a line: a whole line (translate), or SOURCE<TAB>TARGET (score)
+_PARTS = {1: [("", "--max-input-length")],
+          2: [("the source is ", "--max-input-length"), ("the target is ", "the model's max_positions")]}
+
+
+def read_lines(stream: BinaryIO, max_bytes: Optional[int] = None,
+               target_bytes: Optional[int] = None) -> Iterator[Tuple[int, str]]:
     """(1-based line number, text) for each line; invalid UTF-8 becomes U+FFFD with a warning; a BOM
     that opens the stream is dropped. A line over max_bytes bytes is read up to that (at a character
-    boundary) and the rest skipped, with a warning: one line never holds more memory than that."""
+    boundary) and the rest skipped, with a warning: one line never holds more memory than that.
+    target_bytes: the line is SOURCE<TAB>TARGET (`seq2onnx score`): max_bytes bounds the SOURCE (what comes before
+    its first TAB) and target_bytes the rest, each cut so on its own, so a long source loses neither TAB nor target."""
     for number in itertools.count(1):
-        raw = stream.readline() if max_bytes is None else stream.readline(max_bytes + 1)
-        if not raw:
-            return
-        if number == 1 and raw.startswith(codecs.BOM_UTF8):
-            raw = raw[len(codecs.BOM_UTF8):]
-        if max_bytes is not None and len(raw) > max_bytes and not raw.endswith(b"\n"):
-            _skip_line(stream, max_bytes)
-            raw = _cut_utf8(raw, max_bytes)
-            warn(f"line {number}: longer than {max_bytes} bytes; only those were read (more cannot fit "
-                  f"--max-input-length)")
-        if raw.endswith(b"\n"):
-            raw = raw[:-1]
+        if max_bytes is None:
+            raw = stream.readline()
+            if not raw:
+                return
+            if number == 1 and raw.startswith(codecs.BOM_UTF8):
+                raw = raw[len(codecs.BOM_UTF8):]
+            raw = raw[:-1] if raw.endswith(b"\n") else raw
+        else:
+            bounds = (max_bytes,) if target_bytes is None else (max_bytes, target_bytes)
+            fields = _read_fields(stream, bounds, number == 1)
+            if fields is None:
+                return
+            for (_, size), bound, (what, fits) in zip(fields, bounds, _PARTS[len(bounds)]):
+                if size > bound:
+                    warn(f"line {number}: {what}longer than {bound} bytes; only those were read (more cannot fit {fits})")
+            raw = b"\t".join(kept for kept, _ in fields)
         if raw.endswith(b"\r"):
             raw = raw[:-1]
         try:
@@ -81,12 +93,43 @@ def read_lines(stream: BinaryIO, max_bytes: Optional[int] = None) -> Iterator[Tu
         yield number, text
 
 
-def _skip_line(stream: BinaryIO, size: int) -> None:
-    """Read the rest of a line, `size` bytes at a time, up to its line break or the end of the stream."""
+def _read_fields(stream: BinaryIO, bounds: Tuple[int, ...], first: bool) -> Optional[List[Tuple[bytes, int]]]:
+    """One line, without its line break, read in chunks: per TAB-separated field (the last one takes the rest
+    of the line, TABs included; a line without TAB has one field), its first bounds[f] bytes cut at a character
+    boundary, and its size in bytes (more than bounds[f]: it was cut). None at the end of the stream."""
+    chunk_size = max(bounds) + UTF8_MAX_BYTES
+    kept: List[bytearray] = [bytearray()]
+    sizes = [0]
+    chunk = stream.readline(chunk_size)
+    if not chunk:
+        return None
+    if first and chunk.startswith(codecs.BOM_UTF8):
+        chunk = chunk[len(codecs.BOM_UTF8):]
     while True:
-        chunk = stream.readline(size)
-        if not chunk or chunk.endswith(b"\n"):
-            return
+        ended = chunk.endswith(b"\n")
+        data = chunk[:-1] if ended else chunk
+        while len(kept) < len(bounds) and b"\t" in data:          # a field ends here: the next one starts
+            head, data = data.split(b"\t", 1)
+            _keep(kept[-1], sizes, head, bounds[len(kept) - 1])
+            kept.append(bytearray())
+            sizes.append(0)
+        _keep(kept[-1], sizes, data, bounds[len(kept) - 1])
+        if ended:
+            break
+        chunk = stream.readline(chunk_size)
+        if not chunk:
+            break
+    return [(_cut_utf8(bytes(k), bound) if size > bound else bytes(k), size)
+            for k, size, bound in zip(kept, sizes, bounds)]
+
+
+def _keep(kept: bytearray, sizes: List[int], data: bytes, bound: int) -> None:
+    """Add `data` to the last field: its size grows by all of it, what is kept by no more than a character past
+    its bound (enough to cut it at a character boundary)."""
+    sizes[-1] += len(data)
+    room = bound + UTF8_MAX_BYTES - len(kept)
+    if room > 0:
+        kept += data[:room]
 
 
 def _cut_utf8(raw: bytes, n: int) -> bytes:

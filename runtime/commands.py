@@ -16,7 +16,7 @@ from .cli_io import (PROG, UTF8_MAX_BYTES, Progress, open_output, open_path, rea
                      warn)
 from .alignment import format_alignment
 from .errors import Seq2OnnxError
-from .constraints import normalize_phrases, require_beam
+from .constraints import check_work, normalize_phrases, require_beam
 from .options import (DEFAULT_MAX_BATCH_SIZE, LENGTH_PENALTY_RANGE, MAX_BEAM_SIZE, MAX_CHARS_PER_TOKEN,
                       MAX_LENGTH_A, MAX_LENGTH_B, MIN_TOPP, REPETITION_PENALTY_RANGE, TEMPERATURE_RANGE, Arg,
                       DecodingOptions, NamesArgs, check_text)
@@ -263,7 +263,8 @@ def _load_translator(args: Any) -> Tuple[Any, int]:
         warn(str(w.message))
     try:                                                # what the vocabulary cannot spell, before any line is read
         tr._prefixes(None if getattr(args, "target_prefix", None) is None else [args.target_prefix], 1)
-        tr._constraint_ids(None if getattr(args, "constraints", None) is None else [args.constraints], 1)
+        if getattr(args, "constraints", None):
+            check_work("constraints", tr._constraint_ids([args.constraints], 1), args.beam_size)
     except ValueError as e:
         raise Seq2OnnxError(_cli_message(e)) from e
     limit = tr.config.max_positions if args.max_input_length is None else args.max_input_length

@@ -25,41 +25,63 @@ word starts a word of the translation ("Datei" is met by "die Datei", not by "Te
 """
 from __future__ import annotations
 
-from typing import Any, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .options import Arg, OptionError, OptionTypeError, check_ids, check_text
+
 Phrases = Sequence[Sequence[int]]          # one sentence's phrases, id lists
+
+
+# The work of a constrained beam step is bounded: each of a sentence's beam_size x (phrases + 3) candidates (the best
+# 2K, each beam's best token, each beam's next token of each phrase) carries a state per phrase (Constraints.order),
+# and each phrase has its automaton's table. MAX_CONSTRAINT_WORK bounds these states and table entries for the
+# sentences decoded at once: translate_ids decodes fewer sentences at a time where they would pass it, and refuses
+# a sentence that passes it alone (beam 256 with 256 phrases a sentence took gigabytes and minutes without it).
+MAX_CONSTRAINT_WORK = 2 ** 22
 
 
 def require_beam(beam_size: int) -> None:
     """Constraints need beam search: greedy decoding and sampling cannot make room for a phrase."""
     if beam_size < 2:
-        raise ValueError(f"constraints need beam search: beam_size must be >= 2 (4 is the default), got {beam_size}")
+        raise OptionError(Arg("beam_size"), " must be >= 2 for ", Arg("constraints"),
+                          f" (beam search; 4 is the default), got {beam_size}")
 
 
-def normalize_phrases(constraints: Any, n: int) -> List[List[str]]:
+def _check_list(arg: Arg, value: Any, what: str, most: Optional[int]) -> None:
+    """`value` a list or tuple of at most `most` entries (a phrase has a token at least: more cannot fit)."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+        raise OptionTypeError(arg, f" must be a list of {what}, got {type(value).__name__}"
+                              + (": wrap it in a list" if isinstance(value, str) else ""))
+    if most is not None and len(value) > most:
+        raise OptionError(arg, f" holds {len(value)} phrases; a translation holds at most {most} tokens (the model's "
+                          "max_positions), so at most as many phrases: drop some")
+
+
+def normalize_phrases(constraints: Any, n: int, max_tokens: Optional[int] = None,
+                      max_chars: Optional[int] = None) -> List[List[str]]:
     """The API's `constraints` (one list of phrases, or None, per input) -> per input its phrases, each with
-    its whitespace runs made one space, without repeats (a phrase asked for twice need appear once)."""
-    if isinstance(constraints, str) or not isinstance(constraints, (list, tuple)) or len(constraints) != n:
-        raise ValueError(f"constraints must be a list of {n} phrase lists (or None entries), one per input")
+    its whitespace runs made one space, without repeats (a phrase asked for twice need appear once).
+    Sizes are refused before any work: more than max_tokens phrases, a phrase of more than max_chars characters
+    (None: not checked, e.g. by the CLI before the model is loaded)."""
+    if isinstance(constraints, (str, bytes)) or not isinstance(constraints, (list, tuple)) or len(constraints) != n:
+        raise OptionError(Arg("constraints"), f" must be a list of {n} phrase lists (or None entries), one per input")
     out: List[List[str]] = []
     for i, phrases in enumerate(constraints):
-        if phrases is None:
-            phrases = []
-        if isinstance(phrases, str) or not isinstance(phrases, (list, tuple)):
-            raise ValueError(f"constraints[{i}] must be a list of phrases (str), got {type(phrases).__name__}"
-                             + (": wrap it in a list" if isinstance(phrases, str) else ""))
-        texts: List[str] = []
-        for j, phrase in enumerate(phrases):
-            if not isinstance(phrase, str):
-                raise ValueError(f"constraints[{i}][{j}] must be a str, got {type(phrase).__name__}")
+        _check_list(Arg("constraints", f"[{i}]"), [] if phrases is None else phrases, "phrases (str)", max_tokens)
+        texts: Dict[str, None] = {}
+        for j, phrase in enumerate(phrases or []):
+            check_text(Arg("constraints", f"[{i}][{j}]"), phrase)
+            if max_chars is not None and len(phrase) > max_chars:
+                raise OptionError(Arg("constraints", f"[{i}][{j}]", phrase), f" is longer than a translation can be "
+                                  f"(the model's max_positions, {max_tokens} tokens)")
             text = " ".join(phrase.split())
             if not text:
-                raise ValueError(f"constraints[{i}][{j}] is empty: a constraint phrase needs at least one word")
-            if text not in texts:
-                texts.append(text)
-        out.append(texts)
+                raise OptionError(Arg("constraints", f"[{i}][{j}]", phrase),
+                                  " is empty: a constraint phrase needs at least one word")
+            texts[text] = None
+        out.append(list(texts))
     return out
 
 
@@ -70,26 +92,83 @@ def check_phrase_ids(name: str, constraint_ids: Any, n: int, vocab_size: int, ne
     source (a translation holds no more). -> the phrases as lists, repeats dropped."""
     if isinstance(constraint_ids, (str, bytes)) or not isinstance(constraint_ids, (list, tuple)) \
             or len(constraint_ids) != n:
-        raise ValueError(f"{name} must be a list of {n} lists of id lists (or None entries), one per source")
+        raise OptionError(Arg(name), f" must be a list of {n} lists of id lists (or None entries), one per source")
     out: List[List[List[int]]] = []
     for i, phrases in enumerate(constraint_ids):
-        kept: List[List[int]] = []
+        _check_list(Arg(name, f"[{i}]"), [] if phrases is None else phrases, "id lists (or None)", max_tokens)
+        kept: Dict[Tuple[int, ...], None] = {}
         for j, phrase in enumerate(phrases or []):
-            ids = [int(x) for x in phrase] if isinstance(phrase, (list, tuple, np.ndarray)) else None
-            if not ids:
-                raise ValueError(f"{name}[{i}][{j}] must be a non-empty list of ids")
-            bad = [x for x in ids if not 0 <= x < vocab_size or x in never]
-            if bad:
-                raise ValueError(f"{name}[{i}][{j}] holds the id {bad[0]}, which no translation holds (outside "
-                                 f"[0, {vocab_size}), or PAD, BOS, EOS)")
-            if ids not in kept:
-                kept.append(ids)
+            kept[tuple(check_ids(Arg(name, f"[{i}][{j}]"), phrase, vocab_size, max_tokens, 1, never))] = None
         total = sum(len(p) for p in kept)
         if total > max_tokens:
-            raise ValueError(f"{name}[{i}] holds {total} tokens in all; a translation holds at most {max_tokens} "
-                             f"(the model's max_positions): drop some phrases")
-        out.append(kept)
+            raise OptionError(Arg(name, f"[{i}]"), f": its phrases hold {total} tokens in all; a translation holds at "
+                              f"most {max_tokens} (the model's max_positions): drop some phrases")
+        out.append([list(p) for p in kept])
     return out
+
+
+def _sizes(sentence: Phrases) -> Tuple[int, int, int, int]:
+    """(1 sentence, its phrases, its tokens x table columns, its table columns (its alphabet + 1)): what `work`
+    adds up over sentences (the phrases by their maximum)."""
+    columns = len({t for x in sentence for t in x}) + 1
+    return 1, len(sentence), sum(len(x) for x in sentence) * columns, columns
+
+
+def _add(a: Tuple[int, int, int, int], b: Tuple[int, int, int, int]) -> Tuple[int, int, int, int]:
+    return a[0] + b[0], max(a[1], b[1]), a[2] + b[2], a[3] + b[3]
+
+
+def _work(sizes: Tuple[int, int, int, int], beam_size: int) -> int:
+    """Constraints pads each sentence to the most phrases among them, W: per sentence, beam_size x (W + 3)
+    candidates with W states each, and its tables, (its tokens + W) x its columns entries."""
+    sentences, width, tables, columns = sizes
+    return sentences * beam_size * (width + 3) * width + tables + width * columns if width else 0
+
+
+def work(phrases: Sequence[Phrases], beam_size: int) -> int:
+    """The automaton states and table entries of one constrained step of these sentences decoded together
+    (0 without phrases: no automata). Bounded by MAX_CONSTRAINT_WORK."""
+    total = (0, 0, 0, 0)
+    for sentence in phrases:
+        total = _add(total, _sizes(sentence))
+    return _work(total, beam_size)
+
+
+def check_work(name: str, phrases: Sequence[Phrases], beam_size: int) -> None:
+    """Refuse a sentence whose constrained step alone is more work than MAX_CONSTRAINT_WORK (before any work)."""
+    for i, sentence in enumerate(phrases):
+        if work([sentence], beam_size) > MAX_CONSTRAINT_WORK:
+            raise OptionError(Arg(name, f"[{i}]"), f": {len(sentence)} phrases at ", Arg("beam_size"), f" {beam_size} "
+                              f"make {work([sentence], beam_size):,} automaton states a step, more than the "
+                              f"{MAX_CONSTRAINT_WORK:,} allowed (MAX_CONSTRAINT_WORK): give fewer phrases or a "
+                              "smaller ", Arg("beam_size"))
+
+
+def check_batch_work(phrases: Sequence[Phrases], beam_size: int) -> None:
+    """Refuse a batch (decoded at once: decoding.decode_steps) whose constrained step is more work than
+    MAX_CONSTRAINT_WORK, naming a sentence that is so alone, else the batch (Translator.translate_ids splits its
+    batches with split_work, so it never sees this)."""
+    check_work("constraints", phrases, beam_size)
+    if work(phrases, beam_size) > MAX_CONSTRAINT_WORK:
+        raise OptionError(f"{len(phrases)} sentences with ", Arg("constraints"), " at ", Arg("beam_size"),
+                          f" {beam_size} make {work(phrases, beam_size):,} automaton states a step, more than the "
+                          f"{MAX_CONSTRAINT_WORK:,} allowed (MAX_CONSTRAINT_WORK): decode fewer sentences at once")
+
+
+def split_work(batch: Sequence[int], phrases: Sequence[Phrases], beam_size: int) -> List[List[int]]:
+    """The batch's sentences (indices into phrases) in groups decoded at once, each within MAX_CONSTRAINT_WORK
+    (check_work has refused a sentence over it alone), in order."""
+    groups: List[List[int]] = []
+    last = (0, 0, 0, 0)                                     # the last group's sizes
+    for i in batch:
+        grown = _add(last, _sizes(phrases[i]))
+        if groups and _work(grown, beam_size) <= MAX_CONSTRAINT_WORK:
+            groups[-1].append(i)
+            last = grown
+        else:
+            groups.append([i])
+            last = _sizes(phrases[i])
+    return groups
 
 
 def kmp_table(phrase: Sequence[int], alphabet: Sequence[int]) -> np.ndarray:

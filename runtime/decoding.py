@@ -38,7 +38,7 @@ from typing import Any, Generator, List, Optional, Protocol, Sequence, Tuple
 import numpy as np
 
 from .config import ModelConfig
-from .constraints import Constraints, Phrases, require_beam
+from .constraints import Constraints, Phrases, check_batch_work, require_beam
 from .errors import ModelPackageError
 from .logit_filters import build_filters
 from .options import DecodingOptions
@@ -121,6 +121,8 @@ def decode_steps(engine: Engine, config: ModelConfig, sources: Sequence[Sequence
     phrases = [list(p or []) for p in constraints] if constraints is not None and any(constraints) else None
     if phrases is not None and strategy != "beam":
         require_beam(options.beam_size)
+    if phrases is not None:
+        check_batch_work(phrases, options.beam_size)
     limits = step_limits(sources, options, config)
     results: List[List[Hypothesis]] = [[] for _ in range(n)]
     todo = np.flatnonzero(limits > 0)                       # a limit of 0 steps: the empty hypothesis

@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+
+import numpy as np
+
+from .errors import Seq2OnnxError
 
 MAX_BEAM_SIZE = 256                     # beam_size, and num_hypotheses when sampling
 LENGTH_PENALTY_RANGE = (-10.0, 10.0)
@@ -27,17 +31,96 @@ DEFAULT_MAX_BATCH_SIZE = 32
 MAX_CHARS_PER_TOKEN = 64
 
 
+# --- errors that name the API's arguments ----------------------------------------------------------
+@dataclass(frozen=True)
+class Arg:
+    """An argument of the API named in an error: `name` as the API spells it (beam_size, constraints), `index`
+    the element within it (API only: "[0][1]"), `value` the element's text, shown after the name when given."""
+    name: str
+    index: str = ""
+    value: Optional[str] = None
+
+    def shown(self, name: str) -> str:
+        return name if self.value is None else f"{name} {shorten(self.value)!r}"
+
+
+def shorten(text: str, most: int = 40) -> str:
+    return text if len(text) <= most else text[:most] + "..."
+
+
+class NamesArgs:
+    """A one-line message built from parts, str or Arg: str() names the arguments as the API does (`beam_size`,
+    `constraints[0][1]`); `render(flag)` names them as a caller of its own, e.g. the command line: flag(api name)
+    -> "--beam-size" (commands.py, from its one options table)."""
+
+    def __init__(self, *parts: Union[str, Arg]):
+        self.parts = parts
+        super().__init__(self.render(lambda name: name, index=True))
+
+    def render(self, flag: Callable[[str], str], index: bool = False) -> str:
+        return "".join(p if isinstance(p, str) else p.shown(flag(p.name) + (p.index if index else ""))
+                       for p in self.parts)
+
+
+class OptionError(NamesArgs, Seq2OnnxError, ValueError):
+    """A bad value of an API argument."""
+
+
+class OptionWarning(NamesArgs, UserWarning):
+    """A warning about what an API argument did (e.g. max_input_length cut an input)."""
+
+
+class OptionTypeError(OptionError, TypeError):
+    """An API argument of the wrong type (a TypeError and a ValueError alike)."""
+
+
+def check_text(arg: Arg, value: Any) -> str:
+    """A text argument of the API (a target prefix, a constraint phrase): a str that UTF-8 can encode (no lone
+    surrogates, which `os.fsdecode` makes of argv bytes that are not UTF-8), else a one-line error."""
+    if not isinstance(value, str):
+        raise OptionTypeError(arg, f" must be a str, got {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise OptionError(Arg(arg.name, arg.index), " is not valid text (it holds lone surrogates, e.g. from bytes "
+                          "that are not UTF-8): pass UTF-8 text") from None
+    return value
+
+
+def check_ids(arg: Arg, value: Any, vocab_size: int, most: int, least: int = 0, never: Sequence[int] = ()) -> List[int]:
+    """An id-list argument of the API (a source, a target, a prefix, a phrase): a list, tuple or 1-D array of
+    `least`..`most` integers in [0, vocab_size), none of `never`, else a one-line error naming it. -> the ids."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple, np.ndarray)):
+        raise OptionTypeError(arg, f" must be a list of ids (int), got {type(value).__name__}")
+    if not least <= len(value) <= most:
+        raise OptionError(arg, f" must hold {least}..{most} ids, got {len(value)}")
+    try:
+        ids = np.asarray(value)
+    except ValueError:                                  # ragged: a list inside
+        ids = np.asarray(value, dtype=object)
+    if len(value) and (ids.ndim != 1 or ids.dtype.kind not in "iu"):
+        bad = next((x for x in value if not isinstance(x, (int, np.integer)) or isinstance(x, bool)), value[0])
+        raise OptionTypeError(arg, f" must hold ids (int), got {bad!r} ({type(bad).__name__})")
+    if len(value) and (ids.min() < 0 or ids.max() >= vocab_size):
+        raise OptionError(arg, f" holds an id outside the vocabulary [0, {vocab_size}): "
+                          f"{ids.min() if ids.min() < 0 else ids.max()}")
+    banned = [x for x in never if x in ids]
+    if banned:
+        raise OptionError(arg, f" holds the id {banned[0]}, which no translation holds (PAD, BOS, EOS)")
+    return ids.tolist()
+
+
 def _check_int(name: str, value: Any, low: int, high: Optional[int] = None) -> None:
     ok = isinstance(value, int) and not isinstance(value, bool) and value >= low and (high is None or value <= high)
     if not ok:
         allowed = f">= {low}" if high is None else f"in [{low}, {high}]"
-        raise ValueError(f"{name} must be an integer {allowed}, got {value!r}")
+        raise OptionError(Arg(name), f" must be an integer {allowed}, got {value!r}")
 
 
 def _check_float(name: str, value: Any, allowed: str, test) -> None:
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and test(value)
     if not ok:
-        raise ValueError(f"{name} must be a number {allowed}, got {value!r}")
+        raise OptionError(Arg(name), f" must be a number {allowed}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -81,11 +164,11 @@ class DecodingOptions:
         if self.seed is not None:
             _check_int("seed", self.seed, 0)
         if not isinstance(self.return_attention, bool):
-            raise ValueError(f"return_attention must be True or False, got {self.return_attention!r}")
+            raise OptionError(Arg("return_attention"), f" must be True or False, got {self.return_attention!r}")
         if self.sampling:
             if self.beam_size != 1:
-                raise ValueError(f"sampling (sampling_topk={self.sampling_topk}) needs beam_size=1, "
-                                 f"got beam_size={self.beam_size}")
+                raise OptionError("sampling (", Arg("sampling_topk"), f"={self.sampling_topk}) needs ",
+                                  Arg("beam_size"), "=1, got ", Arg("beam_size"), f"={self.beam_size}")
             _check_int("num_hypotheses", self.num_hypotheses, 1, MAX_BEAM_SIZE)
         else:
             _check_int("num_hypotheses", self.num_hypotheses, 1, self.beam_size)
@@ -100,7 +183,7 @@ class DecodingOptions:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(kwargs) - known)
         if unknown:
-            raise ValueError(f"unknown decoding option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+            raise OptionError(f"unknown decoding option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
         return cls(**kwargs)
 
     def to_dict(self) -> Dict[str, Any]:

@@ -28,12 +28,13 @@ from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from .alignment import hard_alignment
-from .constraints import check_phrase_ids, normalize_phrases, require_beam
+from .constraints import check_phrase_ids, check_work, normalize_phrases, require_beam, split_work
 from .decoding import common_prefix, decode, decode_steps, score
 from .search import Hypothesis
 from .errors import ModelPackageError, Seq2OnnxError
 from .manifest import UNCHECKED, ModelPackage, read_package
-from .options import DEFAULT_MAX_BATCH_SIZE, MAX_CHARS_PER_TOKEN, DecodingOptions
+from .options import (DEFAULT_MAX_BATCH_SIZE, MAX_CHARS_PER_TOKEN, Arg, DecodingOptions, OptionError, OptionTypeError,
+                      OptionWarning, check_ids, check_text)
 from .session import SessionConfig, check_onnxruntime, onnxruntime_version, open_engine, resolve_device
 
 log = logging.getLogger("seq2onnx.runtime")
@@ -92,16 +93,16 @@ def split_batches(lengths: Sequence[int], max_batch_size: int, batch_type: str) 
 
 
 def pick_variant(package: ModelPackage, compute_type: str, device: str) -> str:
-    if compute_type not in COMPUTE_TYPES:
-        raise ValueError(f"compute_type must be one of {', '.join(COMPUTE_TYPES)}, got {compute_type!r}")
+    _check_choice("compute_type", compute_type, COMPUTE_TYPES)
     name = COMPUTE_TYPES[compute_type]
     if name is None:
         name = "fp16" if device == "cuda" and "fp16" in package.variants else "fp32"
     if name == "fp16" and device != "cuda":
-        raise Seq2OnnxError("compute_type float16 runs on CUDA only; use device 'cuda', or compute_type "
-                            "float32 / int8 on the CPU")
+        raise OptionError(Arg("compute_type"), " float16 runs on CUDA only; use ", Arg("device"), " cuda, or ",
+                          Arg("compute_type"), " float32 / int8 on the CPU")
     if name == "int8" and device == "cuda":
-        raise Seq2OnnxError("compute_type int8 runs on the CPU only; use device 'cpu', or float16 on CUDA")
+        raise OptionError(Arg("compute_type"), " int8 runs on the CPU only; use ", Arg("device"), " cpu, or ",
+                          Arg("compute_type"), " float16 on CUDA")
     if name not in package.variants:
         available = ", ".join(f"{v} ({package.variants[v].precision})" for v in package.variants)
         raise ModelPackageError(f"{package.root} has no {compute_type} variant; it has {available} "
@@ -112,7 +113,12 @@ def pick_variant(package: ModelPackage, compute_type: str, device: str) -> str:
 def _check_count(name: str, value: Any, low: int, high: Optional[int] = None) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < low or (high is not None and value > high):
         allowed = f">= {low}" if high is None else f"in [{low}, {high}]"
-        raise ValueError(f"{name} must be an integer {allowed}, got {value!r}")
+        raise OptionError(Arg(name), f" must be an integer {allowed}, got {value!r}")
+
+
+def _check_choice(name: str, value: Any, choices: Sequence[str]) -> None:
+    if not isinstance(value, str) or value not in choices:
+        raise OptionError(Arg(name), f" must be one of {', '.join(choices)}, got {value!r}")
 
 
 def is_blank(text: str) -> bool:
@@ -146,11 +152,12 @@ def token_ids(tokenizer: Any, texts: Sequence[str], limit: int) -> Tuple[List[Li
     return ids, cut
 
 
-def _check_ids(name: str, seqs: Sequence[Sequence[int]], vocab: int) -> None:
-    for i, s in enumerate(seqs):
-        if len(s) and (min(s) < 0 or max(s) >= vocab):
-            raise ValueError(f"{name}[{i}] holds an id outside the vocabulary [0, {vocab}): "
-                             f"{min(s) if min(s) < 0 else max(s)}")
+def _check_per_source(name: str, value: Any, n: int, entry: str, per: str = "source") -> None:
+    """`value` one entry per source (a list or tuple of n)."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+        raise OptionTypeError(Arg(name), f" must be a list of one {entry} per {per}, got {type(value).__name__}")
+    if len(value) != n:
+        raise OptionError(Arg(name), f" must hold one {entry} per {per} ({n}), got {len(value)}")
 
 
 class Translator:
@@ -169,10 +176,8 @@ class Translator:
         _check_count("intra_threads", intra_threads, 0, MAX_THREADS)
         _check_count("inter_threads", inter_threads, 1, MAX_THREADS)
         _check_count("device_id", device_id, 0)
-        if optimization not in ("disable", "basic", "extended", "all"):
-            raise ValueError(f"optimization must be one of disable, basic, extended, all, got {optimization!r}")
-        if compute_type not in COMPUTE_TYPES:
-            raise ValueError(f"compute_type must be one of {', '.join(COMPUTE_TYPES)}, got {compute_type!r}")
+        _check_choice("optimization", optimization, ("disable", "basic", "extended", "all"))
+        _check_choice("compute_type", compute_type, tuple(COMPUTE_TYPES))
         self.package = read_package(model_dir, verify=verify)
         self.config = self.package.config
         self.device = "cpu" if device == "auto" and compute_type == "int8" else resolve_device(device, device_id)
@@ -224,11 +229,12 @@ class Translator:
     def _check_texts(self, texts: Sequence[str]) -> List[str]:
         """Each text must be a str; lone surrogates (not encodable as UTF-8) become U+FFFD, with a warning."""
         if isinstance(texts, str):
-            raise TypeError("texts must be a list of str, got one str: wrap it in a list, or call translate()")
+            raise OptionTypeError(Arg("texts"), " must be a list of str, got one str: wrap it in a list, or call "
+                                  "translate()")
         checked = []
         for i, t in enumerate(texts):
             if not isinstance(t, str):
-                raise TypeError(f"texts[{i}] must be str, got {type(t).__name__}")
+                raise OptionTypeError(Arg("texts", f"[{i}]"), f" must be str, got {type(t).__name__}")
             if _SURROGATE.search(t):
                 warnings.warn(f"input {i} is not valid Unicode (lone surrogates); they were replaced with U+FFFD",
                               stacklevel=3)
@@ -242,18 +248,19 @@ class Translator:
         the input (its number in `numbers`, default its position)."""
         limit = self.config.max_positions if max_input_length is None else max_input_length
         if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= self.config.max_positions:
-            raise ValueError(f"max_input_length must be an integer in [1, {self.config.max_positions}] "
-                             f"(the model's max_positions), got {max_input_length!r}")
+            raise OptionError(Arg("max_input_length"), f" must be an integer in [1, {self.config.max_positions}] "
+                              f"(the model's max_positions), got {max_input_length!r}")
         sources, truncated = [], []
         for j, (ids, cut) in enumerate(zip(*token_ids(self._tokenizer, texts, limit))):
             i = j if numbers is None else numbers[j]
             if len(ids) + 1 > limit:
                 count = f"more than {limit}" if cut else f"{len(ids) + 1}"
-                warnings.warn(f"input {i} has {count} tokens (EOS included); truncated to "
-                              f"max_input_length={limit}", stacklevel=3)
+                warnings.warn(OptionWarning(f"input {i} has {count} tokens (EOS included); truncated to ",
+                                            Arg("max_input_length"), f"={limit}"), stacklevel=3)
             elif cut:
-                warnings.warn(f"input {i} is longer than {max_source_chars(limit)} characters (max_input_length="
-                              f"{limit} x {MAX_CHARS_PER_TOKEN}); the rest was not translated", stacklevel=3)
+                warnings.warn(OptionWarning(f"input {i} is longer than {max_source_chars(limit)} characters (",
+                                            Arg("max_input_length"), f"={limit} x {MAX_CHARS_PER_TOKEN}); the rest "
+                                            "was not translated"), stacklevel=3)
             truncated.append(cut or len(ids) + 1 > limit)
             sources.append(ids[:limit - 1] + [self.config.eos_id])
         return sources, truncated
@@ -261,11 +268,25 @@ class Translator:
     def _prefixes(self, target_prefix: Optional[Sequence[Optional[str]]], n: int) -> Optional[List[List[int]]]:
         if target_prefix is None:
             return None
-        if isinstance(target_prefix, str) or len(target_prefix) != n:
-            raise ValueError(f"target_prefix must be a list of {n} strings (or None entries), one per input")
-        limit = self.config.max_positions                     # no decoding goes further
-        ids, _ = token_ids(self._tokenizer, [p or "" for p in target_prefix], limit)
-        return [p[:limit] for p in ids]
+        _check_per_source("target_prefix", target_prefix, n, "str (or None)", "input")
+        args = [Arg("target_prefix", f"[{i}]", p) for i, p in enumerate(target_prefix)]
+        texts = ["" if p is None else check_text(Arg("target_prefix", f"[{i}]"), p) for i, p in enumerate(target_prefix)]
+        return self._target_ids(args, texts, "start with it")
+
+    def _target_ids(self, args: Sequence[Arg], texts: Sequence[str], what: str) -> List[List[int]]:
+        """Target texts tokenized alone (a target prefix, a constraint phrase), or a one-line error naming the one
+        the vocabulary cannot spell: a character it lacks would become <unk>, and detokenized text drops <unk>
+        (the translation would not hold the text asked for); or one longer than a translation can be."""
+        limit = self.config.max_positions
+        ids, cut = token_ids(self._tokenizer, texts, limit)
+        for arg, x, c in zip(args, ids, cut):
+            if c or len(x) > limit:
+                raise OptionError(arg, f" is longer than a translation can be (the model's max_positions, {limit} "
+                                  "tokens)")
+            if self.config.unk_id in x:
+                raise OptionError(arg, " has characters the model's tokenizer does not know (they become <unk>): no "
+                                  f"translation can {what}")
+        return ids
 
     def _constraint_ids(self, constraints: Any, n: int) -> Optional[List[List[List[int]]]]:
         """Per input its phrases' ids: each phrase tokenized alone as target text (constraints.py says why)."""
@@ -273,17 +294,9 @@ class Translator:
             return None
         limit = self.config.max_positions
         out = []
-        for i, phrases in enumerate(normalize_phrases(constraints, n)):
-            ids, cut = token_ids(self._tokenizer, phrases, limit)
-            for phrase, x, c in zip(phrases, ids, cut):
-                shown = phrase if len(phrase) <= 40 else phrase[:40] + "..."
-                if c or len(x) > limit:
-                    raise ValueError(f"constraints[{i}]: the phrase {shown!r} is longer than a translation can be "
-                                     f"(the model's max_positions, {limit} tokens)")
-                if self.config.unk_id in x:
-                    raise ValueError(f"constraints[{i}]: the phrase {shown!r} has characters the model's tokenizer "
-                                     f"does not know (they become <unk>): no translation can hold it")
-            out.append(ids)
+        for i, phrases in enumerate(normalize_phrases(constraints, n, limit, max_source_chars(limit))):
+            out.append(self._target_ids([Arg("constraints", f"[{i}][{j}]", p) for j, p in enumerate(phrases)],
+                                        phrases, "hold it"))
         return self._check_constraint_ids("constraints", out, n)
 
     def _check_constraint_ids(self, name: str, constraint_ids: Any, n: int) -> List[List[List[int]]]:
@@ -291,15 +304,15 @@ class Translator:
         return check_phrase_ids(name, constraint_ids, n, cfg.vocab_size, (cfg.pad_id, cfg.bos_id, cfg.eos_id),
                                 cfg.max_positions)
 
-    def _check_id_batch(self, sources: Sequence[Sequence[int]], max_batch_size: int, batch_type: str) -> None:
-        """What translate_ids and score_ids take alike: the batching options and the source id lists."""
+    def _check_id_batch(self, sources: Sequence[Sequence[int]], max_batch_size: int,
+                        batch_type: str) -> List[List[int]]:
+        """What translate_ids and score_ids take alike: the batching options and the source id lists (-> as lists)."""
         _check_count("max_batch_size", max_batch_size, 0)
-        if batch_type not in BATCH_TYPES:
-            raise ValueError(f"batch_type must be one of {', '.join(BATCH_TYPES)}, got {batch_type!r}")
-        for s in sources:
-            if not 1 <= len(s) <= self.config.max_positions:
-                raise ValueError(f"a source must hold 1..{self.config.max_positions} ids, got {len(s)}")
-        _check_ids("sources", sources, self.config.vocab_size)
+        _check_choice("batch_type", batch_type, BATCH_TYPES)
+        if isinstance(sources, (str, bytes)) or not isinstance(sources, (list, tuple)):
+            raise OptionTypeError(Arg("sources"), f" must be a list of id lists, got {type(sources).__name__}")
+        return [check_ids(Arg("sources", f"[{i}]"), s, self.config.vocab_size, self.config.max_positions, 1)
+                for i, s in enumerate(sources)]
 
     def detokenize(self, ids: Sequence[int]) -> str:
         return self._tokenizer.decode(list(ids))
@@ -327,12 +340,14 @@ class Translator:
         constraint_ids: per source its phrases (id lists, or None), which every hypothesis must hold
         (translate_batch's constraints; Hypothesis.missing_constraints counts those it does not)."""
         options = DecodingOptions.from_kwargs(**decoding)
-        self._check_id_batch(sources, max_batch_size, batch_type)
+        sources = self._check_id_batch(sources, max_batch_size, batch_type)
+        cfg = self.config
         if target_prefix_ids is not None:
-            if len(target_prefix_ids) != len(sources):
-                raise ValueError(f"target_prefix_ids must hold one id list per source ({len(sources)}), "
-                                 f"got {len(target_prefix_ids)}")
-            _check_ids("target_prefix_ids", target_prefix_ids, self.config.vocab_size)
+            _check_per_source("target_prefix_ids", target_prefix_ids, len(sources), "id list")
+            target_prefix_ids = [[] if p is None else
+                                 check_ids(Arg("target_prefix_ids", f"[{i}]"), p, cfg.vocab_size, cfg.max_positions,
+                                           never=(cfg.pad_id, cfg.bos_id, cfg.eos_id))
+                                 for i, p in enumerate(target_prefix_ids)]
         phrases = None
         if constraint_ids is not None:
             phrases = self._check_constraint_ids("constraint_ids", constraint_ids, len(sources))
@@ -340,11 +355,14 @@ class Translator:
                 require_beam(options.beam_size)
         results: List[List[Hypothesis]] = [[] for _ in sources]
         for batch in split_batches([len(s) for s in sources], max_batch_size, batch_type):
-            prefixes = None if target_prefix_ids is None else [target_prefix_ids[i] for i in batch]
-            out = decode(self.engine, self.config, [sources[i] for i in batch], options, prefixes,
-                         constraints=None if phrases is None else [phrases[i] for i in batch])
-            for i, hyps in zip(batch, out):
-                results[i] = hyps
+                check_work("constraint_ids", phrases, options.beam_size)
+            # a batch whose constrained steps would pass MAX_CONSTRAINT_WORK is decoded a few sentences at a time
+            for group in [batch] if phrases is None else split_work(batch, phrases, options.beam_size):
+                prefixes = None if target_prefix_ids is None else [target_prefix_ids[i] for i in group]
+                out = decode(self.engine, cfg, [sources[i] for i in group], options, prefixes,
+                             constraints=None if phrases is None else [phrases[i] for i in group])
+                for i, hyps in zip(group, out):
+                    results[i] = hyps
         return results
 
     def translate_batch(self, texts: Sequence[str], max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
@@ -368,7 +386,7 @@ class Translator:
         False only when no hypothesis within the length limit does (docs/CONTRACTS.md, "Terminology constraints")."""
         options = DecodingOptions.from_kwargs(**decoding)       # bad options fail before any work
         if not isinstance(return_alignment, bool):
-            raise ValueError(f"return_alignment must be True or False, got {return_alignment!r}")
+            raise OptionError(Arg("return_alignment"), f" must be True or False, got {return_alignment!r}")
         if (options.return_attention or return_alignment) and not self.engine.has_attention:
             raise self.engine.no_attention_error()
         if return_alignment:
@@ -380,6 +398,7 @@ class Translator:
             require_beam(options.beam_size)
         todo = [i for i, t in enumerate(texts) if not is_blank(t)]   # blank texts: the empty hypothesis
         sources, truncated = self._sources([texts[i] for i in todo], max_input_length, todo)
+            check_work("constraints", phrases, options.beam_size)
         hyps = self.translate_ids(sources, max_batch_size, batch_type,
                                   None if prefixes is None else [prefixes[i] for i in todo],
                                   None if phrases is None else [phrases[i] for i in todo], **decoding)
@@ -418,14 +437,10 @@ class Translator:
                   max_batch_size: int = DEFAULT_MAX_BATCH_SIZE, batch_type: str = "examples") -> List[List[float]]:
         """Id-level scoring: sources end with EOS, targets do not (EOS is scored after them).
         -> per pair, the log-prob of each target id and of EOS (decoding.score)."""
-        self._check_id_batch(sources, max_batch_size, batch_type)
-        if len(targets) != len(sources):
-            raise ValueError(f"score needs one target per source: {len(sources)} sources, {len(targets)} targets")
-        for i, t in enumerate(targets):                          # + 1: the EOS scored after it
-            if len(t) + 1 > self.config.max_positions:
-                raise ValueError(f"target {i} holds {len(t)} ids; with its EOS the model takes at most "
-                                 f"{self.config.max_positions}")
-        _check_ids("targets", targets, self.config.vocab_size)
+        sources = self._check_id_batch(sources, max_batch_size, batch_type)
+        _check_per_source("targets", targets, len(sources), "id list")
+        targets = [check_ids(Arg("targets", f"[{i}]"), t, self.config.vocab_size,   # - 1: the EOS scored after it
+                             self.config.max_positions - 1) for i, t in enumerate(targets)]
         results: List[List[float]] = [[] for _ in sources]
         for batch in split_batches([len(s) for s in sources], max_batch_size, batch_type):
             for i, log_probs in zip(batch, score(self.engine, self.config, [sources[i] for i in batch],
@@ -442,7 +457,8 @@ class Translator:
         corpus, quality estimation. A target too long for the model is cut to fit (EOS kept), with a warning."""
         sources, targets = self._check_texts(sources), self._check_texts(targets)
         if len(targets) != len(sources):
-            raise ValueError(f"score_batch needs one target per source: {len(sources)} sources, {len(targets)} targets")
+            raise OptionError(Arg("targets"), f" must hold one target per source: {len(sources)} sources, "
+                              f"{len(targets)} targets")
         src_ids, _ = self._sources(sources, max_input_length)
         limit = self.config.max_positions - 1                    # target ids; EOS takes the last position
         tgt_ids, cut = token_ids(self._tokenizer, targets, limit)
@@ -472,7 +488,7 @@ class Translator:
         it), and the rest when the search ends.
         """
         if decoding.get("num_hypotheses", 1) != 1:
-            raise ValueError("generate_tokens streams one hypothesis: num_hypotheses must be 1")
+            raise OptionError("generate_tokens streams one hypothesis: ", Arg("num_hypotheses"), " must be 1")
         options = DecodingOptions.from_kwargs(**decoding)
         (text,) = self._check_texts([text])
         phrases = self._constraint_ids(None if constraints is None else [constraints], 1)
@@ -481,6 +497,7 @@ class Translator:
         if is_blank(text):                                      # as translate(): the empty translation
             return
         sources, _ = self._sources([text], max_input_length)
+            check_work("constraints", phrases, options.beam_size)
         prefixes = None if target_prefix is None else self._prefixes([target_prefix], 1)
         steps = decode_steps(self.engine, self.config, sources, options, prefixes, constraints=phrases)
         emitted = ""

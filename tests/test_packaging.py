@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import site
 import subprocess
 import sys
-import sysconfig
 import tarfile
 import zipfile
 from pathlib import Path
@@ -89,15 +89,16 @@ def test_python_and_npm_packages_have_one_version():
 def test_wheel_installs_in_an_empty_venv_and_translates_with_the_shipped_model(wheel, tmp_path):
     """The wheel alone, in a new venv: its console script, its seq2onnx package and its shipped model, from an empty
     folder. The runtime's dependencies (numpy, onnxruntime, tokenizers) are this environment's, put on the venv's
-    path after its own site-packages by a .pth file, so nothing is downloaded; this environment's editable seq2onnx
-    stays out (a .pth line adds a folder, the .pth files inside it are not run)."""
+    path after its own site-packages by a .pth file, so nothing is downloaded. This environment's seq2onnx stays out:
+    an editable one's finder is a .pth file there, which a .pth line does not run (it only adds the folder), and a
+    regular one comes after the venv's own; the test checks that the code and the model it runs are the wheel's."""
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     py = venv / "bin" / "python"
-    site = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                               check=True, capture_output=True, text=True).stdout.strip())
-    ours = dict.fromkeys([sysconfig.get_path("purelib"), sysconfig.get_path("platlib")])
-    (site / "deps-of-the-test-environment.pth").write_text("".join(f"{p}\n" for p in ours), encoding="utf-8")
+    venv_site = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                                    check=True, capture_output=True, text=True).stdout.strip())
+    ours = dict.fromkeys([*site.getsitepackages(), *([site.getusersitepackages()] if site.ENABLE_USER_SITE else [])])
+    (venv_site / "deps-of-the-test-environment.pth").write_text("".join(f"{p}\n" for p in ours), encoding="utf-8")
     proc = subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-deps",
                            "--no-index", "--disable-pip-version-check", str(wheel)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -109,7 +110,7 @@ def test_wheel_installs_in_an_empty_venv_and_translates_with_the_shipped_model(w
                             "resolve_model_dir as m; print(r.__file__); print(m('numbers-en-de'))"],
                            cwd=empty, env=env, check=True, capture_output=True, text=True).stdout.split("\n")
     for line in where[:2]:          # the code and the model are the wheel's, not this checkout's
-        assert Path(line).resolve().is_relative_to(site.resolve()), where
+        assert Path(line).resolve().is_relative_to(venv_site.resolve()), where
 
     lines = "forty-two\nthree hundred and one\n999999\nhello\n"
     args = ["translate", "numbers-en-de", "--beam-size", "4", "--scores", "--device", "cpu", "--intra-threads", "1"]

@@ -342,7 +342,7 @@ def test_cli_option_beyond_its_bound_is_one_line(tiny_package, capsys, opts, mes
     rc, out, err = cli(["translate", str(tiny_package), *args], capsys)
     first = message.split(" ")[0]
     expected = message.replace(first, cli_flag(first), 1) if "_" in first else \
-        message.replace("sampling_topk=", "--sampling-topk=")       # "sampling (--sampling-topk=0) needs beam_size=1"
+        message.replace("sampling_topk=", "--sampling-topk=").replace("beam_size=", "--beam-size=")   # "sampling (...)"
     assert rc == 2 and out == ""
     assert err.splitlines() == [err.strip()] and err.startswith(f"seq2onnx translate: error: {expected}"), err
 

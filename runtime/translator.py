@@ -353,9 +353,9 @@ class Translator:
             phrases = self._check_constraint_ids("constraint_ids", constraint_ids, len(sources))
             if any(phrases):
                 require_beam(options.beam_size)
+                check_work("constraint_ids", phrases, options.beam_size)
         results: List[List[Hypothesis]] = [[] for _ in sources]
         for batch in split_batches([len(s) for s in sources], max_batch_size, batch_type):
-                check_work("constraint_ids", phrases, options.beam_size)
             # a batch whose constrained steps would pass MAX_CONSTRAINT_WORK is decoded a few sentences at a time
             for group in [batch] if phrases is None else split_work(batch, phrases, options.beam_size):
                 prefixes = None if target_prefix_ids is None else [target_prefix_ids[i] for i in group]
@@ -396,9 +396,9 @@ class Translator:
         phrases = self._constraint_ids(constraints, len(texts))
         if phrases is not None and any(phrases):
             require_beam(options.beam_size)
+            check_work("constraints", phrases, options.beam_size)
         todo = [i for i, t in enumerate(texts) if not is_blank(t)]   # blank texts: the empty hypothesis
         sources, truncated = self._sources([texts[i] for i in todo], max_input_length, todo)
-            check_work("constraints", phrases, options.beam_size)
         hyps = self.translate_ids(sources, max_batch_size, batch_type,
                                   None if prefixes is None else [prefixes[i] for i in todo],
                                   None if phrases is None else [phrases[i] for i in todo], **decoding)
@@ -494,11 +494,11 @@ class Translator:
         phrases = self._constraint_ids(None if constraints is None else [constraints], 1)
         if phrases is not None and any(phrases):
             require_beam(options.beam_size)
+            check_work("constraints", phrases, options.beam_size)
+        prefixes = None if target_prefix is None else self._prefixes([target_prefix], 1)
         if is_blank(text):                                      # as translate(): the empty translation
             return
         sources, _ = self._sources([text], max_input_length)
-            check_work("constraints", phrases, options.beam_size)
-        prefixes = None if target_prefix is None else self._prefixes([target_prefix], 1)
         steps = decode_steps(self.engine, self.config, sources, options, prefixes, constraints=phrases)
         emitted = ""
         while True:

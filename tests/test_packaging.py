@@ -122,7 +122,8 @@ def test_wheel_installs_in_an_empty_venv_and_translates_with_the_shipped_model(w
     checkout = subprocess.run([sys.executable, "-m", "seq2onnx.runtime.cli", *args], input=lines, cwd=empty,
                               capture_output=True, text=True, timeout=120)
     assert checkout.returncode == 0, checkout.stderr[-2000:]
-    assert installed.stdout == checkout.stdout and len(installed.stdout.splitlines()) == 4, (installed.stdout, checkout.stdout)
+    assert installed.stdout == checkout.stdout, (installed.stdout, checkout.stdout)
+    assert len(installed.stdout.splitlines()) == 4, installed.stdout
 
 
 def test_base_install_brings_no_torch(wheel, tmp_path):

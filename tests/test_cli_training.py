@@ -82,6 +82,13 @@ def test_average_errors(tiny_run, tmp_path, capsys):
                           "run folder not found")
     assert_one_line_error(*run_cli(capsys, "average", tmp_path, "--out", tmp_path / "a.pt"),
                           "no step_N.pt checkpoints", "--keep-last")
+    # one checkpoint file (issue 31: it said "run folder not found"): named as a file, with both ways out
+    assert_one_line_error(*run_cli(capsys, "average", tiny_run / "best.pt", "--out", tmp_path / "a.pt"),
+                          "best.pt is one checkpoint file", f"pass its run folder ({tiny_run})", "two or more .pt")
+    assert_one_line_error(*run_cli(capsys, "average", tiny_run / "best.pt", tmp_path / "no.pt", "--out",
+                                   tmp_path / "a.pt"), f"checkpoint not found: {tmp_path / 'no.pt'}")
+    assert_one_line_error(*run_cli(capsys, "average", tiny_run / "best.pt", tiny_run / "last.pt", "--last", "2",
+                                   "--out", tmp_path / "a.pt"), "--last", "drop it")
     assert_one_line_error(*run_cli(capsys, "average", tiny_run, "--last", "9", "--out", tmp_path / "a.pt"),
                           "fewer than --last 9", "--last 3")
     assert_one_line_error(*run_cli(capsys, "average", tiny_run, "--last", "0", "--out", tmp_path / "a.pt"),
@@ -98,6 +105,13 @@ def test_average_errors(tiny_run, tmp_path, capsys):
     assert_one_line_error(*run_cli(capsys, "average", fake, "--last", "1", "--out", tmp_path / "a.pt"),
                           "format_version 99")
     assert not (tmp_path / "a.pt").exists()
+
+
+def test_average_of_named_checkpoint_files(tiny_run, tmp_path, capsys):
+    from seq2onnx.training.checkpoint import load_checkpoint
+    code, lines = run_cli(capsys, "average", tiny_run / "best.pt", tiny_run / "last.pt", "--out", tmp_path / "a.pt")
+    assert code == 0 and lines == [f"averaged best.pt, last.pt -> {tmp_path / 'a.pt'}"]
+    assert load_checkpoint(tmp_path / "a.pt")["train_meta"]["averaged_from"] == ["best.pt", "last.pt"]
 
 
 def test_data_errors(tmp_path, capsys):

@@ -599,8 +599,7 @@ def test_gettext_data_skips_an_unreadable_catalog_and_names_it(tmp_path, capsys)
     locale = tmp_path / "locale" / "xx" / "LC_MESSAGES"
     locale.mkdir(parents=True)
     (locale / "broken.mo").write_bytes(b"not a catalog at all")
-    out = tmp_path / "out"
-    out.mkdir()
+    out = tmp_path / "new" / "out"                  # a missing --out is created, as --plot-attention's is
     assert cli_main(["data", "gettext", "--lang", "xx", "--locale-dir", str(tmp_path / "locale"),
                      "--out", str(out)]) == 0
     err = capsys.readouterr().err

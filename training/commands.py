@@ -9,7 +9,7 @@ import argparse
 import sys
 from dataclasses import fields
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 from seq2onnx.runtime.cli import OneLineParser as _Parser
 from seq2onnx.runtime.config import PRESETS
@@ -113,29 +113,49 @@ def train_main(argv: List[str]) -> int:
 
 # --- seq2onnx average ------------------------------------------------------------------------
 def average_main(argv: List[str]) -> int:
-    from .checkpoint import average_checkpoints, save_checkpoint, step_checkpoints
+    from .checkpoint import average_checkpoints, save_checkpoint
     p = _Parser(prog="seq2onnx average", description="Average the weights of the last K step checkpoints "
-                "of a run (the paper averaged the last 5 or 20).")
-    p.add_argument("run_dir", metavar="DIR", help="a run folder of seq2onnx train")
-    p.add_argument("--last", type=_positive_int, default=5, metavar="K", help="how many (default %(default)s)")
+                "of a run (the paper averaged the last 5 or 20), or of the checkpoint files given.")
+    p.add_argument("inputs", nargs="+", metavar="PATH",
+                   help="a run folder of seq2onnx train (its last --last step_N.pt are averaged), "
+                        "or two or more checkpoint files")
+    p.add_argument("--last", type=_positive_int, metavar="K", help="with a run folder: how many (default 5)")
     p.add_argument("--out", required=True, metavar="FILE", help="the averaged checkpoint (.pt)")
     ns = p.parse_args(argv)
-    run_dir = Path(ns.run_dir)
-    if not run_dir.is_dir():
-        raise Seq2OnnxError(f"run folder not found: {run_dir}: pass the --out folder of seq2onnx train")
-    found = step_checkpoints(run_dir)
-    if not found:
-        raise Seq2OnnxError(f"no step_N.pt checkpoints in {run_dir}: train with --keep-last K (K >= 1)")
-    if len(found) < ns.last:
-        raise Seq2OnnxError(f"{run_dir} holds {len(found)} step checkpoints, fewer than --last {ns.last}: "
-                            f"pass --last {len(found)} or less")
+    chosen = _checkpoints_to_average([Path(i) for i in ns.inputs], ns.last)
     out = Path(ns.out)
     if not out.parent.is_dir():
         raise Seq2OnnxError(f"folder of --out not found: {out.parent}: create it first")
-    chosen = found[-ns.last:]
     save_checkpoint(average_checkpoints(chosen), out)
     print(f"averaged {', '.join(p.name for p in chosen)} -> {out}", file=sys.stderr)
     return 0
+
+
+def _checkpoints_to_average(inputs: List[Path], last: Optional[int]) -> List[Path]:
+    """The files `seq2onnx average` averages: a run folder's newest `last` (5) step_N.pt, or the files given."""
+    from .checkpoint import step_checkpoints
+    if len(inputs) > 1:
+        if last is not None:
+            raise Seq2OnnxError("--last picks step checkpoints of a run folder: drop it when naming the files")
+        for path in inputs:
+            if not path.is_file():
+                raise Seq2OnnxError(f"checkpoint not found: {path}: pass two or more checkpoint files (.pt), "
+                                    "or one run folder")
+        return inputs
+    run_dir, last = inputs[0], last or 5
+    if run_dir.is_file():
+        raise Seq2OnnxError(f"{run_dir} is one checkpoint file, and averaging needs several: pass its run folder "
+                            f"({run_dir.parent}) to average its last --last step_N.pt, or two or more .pt files")
+    if not run_dir.is_dir():
+        raise Seq2OnnxError(f"run folder not found: {run_dir}: pass the --out folder of seq2onnx train, "
+                            "or two or more checkpoint files")
+    found = step_checkpoints(run_dir)
+    if not found:
+        raise Seq2OnnxError(f"no step_N.pt checkpoints in {run_dir}: train with --keep-last K (K >= 1)")
+    if len(found) < last:
+        raise Seq2OnnxError(f"{run_dir} holds {len(found)} step checkpoints, fewer than --last {last}: "
+                            f"pass --last {len(found)} or less")
+    return found[-last:]
 
 
 # --- seq2onnx data ---------------------------------------------------------------------------

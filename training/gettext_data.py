@@ -86,13 +86,13 @@ def split_of(source: str) -> str:
 
 def write_gettext_data(out: Path, lang: str, locale_dir: str = LOCALE_DIR,
                        overwrite: bool = False) -> Tuple[Dict[str, int], CatalogReport]:
-    """Write out/{train,valid,test}.tsv (msgid<TAB>msgstr) -> (pairs per split, report)."""
+    """Write out/{train,valid,test}.tsv (msgid<TAB>msgstr), creating `out` -> (pairs per split, report)."""
     files = catalog_files(lang, locale_dir)
     if not files:
         raise Seq2OnnxError(f"no gettext catalogs for language {lang!r} under {locale_dir}/{lang}/LC_MESSAGES: "
                             "install packages translated into it, or pass --locale-dir")
-    if not out.is_dir():
-        raise Seq2OnnxError(f"output folder not found: {out}: create it first")
+    if out.exists() and not out.is_dir():
+        raise Seq2OnnxError(f"--out {out} is a file: pass a folder")
     existing = [s for s in SPLITS if (out / f"{s}.tsv").exists()]
     if existing and not overwrite:
         raise Seq2OnnxError(f"{out} already holds {', '.join(s + '.tsv' for s in existing)}: pass --force to overwrite")
@@ -100,6 +100,7 @@ def write_gettext_data(out: Path, lang: str, locale_dir: str = LOCALE_DIR,
     lines: Dict[str, List[str]] = {s: [] for s in SPLITS}
     for source, target in pairs:
         lines[split_of(source)].append(f"{source}\t{target}\n")
+    out.mkdir(parents=True, exist_ok=True)             # only now: a refused run leaves no folder behind
     for s in SPLITS:
         write_text_atomic(out / f"{s}.tsv", "".join(lines[s]))
     return {s: len(lines[s]) for s in SPLITS}, report

@@ -24,7 +24,7 @@ COMMANDS = {
     "translate": ("seq2onnx.runtime.commands", "translate_main", "translate lines with a model package", None),
     "score": ("seq2onnx.runtime.commands", "score_main", "score given translations (log-probs) with a model package",
               None),
-    "info": ("seq2onnx.runtime.commands", "info_main", "describe a model package", None),
+    "info": ("seq2onnx.runtime.info", "info_main", "describe a model package", None),
 }
 
 # third-party modules an extra brings; importing one that is missing means the extra is missing

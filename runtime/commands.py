@@ -1,19 +1,17 @@
-"""`seq2onnx translate`, `seq2onnx score` and `seq2onnx info`: the runtime's command line (its lines in and
-out: cli_io.py)."""
+"""`seq2onnx translate` and `seq2onnx score`: the runtime's command line (its lines in and out: cli_io.py;
+`seq2onnx info`: info.py)."""
 from __future__ import annotations
 
 import argparse
 import functools
 import itertools
-import json
 import re
 import warnings
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Dict, List, Optional, Tuple
 
 from .cli import OneLineParser, printable, terminate_raises
-from .cli_io import (PROG, UTF8_MAX_BYTES, Progress, open_output, open_path, read_lines, stdin_bytes, stdout_text,
-                     warn)
+from .cli_io import (PROG, UTF8_MAX_BYTES, Progress, open_output, open_path, read_lines, stdin_bytes, warn)
 from .alignment import format_alignment
 from .errors import Seq2OnnxError
 from .constraints import check_work, normalize_phrases, require_beam
@@ -384,97 +382,3 @@ def _score_block(tr: Any, block: List[Tuple[int, str]], args: Any, terminal: boo
             fields += [tokens, " ".join(f"{lp:.6f}" for lp in r.log_probs)]
         data.append("\t".join(fields) + "\n")
     return "".join(data).encode("utf-8")
-
-
-# --- info ------------------------------------------------------------------------------------------
-def package_info(model_dir: str, verify: bool = True) -> Dict[str, Any]:
-    """What a package is: architecture, vocabulary, variants with sizes and parity, exporter."""
-    from .manifest import read_package, version_text
-    pkg = read_package(model_dir, verify=verify)
-    if verify:
-        for name in pkg.variants:
-            pkg.verify_variant(name)
-    m, cfg = pkg.manifest, pkg.config
-    tok = pkg.tokenizer
-    specials = {role: {"token": tok.id_to_token(getattr(cfg, f"{role}_id")), "id": getattr(cfg, f"{role}_id")}
-                for role in ("pad", "bos", "eos", "unk")}
-    variants = {}
-    for name, v in pkg.variants.items():
-        sizes = {"encoder": pkg.file_bytes(v.encoder.name), "decoder_step": pkg.file_bytes(v.decoder_step.name)}
-        variants[name] = {"precision": v.precision, "status": v.status, "encoder": v.encoder.name,
-                          "decoder_step": v.decoder_step.name, "bytes": sizes, "parity": v.parity}
-        if v.few_rows is not None:
-            few = v.few_rows.decoder_step.name
-            variants[name]["few_rows"] = {"decoder_step": few, "bytes": pkg.file_bytes(few),
-                                          "max_rows": v.few_rows.max_rows,
-                                          "min_onnxruntime": version_text(v.few_rows.min_onnxruntime)}
-    return {
-        "path": str(pkg.root), "format": m["format"], "format_version": m["format_version"],
-        "seq2onnx_version": m.get("seq2onnx_version"), "created": m.get("created"),
-        "architecture": {**cfg.to_dict(), "head_dim": cfg.head_dim},
-        "vocab_size": cfg.vocab_size, "special_tokens": specials, "variants": variants,
-        "opset": m.get("opset"), "ir_version": m.get("ir_version"), "exporter": m.get("exporter", {}),
-        "source_checkpoint": m.get("source_checkpoint", {}),
-        "total_bytes": sum(int(f["bytes"]) for f in m["files"].values()), "verified": verify,
-        "cross_per_sentence": pkg.cross_per_sentence,
-    }
-
-
-def _size(n: int) -> str:
-    return f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.1f} kB"
-
-
-def _print_info(info: Dict[str, Any]) -> None:
-    """The text of `seq2onnx info`: its strings come from the model folder, so control characters are
-    shown as \\xNN."""
-    out = stdout_text()
-
-    def say(line: str) -> None:
-        print(printable(line), file=out)
-
-    a = info["architecture"]
-    norm = "pre-norm" if a["norm_first"] else "post-norm (paper)"
-    say(f"model package  {info['path']}")
-    say(f"format         {info['format']} v{info['format_version']}, seq2onnx {info['seq2onnx_version']}, "
-        f"created {info['created']}")
-    say(f"architecture   Transformer {norm}: {a['encoder_layers']}+{a['decoder_layers']} layers, "
-        f"d_model {a['d_model']}, {a['n_heads']} heads x {a['head_dim']}, d_ff {a['d_ff']}, "
-        f"max_positions {a['max_positions']}, shared embeddings {a['share_embeddings']}, "
-        f"tied output {a['tie_output_embedding']}")
-    specials = ", ".join(f"{r} {s['token']}={s['id']}" for r, s in info["special_tokens"].items())
-    say(f"vocabulary     {info['vocab_size']} tokens ({specials})")
-    say("decoder step   " + ("cross K/V once per sentence (shared by its beams)" if info["cross_per_sentence"]
-                             else "cross K/V copied per row (graph contract before cross_per_sentence)"))
-    say("variants")
-    for name, v in info["variants"].items():
-        b = v["bytes"]
-        say(f"  {name:<5} {v['precision']:<8} {v['encoder']} {_size(b['encoder'])} + "
-            f"{v['decoder_step']} {_size(b['decoder_step'])}; {v['status']}")
-        if v["parity"]:
-            say("        parity: " + ", ".join(f"{k}={val}" for k, val in v["parity"].items()))
-        if "few_rows" in v:
-            f = v["few_rows"]
-            say(f"        steps of at most {f['max_rows']} rows: {f['decoder_step']} {_size(f['bytes'])} "
-                f"(onnxruntime >= {f['min_onnxruntime']})")
-    exporter = ", ".join(f"{k} {val}" for k, val in info["exporter"].items())
-    say(f"exporter       {exporter}; opset {info['opset']}, IR {info['ir_version']}")
-    src = info["source_checkpoint"]
-    if src:
-        step = (src.get("train_meta") or {}).get("step")
-        say(f"checkpoint     {src.get('file')}" + (f" (step {step})" if step is not None else ""))
-    say(f"total size     {_size(info['total_bytes'])}; checksums "
-        f"{'verified' if info['verified'] else 'not checked (--no-verify)'}")
-
-
-def info_main(argv: List[str]) -> int:
-    p = OneLineParser(prog="seq2onnx info", description="Describe a model package.")
-    p.add_argument("model_dir", metavar="MODEL_DIR")
-    p.add_argument("--json", action="store_true", help="print the description as JSON")
-    p.add_argument("--no-verify", action="store_true", help="skip the SHA-256 check of the package files")
-    args = p.parse_args(argv)
-    info = package_info(args.model_dir, verify=not args.no_verify)
-    if args.json:
-        print(json.dumps(info, indent=2), file=stdout_text())     # ASCII: \uXXXX for the rest, controls too
-    else:
-        _print_info(info)
-    return 0

@@ -35,7 +35,7 @@ from .config import ModelConfig
 from .errors import REEXPORT, ModelPackageError, checkpoints_in, first_line
 from .graph_io import DECODER_FORMATS
 from .onnx_bytes import has_external_data
-from .package_tokenizer import PackageTokenizer, rust_panics_as_errors, specials_as_text
+from .package_tokenizer import PackageTokenizer, foreign_regex, rust_panics_as_errors, specials_as_text
 from .shipped_models import available_models, resolve_model_dir
 
 FORMAT = "seq2onnx-model"
@@ -52,7 +52,7 @@ MAX_JSON_DEPTH = 32
 MAX_FILE_BYTES = (1 << 31) - 1          # protobuf's limit: onnxruntime loads no larger graph (without external data)
 MAX_TOKENIZER_BYTES = 1 << 28           # 256 MiB; a 250k-piece tokenizer.json is ~30 MB
 SHA256 = re.compile(r"[0-9a-f]{64}")
-VERSION = re.compile(r"\d{1,4}(\.\d{1,4}){0,3}")     # attention.min_onnxruntime: "1.21"
+VERSION = re.compile(r"\d{1,4}(\.\d{1,4}){0,3}", re.ASCII)  # attention.min_onnxruntime: "1.21" (no other digits)
 MAX_FEW_ROWS = 1 << 16                  # a variant's few_rows.max_rows: any value only picks a graph
 FILE_NAME = re.compile(r"[A-Za-z0-9._+-]{1,255}")    # names in 'files': in the folder, nothing else
 # manifest variant status (CONTRACTS.md) -> why the variant was not held to the export's thresholds
@@ -427,11 +427,16 @@ def _read_tokenizer(package: ModelPackage) -> PackageTokenizer:
     data = package.read_file(name)
     try:
         with rust_panics_as_errors(path):
-            raw = Tokenizer.from_str(data.decode("utf-8"))
+            raw = Tokenizer.from_str(text := data.decode("utf-8"))
     except ModelPackageError:
         raise
     except Exception as e:  # noqa: BLE001 - tokenizers raises a plain Exception
         raise ModelPackageError(f"{path} is not a tokenizers JSON file ({first_line(e)}); {REEXPORT}") from e
+    foreign = foreign_regex(json.loads(text))
+    if foreign is not None:
+        raise ModelPackageError(f"{path}: its {foreign[0]} uses the regular expression {_short(foreign[1])}, which "
+                                f"seq2onnx's tokenizer never writes (a regular expression can take minutes on a short "
+                                f"text); {REEXPORT}")
     tokenizer = PackageTokenizer(specials_as_text(raw), path)
     if tokenizer.post_processor is not None:
         raise ModelPackageError(f"{path} has a post-processor, which would add ids to every text: a seq2onnx "

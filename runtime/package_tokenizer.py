@@ -1,15 +1,51 @@
 """The guards around a package's tokenizer (HF tokenizers, Rust): a literal special token in text stays text,
-and a panic in the Rust code is a ModelPackageError. manifest.py reads and checks tokenizer.json with them;
-training and export load their tokenizers through specials_as_text too."""
+a panic in the Rust code is a ModelPackageError, and its regular expressions are the trainer's own
+(ALLOWED_REGEXES). manifest.py reads and checks tokenizer.json with them; training and export load their
+tokenizers through specials_as_text too."""
 from __future__ import annotations
 
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional, Tuple
 
 from tokenizers import Tokenizer
 
 from .errors import REEXPORT, ModelPackageError, first_line
+
+# group_digits (training/tokenizer.py): the empty place inside a digit run with a multiple of 3 digits to its right
+THOUSANDS = r"(?<=\d)(?=(?:\d{3})+(?!\d))"
+# The only regular expressions a package's tokenizer.json may hold ({"Regex": ...} patterns of Replace normalizers
+# and decoders and Split pre-tokenizers): the ones seq2onnx's trainer writes. Any other could backtrack for minutes
+# on a short text: Oniguruma's retry limit stops one match, not the thousands of matches on a long line (and
+# JavaScript's RegExp has no limit at all). web/src/tokenizer_json.js holds the same list (a web test compares them).
+ALLOWED_REGEXES = (THOUSANDS,)
+REGEX_COMPONENTS = ("normalizer", "pre_tokenizer", "decoder")     # the parts of a tokenizer.json that run patterns
+
+
+def foreign_regex(tokenizer_json: Any) -> Optional[Tuple[str, Any]]:
+    """The first (component, pattern) of a parsed tokenizer.json whose {"Regex": pattern} is not in
+    ALLOWED_REGEXES, or None."""
+    def walk(node: Any) -> Any:
+        if isinstance(node, dict):
+            if "Regex" in node and node["Regex"] not in ALLOWED_REGEXES:
+                return node["Regex"]
+            children = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            return None
+        for child in children:
+            found = walk(child)
+            if found is not None:
+                return found
+        return None
+
+    if isinstance(tokenizer_json, dict):
+        for component in REGEX_COMPONENTS:
+            found = walk(tokenizer_json.get(component))
+            if found is not None:
+                return component, found
+    return None
 
 
 def specials_as_text(tokenizer: Tokenizer) -> Tokenizer:

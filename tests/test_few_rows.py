@@ -187,7 +187,7 @@ def test_an_older_onnxruntime_keeps_the_int8_step(tiny_package, tmp_path):
 
 def test_info_shows_the_few_rows_step(tiny_package, capsys):
     from seq2onnx.runtime.cli import main as cli_main
-    from seq2onnx.runtime.commands import package_info
+    from seq2onnx.runtime.info import package_info
     few = package_info(str(tiny_package))["variants"]["int8"]["few_rows"]
     assert few == {"decoder_step": FEW, "bytes": (tiny_package / FEW).stat().st_size,
                    "max_rows": quantize.FEW_ROWS_MAX, "min_onnxruntime": "1.22"}

@@ -18,7 +18,8 @@ import seq2onnx.runtime
 third_party = sorted({m.split(".")[0] for m in set(sys.modules) - before} - set(sys.stdlib_module_names))
 light = "onnxruntime" not in sys.modules
 from seq2onnx.runtime import Translator
-from seq2onnx.runtime.commands import translate_main, info_main
+from seq2onnx.runtime.commands import translate_main
+from seq2onnx.runtime.info import info_main
 heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "onnx", "onnxscript")
                or m.startswith(("seq2onnx.training", "seq2onnx.export")))
 print(",".join(third_party), light, heavy)

@@ -20,12 +20,10 @@ from typing import Dict, Iterable, List, Tuple
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-from seq2onnx.runtime.package_tokenizer import specials_as_text
+from seq2onnx.runtime.package_tokenizer import THOUSANDS, specials_as_text
 
 # name in ModelConfig -> token; their ids are looked up in the trained tokenizer, never assumed
 SPECIAL_TOKENS: Dict[str, str] = {"pad_id": "<pad>", "bos_id": "<s>", "eos_id": "</s>", "unk_id": "<unk>"}
-# group_digits: the empty place inside a digit run with a multiple of 3 digits to its right gets a ","
-THOUSANDS = r"(?<=\d)(?=(?:\d{3})+(?!\d))"
 
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int, lowercase: bool = False, split_digits: bool = False,

@@ -24,26 +24,47 @@ PROG = {"name": "seq2onnx translate"}     # the running subcommand (commands.py 
 
 class Progress:
     """Lines done so far and their rate, one stderr line rewritten in place, when stderr is a terminal and
-    the input has taken more than a second; nothing otherwise (a pipe or a file gets no progress)."""
+    the input has taken more than a second; nothing otherwise (a pipe or a file gets no progress). When the
+    input is a regular file (--input FILE, < FILE) the line also has a total: the share of its bytes read and
+    the time left at the rate so far. Its size is known at once, whatever the file's length; counting its
+    lines first would read it twice."""
     shown = False                                       # a progress line is on the terminal now
     after = 1.0                                         # seconds before the first progress line
 
-    def __init__(self) -> None:
-        self.on = sys.stderr is not None and sys.stderr.isatty()
+    def __init__(self, source: Optional[BinaryIO] = None, stream: Optional[TextIO] = None) -> None:
+        self.stream = sys.stderr if stream is None else stream
+        self.on = self.stream is not None and self.stream.isatty()
         self.start, self.lines = time.monotonic(), 0
+        self.source, self.first, self.total = source, 0, 0      # total: the input's bytes, 0 when unknown
+        with suppress(OSError, ValueError, AttributeError):     # a pipe, a socket, a stream with no descriptor
+            if source is not None and stat.S_ISREG(os.fstat(source.fileno()).st_mode):
+                self.first = source.tell()
+                self.total = os.fstat(source.fileno()).st_size - self.first
 
     def add(self, lines: int) -> None:
         self.lines += lines
-        elapsed = time.monotonic() - self.start
+        elapsed = max(time.monotonic() - self.start, 1e-9)
         if self.on and elapsed >= self.after:
-            sys.stderr.write(f"\r\x1b[K{PROG['name']}: {self.lines} lines, {self.lines / elapsed:.1f} lines/s")
-            sys.stderr.flush()
+            self.stream.write(f"\r\x1b[K{PROG['name']}: {self.lines} lines{self._share(elapsed)}, "
+                              f"{self.lines / elapsed:.1f} lines/s")
+            self.stream.flush()
             Progress.shown = True
+
+    def _share(self, elapsed: float) -> str:
+        """", 42% of the input, 0:13 left" (bytes read of the input's total), or "" with no total."""
+        try:
+            done = min(max(self.source.tell() - self.first, 0), self.total) if self.total else 0
+        except (OSError, ValueError):
+            done = 0
+        if not done:
+            return ""
+        left = round(elapsed * (self.total - done) / done)
+        return f", {100 * done // self.total}% of the input, {left // 60}:{left % 60:02d} left"
 
     def close(self) -> None:
         if Progress.shown:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
+            self.stream.write("\n")
+            self.stream.flush()
             Progress.shown = False
 
 

@@ -28,7 +28,8 @@ input: one source per line (split at \\n; a trailing \\r is dropped), UTF-8, fro
   - an empty or blank (whitespace-only) line is not translated: one empty hypothesis, score 0
     (one output line, also with --n-best);
   - characters the model's tokenizer never saw (emoji, CJK, control characters, NUL) become its
-    <unk> piece: the line is translated;
+    <unk> piece: the line is translated, with a warning naming it (the input lies outside what the
+    model learned; TranslationResult.source_unknown_tokens counts such pieces);
   - a line over --max-input-length tokens (default: the model's max_positions) is cut to that
     length, EOS kept (a warning names the line); the other lines are not affected. Only the first
     {UTF8_MAX_BYTES * MAX_CHARS_PER_TOKEN} x --max-input-length bytes of a line are read, and {MAX_CHARS_PER_TOKEN} x --max-input-length characters
@@ -59,8 +60,9 @@ options and their ranges (a value outside is a one-line error, exit 2, before an
   --inter-threads 1..4 x CPU cores.
 exit status: 0 done; 2 a bad option, input file or model folder (one line on stderr naming it
 and the fix); 1 an unexpected error (one line; SEQ2ONNX_DEBUG=1 shows the traceback); 128 + N
-stopped by signal N (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP). Messages on stderr show control
-characters as \\xNN.
+stopped by signal N (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP); 141 (128 + SIGPIPE) the reader of the
+output went away (`| head`), quietly, as `cat` ends. Messages on stderr show control characters as
+\\xNN.
 """
 
 
@@ -89,7 +91,9 @@ def _translate_parser() -> argparse.ArgumentParser:
     p = _model_parser("seq2onnx translate", "Translate lines with a model package.", TRANSLATE_FORMAT,
                       "sources", "translations")
     d = p.add_argument_group("decoding (as the Python API, with dashes)")
-    d.add_argument("--beam-size", type=int, default=DEFAULTS.beam_size)
+    d.add_argument("--beam-size", type=int, default=None,
+                   help=f"default {DEFAULTS.beam_size}; 1 when sampling (--sampling-topk other than 1), which draws "
+                        "each hypothesis on a row of its own")
     d.add_argument("--n-best", dest="num_hypotheses", type=int, default=DEFAULTS.num_hypotheses,
                    help="hypotheses per input (num_hypotheses)")
     d.add_argument("--length-penalty", type=float, default=DEFAULTS.length_penalty)
@@ -161,7 +165,7 @@ def translate_main(argv: List[str]) -> int:
     args = _translate_parser().parse_args(argv)
     PROG["name"] = "seq2onnx translate"
     relative = (0.0, None) if args.max_length_a is None else (args.max_length_a, args.max_length_b)
-    decoding = dict(beam_size=args.beam_size, num_hypotheses=args.num_hypotheses, length_penalty=args.length_penalty,
+    decoding = dict(beam_size=_beam_size(args), num_hypotheses=args.num_hypotheses, length_penalty=args.length_penalty,
                     max_decoding_length=args.max_decoding_length, min_decoding_length=args.min_decoding_length,
                     max_length_a=relative[0], max_length_b=relative[1],
                     sampling_topk=args.sampling_topk, sampling_topp=args.sampling_topp,
@@ -176,6 +180,20 @@ def translate_main(argv: List[str]) -> int:
                       lambda tr, limit, block, out: _translate_and_plot(tr, block, decoding, args, limit, out),
                       check=lambda tr: _check_attention(tr, args) if args.alignment or args.plot_attention is not None
                       else None)
+
+
+def _beam_size(args: Any) -> int:
+    """--beam-size, or when it is not given, 1 where the options sample and the API's default otherwise:
+    `--sampling-topk 5` alone samples, as `translate_batch(sampling_topk=5)` does in CTranslate2 (whose beam
+    search samples its candidates; this runtime samples with one row per hypothesis, so a --beam-size above 1
+    given with sampling is refused)."""
+    sampling = DecodingOptions.sampling.fget(args)                  # the API's test of "sampling"
+    if sampling and args.constraints:
+        raise Seq2OnnxError(f"--constraint needs beam search, and --sampling-topk {args.sampling_topk} samples: "
+                            "drop one of them")
+    if args.beam_size is not None:
+        return args.beam_size
+    return 1 if sampling else DEFAULTS.beam_size
 
 
 def _check_attention(tr: Any, args: Any) -> None:
@@ -232,7 +250,7 @@ def _run_lines(args: Any, max_bytes: Callable[[Any, int], Tuple[int, Optional[in
                     check(tr)
                 chunk = args.max_batch_size if args.batch_type == "examples" else 64
                 lines = read_lines(source, *max_bytes(tr, limit))
-                progress = Progress()
+                progress = Progress(source)
                 try:
                     for block in iter(lambda: list(itertools.islice(lines, chunk)), []):
                         handle(tr, limit, block, out)
@@ -294,6 +312,9 @@ def _translate_block(tr: Any, block: List[Tuple[int, str]], decoding: Dict[str, 
     for (n, text), r in zip(block, out):
         if r.truncated:
             warn(f"line {n}: longer than {limit} tokens, truncated (--max-input-length)")
+        if r.source_unknown_tokens:
+            warn(f"line {n}: holds characters the model's tokenizer never saw in training ({r.source_unknown_tokens} "
+                 "<unk> piece(s)): it lies outside what the model learned, so its translation cannot be trusted")
         if r.constraints_met is not None and not r.constraints_met[0] and text.strip():
             warn(f"line {n}: no translation within the length limit holds every --constraint; this one misses "
                  f"the fewest ({len(r.token_ids[0])} tokens, cut at the limit): --max-length-a/--max-length-b/"

@@ -63,6 +63,8 @@ class TranslationResult:
     constraints_met: Optional[List[bool]] = None   # constraints: per hypothesis, it holds every phrase; False when
                                                 # no hypothesis within the length limit did (those missing fewest
                                                 # phrases are returned then, best first)
+    source_unknown_tokens: int = 0              # source pieces the tokenizer cannot cover (its <unk>: characters
+                                                # it never saw in training); > 0: outside what the model knows
 
 
 @dataclass
@@ -405,12 +407,13 @@ class Translator:
         zero = [0.0] if return_scores else None
         results = [TranslationResult([""], [[]], zero and [0.0], zero and [0.0], finished=[True]) if is_blank(t)
                    else None for t in texts]
-        for i, h, cut in zip(todo, hyps, truncated):
+        for i, h, cut, source in zip(todo, hyps, truncated, sources):
             ids = [x.tokens for x in h]
             results[i] = TranslationResult(
                 self._tokenizer.decode_batch(ids), ids,
                 [x.score for x in h] if return_scores else None,
-                [x.normalized_score for x in h] if return_scores else None, cut, [x.finished for x in h])
+                [x.normalized_score for x in h] if return_scores else None, cut, [x.finished for x in h],
+                source_unknown_tokens=source.count(self.config.unk_id))
             if phrases is not None:
                 results[i].constraints_met = [x.missing_constraints == 0 for x in h]
         for i in (i for i, t in enumerate(texts) if is_blank(t) and phrases is not None):   # not translated

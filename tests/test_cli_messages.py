@@ -7,6 +7,7 @@ tested (not of what it learned); the tiny session model where a translation itse
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -115,3 +116,136 @@ def test_export_names_the_checkpoints_of_a_run_folder(run_folder, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     assert "no .pt checkpoint in it" in one_line_error(run(["export", empty, tmp_path / "out"]))
+
+
+# --- sampling on the command line ---------------------------------------------------------------------------
+def test_sampling_alone_implies_beam_size_1():
+    # temperature 0 samples the argmax: the same tokens as greedy search, so the run is compared exactly; the
+    # API refuses sampling with any beam but 1, so the run succeeding shows which beam size the CLI chose
+    lines = b"seven\nforty-two\nthree hundred and one\n"
+    sampled = run(["translate", SHIPPED, "--sampling-topk", "5", "--sampling-temperature", "0"], lines)
+    greedy = run(["translate", SHIPPED, "--beam-size", "1"], lines)
+    assert (sampled.returncode, sampled.stderr) == (0, b"") and sampled.stdout == greedy.stdout
+    assert len(sampled.stdout.splitlines()) == 3
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--sampling-topk", "5", "--beam-size", "4"], "sampling (--sampling-topk=5) needs --beam-size=1, got --beam-size=4"),
+    (["--sampling-topk", "5", "--constraint", "sieben"],
+     "--constraint needs beam search, and --sampling-topk 5 samples: drop one of them"),
+])
+def test_sampling_with_a_beam_is_refused_in_the_flags_words(args, message):
+    assert one_line_error(run(["translate", SHIPPED, *args], b"seven\n")) == message
+
+
+# --- out of the tokenizer's reach ----------------------------------------------------------------------------
+# The numbers model's tokenizer (a 200-piece BPE over lower-cased numbers 0..999,999, in words and digits) has no
+# piece for "m" (no number word below a million holds one), "." or CJK: each such character is one <unk> piece.
+# "hello" and "-5" are spelled from pieces it has: no guard on the tokenizer can see them (README, MODEL_CARD).
+UNCOVERED = {"one million": 1, "1.234": 1, "\u65e5\u672c": 2, "seven": 0, "hello": 0, "-5": 0, "": 0, "  ": 0}
+
+
+def test_source_unknown_tokens_counts_what_the_tokenizer_cannot_cover():
+    tr = Translator(SHIPPED, device="cpu")
+    texts = list(UNCOVERED)
+    results = tr.translate_batch(texts, beam_size=1)
+    assert [r.source_unknown_tokens for r in results] == list(UNCOVERED.values())
+    alone = [tr.translate_batch([t], beam_size=1)[0].source_unknown_tokens for t in texts]
+    assert alone == list(UNCOVERED.values())                          # a batch gives what each text gives alone
+
+
+def test_translate_warns_on_the_lines_the_tokenizer_cannot_cover():
+    texts = list(UNCOVERED)
+    proc = run(["translate", SHIPPED, "--beam-size", "1"], "".join(f"{t}\n" for t in texts).encode())
+    assert proc.returncode == 0 and len(proc.stdout.decode().splitlines()) == len(texts)
+    warned = [line.split(":")[2].strip() for line in proc.stderr.decode().splitlines()]
+    assert warned == [f"line {i}" for i, t in enumerate(texts, 1) if UNCOVERED[t]]
+    assert all("never saw in training" in line for line in proc.stderr.decode().splitlines())
+
+
+# --- seq2onnx info -----------------------------------------------------------------------------------------
+def shipped_folder() -> Path:
+    from seq2onnx.runtime.shipped_models import resolve_model_dir
+    return Path(resolve_model_dir(SHIPPED))
+
+
+def test_info_says_how_each_variant_was_checked():
+    import json
+    manifest = json.loads((shipped_folder() / "manifest.json").read_text(encoding="utf-8"))
+    proc = run(["info", SHIPPED])
+    out = proc.stdout.decode()
+    assert (proc.returncode, proc.stderr) == (0, b"") and "_match=" not in out and "top1_agreement=" not in out
+    for name, v in manifest["variants"].items():
+        p = v["parity"]
+        block = re.split(r"\n  (?=\S)", out.split(f"\n  {name} ", 1)[1])[0]          # the variant's lines
+        assert (f"on {p['sentences']} sentences ({p['real_sentences']} from --parity-data, "
+                f"{p['sentences'] - p['real_sentences']} synthetic)") in block
+        for key, gate in (v.get("thresholds") or {}).items():
+            assert f"{100 * p[key]:.1f}%" in block and f"gate >= {100 * gate:g}%: passed" in block
+        if "thresholds" in v:
+            assert f"{100 * p['beam4_token_match']:.1f}% of beam-4 hypotheses identical, rank for rank; recorded, " \
+                   "not gated" in block
+    assert "note: beam-4 compares each sentence's 4 hypotheses with the reference's, rank for rank" in out
+
+
+def test_info_reads_a_lying_parity_record_without_trusting_it(tmp_path):
+    import json
+    import shutil
+    copy = tmp_path / "pkg"
+    shutil.copytree(shipped_folder(), copy)
+    manifest = json.loads((copy / "manifest.json").read_text(encoding="utf-8"))
+    manifest["variants"]["int8"]["parity"].update(top1_agreement="\x1b[2Jall", greedy_token_match=0.5,
+                                                  sentences=float("nan"))
+    (copy / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")   # the manifest lists no checksum
+    out = run(["info", copy]).stdout.decode()
+    block = out.split("\n  int8 ", 1)[1]
+    assert "on ? sentences" in block and "     ? of decoder steps" in block and "\x1b" not in out
+    assert "50.0% of greedy-search token positions identical; gate >= 90%: not reached" in block
+    manifest["variants"]["int8"]["status"] = "validation-skipped"
+    (copy / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    block = run(["info", copy]).stdout.decode().split("\n  int8 ", 1)[1]
+    assert "gate >= 90% not applied (validation-skipped)" in block
+
+
+# --- the progress line's total --------------------------------------------------------------------------------
+def progress_shown(source, lines_per_block: int, blocks: int) -> str:
+    """What Progress writes to a real terminal (a pseudo-terminal) as `blocks` blocks of lines are read."""
+    import select
+    from seq2onnx.runtime.cli_io import Progress, read_lines
+    master, slave = os.openpty()
+    try:
+        with open(slave, "w", closefd=False) as tty:
+            progress = Progress(source, stream=tty)
+            progress.after = 0.0
+            lines = read_lines(source, 1 << 16)
+            for _ in range(blocks):
+                assert len([next(lines) for _ in range(lines_per_block)]) == lines_per_block
+                progress.add(lines_per_block)
+            progress.close()
+        shown = b""
+        while select.select([master], [], [], 0.5)[0]:
+            shown += os.read(master, 1 << 16)
+        return shown.decode()
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
+def test_progress_has_a_total_for_a_regular_file(tmp_path):
+    path = tmp_path / "in.txt"
+    path.write_bytes(b"seven\n" * 200)                       # 1200 bytes: 50 lines are 25% of them
+    with open(path, "rb") as source:
+        shown = progress_shown(source, 50, 4)
+    steps = [s for s in shown.split("\r\x1b[K") if s]
+    assert [s.split(": ", 1)[1].split(", ")[:2] for s in steps] == [
+        [f"{50 * k} lines", f"{25 * k}% of the input"] for k in (1, 2, 3, 4)]
+    assert steps[-1].split(", ")[2] == "0:00 left"
+
+
+def test_progress_of_a_pipe_has_no_total():
+    read, write = os.pipe()
+    os.write(write, b"seven\n" * 100)
+    os.close(write)
+    with open(read, "rb") as source:
+        shown = progress_shown(source, 50, 2)
+    assert "50 lines, " in shown and "100 lines, " in shown and "%" not in shown

@@ -19,7 +19,7 @@
 //   crossPerSentence, decoderPath (names the graph when it returns NaN log-probs)
 // A format-2 engine steps with the variant's few-rows decoder step (manifest few_rows: the int8 variant's second
 // step, faster at 1-4 rows) whenever a step has at most its maxRows rows, as runtime/session.py does.
-import { ModelPackageError, Seq2OnnxError } from "./errors.js";
+import { ModelPackageError, printable, Seq2OnnxError } from "./errors.js";
 
 export function cacheNames(prefix, layers) {
   const names = [];
@@ -215,7 +215,7 @@ async function openSession(ort, bytes, where, sessionOptions) {
   try {
     return await ort.InferenceSession.create(bytes, sessionOptions);
   } catch (e) {
-    throw new ModelPackageError(`${where}: onnxruntime cannot load it (${String(e.message).split("\n")[0]}); ${REEXPORT}`);
+    throw new ModelPackageError(`${where}: onnxruntime cannot load it (${printable(String(e.message).split("\n")[0])}); ${REEXPORT}`);
   }
 }
 
@@ -264,6 +264,18 @@ export function versionAtLeast(a, b) {
     if ((a[i] ?? 0) !== (b[i] ?? 0)) return (a[i] ?? 0) > (b[i] ?? 0);
   }
   return true;
+}
+
+/** A variant whose graphs need a newer onnxruntime (its attention.min_onnxruntime: fused attention ops) is refused in
+ * one line, as runtime/session.py check_onnxruntime does: an older one loads them and computes wrong log-probs. An
+ * onnxruntime whose version cannot be read is refused too. */
+export function checkOnnxruntime(ort, needed, what, packageName) {
+  const text = String(ort.env?.versions?.common ?? "unknown");
+  const version = versionNumbers(text);
+  if (needed.length === 0 || (version.length > 0 && versionAtLeast(version, needed))) return;
+  const want = needed.join(".");
+  throw new Seq2OnnxError(`${what} needs onnxruntime >= ${want} (its graphs use onnxruntime's fused attention ops), ` +
+    `this is ${text}: npm install "${packageName}@>=${want}"`);
 }
 
 /** Whether this onnxruntime runs a variant's few-rows step (its min_onnxruntime; an unknown version: no). */

@@ -25,7 +25,7 @@ export const MAX_FILE_BYTES = 2 ** 31 - 1; // protobuf's limit: onnxruntime load
 export const MAX_TOKENIZER_BYTES = 2 ** 28;
 const SHA256 = /^[0-9a-f]{64}$/;
 const FILE_NAME = /^[A-Za-z0-9._+-]{1,255}$/; // names in 'files': in the folder, nothing else
-const VERSION = /^\d{1,4}(\.\d{1,4}){0,3}$/; // few_rows.min_onnxruntime: "1.22"
+const VERSION = /^\d{1,4}(\.\d{1,4}){0,3}$/; // attention.min_onnxruntime, few_rows.min_onnxruntime: "1.22"
 export const MAX_FEW_ROWS = 2 ** 16; // a variant's few_rows.max_rows: any value only picks a graph
 // variant status -> why the variant was not held to the export's thresholds
 export const UNCHECKED = {
@@ -147,8 +147,11 @@ function readVariants(where, manifest) {
     if (!STATUSES.includes(status)) {
       throw new ModelPackageError(`${where}: ${label}['status'] should be one of ${STATUSES.join(", ")}, got ${short(status)}; ${REEXPORT}`);
     }
+    // the onnxruntime its graphs need (the int8 variant's fused attention ops); [] none
+    const attention = field(entry, "attention", "object", where, `${label}['attention']`, {});
+    const minOnnxruntime = readVersion(attention, where, `${label}['attention']`, "");
     variants[name] = Object.freeze({ name, encoder: graphs.encoder, decoderStep: graphs.decoder_step, precision, parity, status,
-      fewRows: readFewRows(where, manifest, entry, label) });
+      minOnnxruntime, fewRows: readFewRows(where, manifest, entry, label) });
   }
   if (!Object.hasOwn(variants, "fp32")) throw new ModelPackageError(`${where}: no 'fp32' variant; ${REEXPORT}`);
   return variants;
@@ -169,12 +172,18 @@ function readFewRows(where, manifest, entry, label) {
     throw new ModelPackageError(`${where}: ${label}['few_rows']['max_rows'] should be in [1, ${MAX_FEW_ROWS}], got ` +
       `${short(maxRows)}; ${REEXPORT}`);
   }
-  const needs = field(few, "min_onnxruntime", "string", where, `${label}['few_rows']['min_onnxruntime']`);
-  if (!VERSION.test(needs)) {
-    throw new ModelPackageError(`${where}: ${label}['few_rows']['min_onnxruntime'] should be a version such as 1.21, got ` +
+  return Object.freeze({ decoderStep: file, maxRows, minOnnxruntime: readVersion(few, where, `${label}['few_rows']`) });
+}
+
+/** obj's min_onnxruntime (runtime/manifest.py _version): "1.21" -> [1, 21]; with a fallback, a missing or empty
+ * one -> [] (no need). */
+function readVersion(obj, where, label, fallback = REQUIRED) {
+  const needs = field(obj, "min_onnxruntime", "string", where, `${label}['min_onnxruntime']`, fallback);
+  if (needs && !VERSION.test(needs)) {
+    throw new ModelPackageError(`${where}: ${label}['min_onnxruntime'] should be a version such as 1.21, got ` +
       `${short(needs)}; ${REEXPORT}`);
   }
-  return Object.freeze({ decoderStep: file, maxRows, minOnnxruntime: needs.split(".").map(Number) });
+  return needs ? needs.split(".").map(Number) : [];
 }
 
 /** graphs.decoder_step.cross_per_sentence: true, or absent / false (packages exported before it existed). */
@@ -259,7 +268,7 @@ async function readTokenizer(pkg) {
   const data = await pkg.readFile(name);
   let text;
   try {
-    text = new TextDecoder("utf-8", { fatal: true }).decode(data);
+    text = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true }).decode(data); // a BOM stays: no JSON, as in Python
   } catch {
     throw new ModelPackageError(`${path} is not a tokenizers JSON file (not UTF-8); ${REEXPORT}`);
   }

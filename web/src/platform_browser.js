@@ -73,7 +73,7 @@ export const browserPlatform = {
   },
 
   sessionOptions() {
-    return { executionProviders: ["wasm"], graphOptimizationLevel: "all" };
+    return { executionProviders: ["wasm"], graphOptimizationLevel: "all", logSeverityLevel: 4 }; // as platform_node.js
   },
 
   cpuCount() {

@@ -14,6 +14,10 @@ const REEXPORT = "re-export the model with `seq2onnx export`";
 const OPEN_FLAGS = constants.O_RDONLY | (constants.O_NOFOLLOW ?? 0) | (constants.O_NONBLOCK ?? 0);
 // what a killed `seq2onnx export` leaves beside OUT_DIR (export/package.py)
 const EXPORT_LEFTOVER = /^\.(?<name>.+)\.(?<kind>partial|old)-\d+-/;
+// onnxruntime's own log of a session: fatal only. Its warnings and errors quote the graph's names raw (a hostile graph's
+// initializer name can hold escape sequences that retitle or clear the terminal). What matters of them reaches the
+// caller as the error that session creation throws, which engine.js reports in one printable line (\xNN escapes).
+export const LOG_SEVERITY = 4;
 
 async function checkRegular(file, missing) {
   let st;
@@ -133,7 +137,7 @@ export const nodePlatform = {
   /** onnxruntime-node session options for the Translator's thread options; spinning false: the session's idle
    * intra-op threads sleep at once (engine.js SPINNING). */
   sessionOptions({ intraThreads = 0, interThreads = 1, spinning = true } = {}) {
-    const options = { executionProviders: ["cpu"], graphOptimizationLevel: "all",
+    const options = { executionProviders: ["cpu"], graphOptimizationLevel: "all", logSeverityLevel: LOG_SEVERITY,
       executionMode: interThreads > 1 ? "parallel" : "sequential", interOpNumThreads: interThreads };
     if (intraThreads > 0) options.intraOpNumThreads = intraThreads;
     if (!spinning) options.extra = { session: { intra_op: { allow_spinning: "0" } } };

@@ -7,10 +7,12 @@
 //  * padding and truncation set in the file are ignored (the runtime pads and cuts itself);
 //  * the Lowercase normalizer lowercases character by character, as Rust's tokenizers does (JS's toLowerCase
 //    on a whole string writes a Greek capital sigma at the end of a word as the final sigma: another id);
-//  * the checks: no post-processor, ids exactly 0..vocab_size-1, vocab_size and special tokens as the config.
+//  * the checks: the file as Rust tokenizers reads it, with the trainer's regular expressions only
+//    (tokenizer_json.js), no post-processor, ids exactly 0..vocab_size-1, vocab_size and special tokens as the config.
 import { LowercaseNormalizer, Tokenizer } from "@huggingface/tokenizers";
 import { ModelPackageError } from "./errors.js";
 import { isInteger, short } from "./json.js";
+import { foreignRegex, parseTokenizerJson } from "./tokenizer_json.js";
 
 export const SPECIAL_ROLES = ["pad", "bos", "eos", "unk"]; // manifest special_tokens keys; the config has {role}_id
 
@@ -42,12 +44,14 @@ export class PackageTokenizer {
   constructor(text, path, config, { reexport }) {
     let json;
     try {
-      json = JSON.parse(text);
-      if (json === null || typeof json !== "object" || typeof json.model !== "object" || json.model === null) {
-        throw new Error("no tokenizer model in it");
-      }
+      json = parseTokenizerJson(text); // what Rust tokenizers (the Python runtime) refuses: tokenizer_json.js
     } catch (e) {
       throw new ModelPackageError(`${path} is not a tokenizers JSON file (${e.message.split("\n")[0]}); ${reexport}`);
+    }
+    const foreign = foreignRegex(json);
+    if (foreign !== null) {
+      throw new ModelPackageError(`${path}: its ${foreign[0]} uses the regular expression ${short(foreign[1])}, which ` +
+        `seq2onnx's tokenizer never writes (a regular expression can take minutes on a short text); ${reexport}`);
     }
     if (json.post_processor != null) {
       throw new ModelPackageError(`${path} has a post-processor, which would add ids to every text: a seq2onnx ` +

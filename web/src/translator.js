@@ -12,7 +12,7 @@
 //     a warning; only a prefix of a long text is tokenized (tokenIds), so its length costs no memory or time;
 //   * hypotheses are decoded without EOS, special tokens skipped.
 import { decode, decodeSteps, commonPrefix } from "./decoding.js";
-import { SPINNING, openEngine, runsFewRows } from "./engine.js";
+import { SPINNING, checkOnnxruntime, openEngine, runsFewRows } from "./engine.js";
 import { ModelPackageError, Seq2OnnxError } from "./errors.js";
 import { readPackage, UNCHECKED } from "./manifest.js";
 import { checkInt, decodingOptions, DECODING_DEFAULTS, DEFAULT_MAX_BATCH_SIZE, MAX_CHARS_PER_TOKEN } from "./options.js";
@@ -134,6 +134,8 @@ export class Translator {
       onWarning(`${pkg.describe()}: the ${variantName} variant ${UNCHECKED[variant.status]}; its tokens may differ from ` +
         "float32 more than the export's thresholds allow");
     }
+    checkOnnxruntime(platform.ort, variant.minOnnxruntime, `${pkg.describe()}: the ${variantName} variant`,
+      platform.name === "node" ? "onnxruntime-node" : "onnxruntime-web");
     const graphs = await pkg.readVariant(variantName);
     // a second decoder step for steps of few rows, where this onnxruntime runs it (engine.js runsFewRows)
     const fewRows = runsFewRows(platform.ort, variant.fewRows) ? await pkg.readGraph(variant.fewRows.decoderStep) : null;

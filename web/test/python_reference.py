@@ -30,7 +30,10 @@ stdout, one result per job, so that a test pays for one interpreter start. Jobs:
   {"op": "check_options", "cases": [{..}, ..]}
       -> {"errors": [null | "message", ..]}: does DecodingOptions.from_kwargs(**case) refuse each case?
   {"op": "load", "model": DIR, "compute_type": ..}
-      -> {"error": null | "the ModelPackageError's message"}: does the Python runtime load this folder?
+      -> {"error": null | "the Seq2OnnxError's message"}: does the Python runtime load this folder?
+  {"op": "tokenizer_rules"}
+      -> {"allowed_regexes": [..], "regex_components": [..]}: runtime/package_tokenizer.py's rule on the regular
+         expressions of a tokenizer.json (src/tokenizer_json.js must hold the same)
   {"op": "bench", "model": DIR, "compute_type": .., "texts": [..], "options": {..}, "repeats": N, "warmups": W}
       -> {"seconds": [..], "tokens": T}: wall time of translate_batch over the texts, N times (after W warm-up
          calls, default 1), and the tokens it generated (EOS counted), for tokens/s
@@ -158,14 +161,21 @@ def check_options(job: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def load(job: Dict[str, Any]) -> Dict[str, Any]:
-    from seq2onnx.runtime.errors import ModelPackageError
+    from seq2onnx.runtime.errors import Seq2OnnxError
     from seq2onnx.runtime.translator import Translator
 
     try:
         Translator(job["model"], device="cpu", compute_type=job.get("compute_type", "float32"))
-    except ModelPackageError as e:
+    except Seq2OnnxError as e:        # a ModelPackageError, or a variant this onnxruntime cannot run
         return {"error": str(e)}
     return {"error": None}
+
+
+def tokenizer_rules(job: Dict[str, Any]) -> Dict[str, Any]:
+    from seq2onnx.runtime import package_tokenizer
+
+    return {"allowed_regexes": list(package_tokenizer.ALLOWED_REGEXES),
+            "regex_components": list(package_tokenizer.REGEX_COMPONENTS)}
 
 
 def bench(job: Dict[str, Any]) -> Dict[str, Any]:
@@ -184,7 +194,8 @@ def bench(job: Dict[str, Any]) -> Dict[str, Any]:
 
 
 OPS = {"corpus": corpus, "numbers": numbers, "train_tokenizer": train_tokenizer, "tokenize": tokenize, "translate": translate,
-       "generate_tokens": generate_tokens, "check_options": check_options, "export_random": export_random, "load": load, "bench": bench}
+       "generate_tokens": generate_tokens, "check_options": check_options, "export_random": export_random, "load": load, "bench": bench,
+       "tokenizer_rules": tokenizer_rules}
 
 
 def main() -> None:

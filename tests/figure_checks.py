@@ -49,6 +49,6 @@ def text_outside(fig: Any) -> List[str]:
 
 def assert_text_inside(fig: Any) -> None:
     """Fail naming every text artist of `fig` drawn (partly) outside the figure; at least one must be drawn."""
-    assert drawn_texts(fig), "the figure draws no text at all"
+    assert drawn_texts(fig), "the figure draws no text at all: does it have a canvas that draws (FigureCanvasAgg)?"
     bad = text_outside(fig)
     assert not bad, "text drawn outside the figure: " + "; ".join(bad)

@@ -530,7 +530,7 @@ def test_tokenizer_options_lowercase_and_split_digits_and_punctuation():
     assert grouped.normalizer.normalize_str("1234567 or 42, 999 and 1000") == "1,234,567 or 42, 999 and 1,000"
 
 
-# --- validation cadence, early stopping, the progress bar's total -------------------------------
+# --- validation cadence, early stopping (the budget and the progress bar: test_training_budget.py) ----
 def test_validation_cadence_follows_the_budget():
     from seq2onnx.training.train import DEFAULT_VALID_INTERVAL, TrainArgs
     assert TrainArgs(out="r").validation_every() == (DEFAULT_VALID_INTERVAL, None)
@@ -544,12 +544,15 @@ def test_validation_cadence_follows_the_budget():
 def test_valid_minutes_validates_by_the_clock(tiny_data_dir, tmp_path):
     from seq2onnx.training.train import TrainArgs, train
     out = tmp_path / "run"
-    # every step is past a 1e-9-minute interval: a validation after each of the 6 steps
+    # the first step is past a 1e-9-minute interval: a validation at step 1; later ones are spaced out so that
+    # validation takes at most its share of the time (training/budget.py; how many depends on the machine's
+    # speed), and the last step is validated at the end
     train(TrainArgs(out=str(out), train=str(tiny_data_dir / "train.tsv"), valid=str(tiny_data_dir / "valid.tsv"),
                     preset="tiny", vocab_size=TINY_VOCAB, max_tokens=512, max_steps=6, valid_minutes=1e-9,
                     valid_decode_max=0, best_metric="loss", keep_last=0, threads=1, quiet=True))
     records = MetricsLog(out / "metrics.jsonl").read()
-    assert [r["step"] for r in records if r["kind"] == "valid"] == [1, 2, 3, 4, 5, 6]
+    steps = [r["step"] for r in records if r["kind"] == "valid"]
+    assert steps[0] == 1 and steps[-1] == 6 and steps == sorted(set(steps))
     assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"    # losses only: no scores to draw
 
 
@@ -565,18 +568,6 @@ def test_patience_stops_a_run_that_no_longer_improves(tiny_data_dir, tmp_path, c
     assert "early stop at step 15: loss has not improved in 2 validations (--patience)" in capsys.readouterr().err
     # resumed, it stops again at once: the count of validations without improvement is in the checkpoint
     assert train(dataclasses.replace(args, resume=True, max_steps=200)).step == 15
-
-
-def test_progress_total_with_a_deadline_is_where_the_clock_stops():
-    import time
-    from seq2onnx.training.logs import Progress
-    now = time.monotonic()
-    p = Progress(100_000, 0, quiet=True, deadline=now + 50)
-    p.start = now - 10                         # 10 steps took 10 s; 50 s are left
-    assert p.expected_last_step(10) in (59, 60)
-    assert Progress(100_000, 0, quiet=True).expected_last_step(10) == 100_000
-    p.max_steps = 30
-    assert p.expected_last_step(10) == 30
 
 
 # --- real text: the system's gettext catalogs -----------------------------------------------------

@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import math
-from typing import Dict, List, Sequence
+import time
+from typing import Callable, Dict, List, Optional, Sequence
 
 import sacrebleu
 import torch
 
+from .budget import DECODE_CHUNK, next_chunk_fits
 from .data import Example, collate, make_batches
 from .model import Transformer
 from .optim import label_smoothed_loss
@@ -35,8 +37,9 @@ def validation_loss(model: Transformer, examples: Sequence[Example], max_tokens:
 
 @torch.no_grad()
 def greedy_translations(model: Transformer, tok: Tokenizer, sources: Sequence[List[int]], max_len: int,
-                        batch_size: int = 64) -> List[str]:
-    """Greedy-decode source id lists (ending with EOS) -> detokenised texts, in input order."""
+                        batch_size: int = 64, on_batch: Optional[Callable[[int], None]] = None) -> List[str]:
+    """Greedy-decode source id lists (ending with EOS) -> detokenised texts, in input order. `on_batch(done)`
+    is called after each batch with the number of sentences decoded so far."""
     was_training = model.training
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))   # similar lengths batch together
     out: List[str] = [""] * len(sources)
@@ -47,7 +50,25 @@ def greedy_translations(model: Transformer, tok: Tokenizer, sources: Sequence[Li
         limit = min(max_len, 2 * max(len(s) for s in batch) + 10)
         for i, hyp in zip(idx, greedy_search(model, batch, max_length=limit)):
             out[i] = decode(tok, hyp.tokens)
+        if on_batch is not None:
+            on_batch(start + len(idx))
     model.train(was_training)
+    return out
+
+
+def greedy_translations_within(model: Transformer, tok: Tokenizer, sources: Sequence[List[int]], max_len: int,
+                               allowance: float, on_batch: Optional[Callable[[int], None]] = None) -> List[str]:
+    """Greedy-decode the first sources, in their order, DECODE_CHUNK at a time while the next chunk fits in
+    `allowance` seconds at the pace so far (training/budget.py) -> the texts of those decoded (at least one chunk)."""
+    out: List[str] = []
+    began = time.monotonic()
+    while len(out) < len(sources):
+        chunk = sources[len(out):len(out) + DECODE_CHUNK]
+        if not next_chunk_fits(len(out), len(chunk), time.monotonic() - began, allowance):
+            break
+        done = len(out)
+        out += greedy_translations(model, tok, chunk, max_len, batch_size=DECODE_CHUNK,
+                                   on_batch=None if on_batch is None else lambda n: on_batch(done + n))
     return out
 
 

@@ -1,8 +1,9 @@
 """Before the first step: the run folder, the data, the tokenizer and the model config.
 
 A run folder `DIR` holds config.json (the ModelConfig), tokenizer.json, metrics.jsonl, last.pt,
-best.pt, step_{N}.pt and curves.png (when matplotlib is installed). A new run refuses a folder
-that already holds a run; `--resume` continues one from DIR/last.pt with its own config and tokenizer.
+best.pt, step_{N}.pt, summary.json (how the run ended, training/report.py) and curves.png (when
+matplotlib is installed). A new run refuses a folder that already holds a run; `--resume` continues
+one from DIR/last.pt with its own config and tokenizer.
 A run killed before its first checkpoint (no last.pt yet) is started again from step 0 by `--resume`,
 with the config.json and tokenizer.json it had written: the same run as an uninterrupted one.
 """
@@ -31,7 +32,8 @@ if TYPE_CHECKING:
 
 RUN_FILES = ("last.pt", "best.pt", "config.json", "tokenizer.json", "metrics.jsonl")
 # every file a run writes (atomically, except metrics.jsonl's appends): their temp files are a kill's leftovers
-WRITTEN = re.compile(r"^(last\.pt|best\.pt|step_\d+\.pt|config\.json|tokenizer\.json|metrics\.jsonl|curves\.png)$")
+WRITTEN = re.compile(r"^(last\.pt|best\.pt|step_\d+\.pt|config\.json|tokenizer\.json|metrics\.jsonl|curves\.png|"
+                     r"summary\.json)$")
 
 
 @dataclass

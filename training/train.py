@@ -1,10 +1,12 @@
 """The training loop: `train(TrainArgs)` (the CLI `seq2onnx train` is a thin layer over it).
 
 One optimizer step = `accum_steps` batches of about `max_tokens` tokens (per rank), the loss
-summed over target tokens and divided by their number. Every `valid_interval` steps (or every
-`valid_minutes`; see `TrainArgs.validation_every`): validation, then last.pt, step_{N}.pt (the newest
-`keep_last` kept) and best.pt when `best_metric` improved. `patience` validations in a row without
-improvement end the run early (fairseq's --patience).
+summed over target tokens and divided by their number. Every `valid_interval` steps (or on the clock;
+see `TrainArgs.validation_every` and training/budget.py, which bounds what validation costs): validation,
+then last.pt, step_{N}.pt (the newest `keep_last` kept) and best.pt when `best_metric` improved (a tie:
+when the validation loss is lower, `improves`). `patience` validations in a row without improvement end
+the run early (fairseq's --patience). At the end: curves.png, summary.json and, when the model is
+undertrained, a warning saying why and which flag to change (training/report.py).
 
 Resuming (`resume=True`) restores model, optimizer, scheduler, step, RNG states (python, numpy,
 torch) and the data position from DIR/last.pt: on CPU, with the same `threads`, a run killed and
@@ -22,7 +24,7 @@ import time
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -31,12 +33,14 @@ import torch.distributed as dist
 from seq2onnx.runtime.errors import Seq2OnnxError
 
 from .atomic import copy_atomic
+from .budget import ValidationClock
 from .checkpoint import make_checkpoint, rotate_step_checkpoints, save_checkpoint, save_step_checkpoint
 from .data import MAXI_BATCH
-from .evaluate import greedy_translations, translation_metrics, validation_loss
+from .evaluate import greedy_translations, greedy_translations_within, translation_metrics, validation_loss
 from .logs import MetricsLog, Progress, plot_curves
 from .model import INIT_CHOICES, Transformer
 from .optim import build_optimizer, label_smoothed_loss
+from .report import report_run, stopped_by, undertrained
 from .run_setup import DistInfo, RunData, check_run_dir, load_run_data
 
 BEST_METRICS = {"exact_match": max, "bleu": max, "chrf": max, "loss": min}
@@ -84,7 +88,8 @@ class TrainArgs:
     # validation and checkpoints
     valid_interval: Optional[int] = None    # validate and save every N steps (and at the end) ...
     valid_minutes: Optional[float] = None   # ... or every M minutes; neither: see validation_every()
-    valid_decode_max: int = 500        # greedy-decode at most this many validation sentences (0: none)
+    valid_decode_max: int = 500        # greedy-decode at most this many validation sentences (0: none); on the
+                                       # clock, fewer when more would cost too much (training/budget.py)
     best_metric: str = "bleu"          # exact_match | bleu | chrf | loss
     keep_last: int = 5                 # step_{N}.pt files kept (0: none written)
     patience: int = 0                  # stop after N validations in a row without improvement (0: never)
@@ -142,7 +147,8 @@ class TrainArgs:
         """(steps, minutes) between validations, one of them None.
 
         --valid-interval N or --valid-minutes M when given; otherwise a tenth of --max-minutes (so that a short
-        run on a CPU still validates ten times), and every DEFAULT_VALID_INTERVAL steps without --max-minutes.
+        run on a CPU still validates ten times, training/budget.py), and every DEFAULT_VALID_INTERVAL steps
+        without --max-minutes.
         """
         if self.valid_interval is not None or self.valid_minutes is not None:
             return self.valid_interval, self.valid_minutes
@@ -156,9 +162,23 @@ class TrainResult:
     run_dir: Path
     step: int
     epoch: int
-    best: Dict[str, Any]                      # {"metric", "value", "step"}
+    best: Dict[str, Any]                      # {"metric", "value", "step", "loss"}
     last_metrics: Dict[str, float]
     model: Transformer = field(repr=False)    # the trained model (this rank's copy)
+    undertrained: List[str] = field(default_factory=list)   # why the model is undertrained (report.py); [] if not
+
+
+def improves(name: str, metrics: Dict[str, float], best: Dict[str, Any]) -> bool:
+    """Does a validation's `metrics` beat `best` ({"value", "loss"} of the best so far) at metric `name`?
+    A tie (BLEU 0 against BLEU 0 early on) goes to the lower validation loss, as fairseq and HF Trainer do not
+    but should: the first checkpoint must not stay best.pt because nothing could be decoded right yet."""
+    old = best.get("value")
+    if old is None:
+        return True
+    new = metrics[name]
+    if new != old:
+        return BEST_METRICS[name](new, old) == new
+    return name != "loss" and best.get("loss") is not None and metrics["loss"] < best["loss"]
 
 
 def train(args: TrainArgs) -> TrainResult:
@@ -232,8 +252,12 @@ class _Trainer:
         # the train loss logged every log_interval steps averages this window; it is checkpointed so that a
         # resumed run logs the figures of an uninterrupted one
         self.window = {"loss": 0.0, "steps": 0}
-        self.best: Dict[str, Any] = {"metric": args.best_metric, "value": None, "step": None}
+        self.best: Dict[str, Any] = {"metric": args.best_metric, "value": None, "step": None, "loss": None}
         self.bad_validations = 0                                # in a row, for --patience
+        self.patience_hit = False
+        # on the clock: how many validation sentences each validation decodes, fixed by the first (budget.py)
+        self.decode_n: Optional[int] = None
+        self.clock: Optional[ValidationClock] = None
         self.metrics_log = MetricsLog(self.run_dir / "metrics.jsonl")
         if resume_ckpt is not None:
             self._restore(resume_ckpt)
@@ -256,6 +280,7 @@ class _Trainer:
         meta = ckpt["train_meta"]
         self.step = self.last_valid_step = int(meta["step"])
         self.window = dict(meta.get("log_window", self.window))
+        self.decode_n = meta.get("valid_decode_n")
         if meta.get("best", {}).get("metric") == self.args.best_metric:
             self.best = dict(meta["best"])
             self.bad_validations = int(meta.get("bad_validations", 0))
@@ -302,20 +327,35 @@ class _Trainer:
         return total / n_tokens, n_tokens
 
     # --- validation and checkpoints ----------------------------------------------------------
-    def _validate(self) -> Dict[str, float]:
-        args, data = self.args, self.data
+    def _validate(self, progress: Progress) -> Dict[str, float]:
+        args, data, step = self.args, self.data, self.step
+        began = time.monotonic()
+        progress.validating(step, f"validating: loss on {len(data.valid_examples)} pairs", start=True)
         metrics = validation_loss(self.model, data.valid_examples, args.max_tokens, args.label_smoothing)
         n = min(args.valid_decode_max, len(data.valid_examples))
-        if n > 0:
-            hyps = greedy_translations(self.model, self.tok, [e.src for e in data.valid_examples[:n]], self.max_len)
-            metrics.update(translation_metrics(hyps, data.valid_refs[:n]))
-        metrics["n_decoded"] = n
+        if self.decode_n is not None:
+            n = min(n, self.decode_n)
+        sources = [e.src for e in data.valid_examples[:n]]
+
+        def shown(done: int) -> None:
+            progress.validating(step, f"validating: greedy decode {done}/{n} sentences")
+        if n > 0 and self.clock is not None and self.decode_n is None:    # the first validation on the clock
+            allowance = self.clock.decode_allowance(time.monotonic() - began)
+            hyps = greedy_translations_within(self.model, self.tok, sources, self.max_len, allowance, shown)
+            self.decode_n = len(hyps)
+            if len(hyps) < n:
+                progress.message(f"validation decodes {len(hyps)} of {n} sentences from now on: more would take "
+                                 f"over {self.clock.share:.0%} of the {self.clock.interval:.0f} s between validations")
+        else:
+            hyps = greedy_translations(self.model, self.tok, sources, self.max_len, on_batch=shown) if n else []
+        if hyps:
+            metrics.update(translation_metrics(hyps, data.valid_refs[:len(hyps)]))
+        metrics["n_decoded"] = len(hyps)
+        progress.validated()
         return metrics
 
     def _improved(self, metrics: Dict[str, float]) -> bool:
-        name = self.args.best_metric
-        value, old = metrics[name], self.best["value"]
-        return old is None or BEST_METRICS[name](value, old) != old
+        return improves(self.args.best_metric, metrics, self.best)
 
     def _save(self, metrics: Dict[str, float], improved: bool) -> None:
         args_dict = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self.args).items()}
@@ -327,6 +367,7 @@ class _Trainer:
         ckpt["train_meta"]["best"] = dict(self.best)
         ckpt["train_meta"]["log_window"] = dict(self.window)
         ckpt["train_meta"]["bad_validations"] = self.bad_validations
+        ckpt["train_meta"]["valid_decode_n"] = self.decode_n
         last = self.run_dir / "last.pt"
         save_checkpoint(ckpt, last)
         if self.args.keep_last > 0:
@@ -336,12 +377,13 @@ class _Trainer:
 
     def _validate_and_save(self, progress: Progress) -> Dict[str, float]:
         metrics: Dict[str, float] = {}
+        began = time.monotonic()
         if self.is_main:
-            metrics = self._validate()
+            metrics = self._validate(progress)
             improved = self._improved(metrics)
             if improved:
                 self.best = {"metric": self.args.best_metric, "value": metrics[self.args.best_metric],
-                             "step": self.step}
+                             "step": self.step, "loss": metrics["loss"]}
             self.bad_validations = 0 if improved else self.bad_validations + 1
             # logged before the checkpoint: a kill in between leaves a record that a resume drops and logs again
             self.metrics_log.append({"kind": "valid", "step": self.step, "epoch": self.stream.epoch, **metrics,
@@ -353,12 +395,14 @@ class _Trainer:
         self.last_valid_step = self.step
         if self.dist.world_size > 1:
             dist.barrier()
+        if self.clock is not None:
+            self.clock.record(began, time.monotonic())
         return metrics
 
     def _should_stop(self, deadline: Optional[float]) -> bool:
         stop = self.step >= self.args.max_steps or (deadline is not None and time.monotonic() >= deadline)
         if self.args.patience and self.bad_validations >= self.args.patience and self.last_valid_step == self.step:
-            stop = True
+            stop = self.patience_hit = True
             if self.is_main and not self.args.quiet:
                 print(f"early stop at step {self.step}: {self.args.best_metric} has not improved in "
                       f"{self.args.patience} validations (--patience)", file=sys.stderr)
@@ -368,48 +412,73 @@ class _Trainer:
             stop = bool(flag.item())
         return stop
 
-    def _validation_due(self, every_steps: Optional[int], at_time: Optional[float]) -> bool:
-        due = (self.step % every_steps == 0) if every_steps else time.monotonic() >= at_time
-        if self.dist.world_size > 1 and at_time is not None:   # clocks differ: rank 0 decides for all
+    def _validation_due(self, every_steps: Optional[int]) -> bool:
+        due = (self.step % every_steps == 0) if every_steps else self.clock.due(time.monotonic())
+        if self.dist.world_size > 1 and self.clock is not None:   # clocks differ: rank 0 decides for all
             flag = torch.tensor([int(due)], device=self.device)
             dist.broadcast(flag, src=0)
             due = bool(flag.item())
         return due
 
+    def _log_train(self, progress: Progress, lr: float, tokens: int, since: float) -> None:
+        """A train record of the loss window (since the last one), on its log line and in metrics.jsonl."""
+        tokens_per_s = tokens / max(time.monotonic() - since, 1e-9)
+        mean_loss = self.window["loss"] / self.window["steps"]
+        progress.show(self.step, mean_loss, lr, tokens_per_s)
+        if self.is_main:
+            self.metrics_log.append({"kind": "train", "step": self.step, "epoch": self.stream.epoch,
+                                     "loss": mean_loss, "lr": lr, "tokens_per_s": tokens_per_s})
+        self.window = {"loss": 0.0, "steps": 0}
+
     def run(self) -> TrainResult:
         args = self.args
-        deadline = time.monotonic() + 60 * args.max_minutes if args.max_minutes else None
+        start = time.monotonic()
+        end = start + 60 * args.max_minutes if args.max_minutes else None
         valid_steps, valid_minutes = args.validation_every()
-        next_valid_time = time.monotonic() + 60 * valid_minutes if valid_minutes else None
-        progress = Progress(args.max_steps, self.step, args.quiet, enabled=self.is_main, deadline=deadline)
+        if valid_minutes:
+            self.clock = ValidationClock(start, 60 * valid_minutes, end)
+        progress = Progress(args.max_steps, self.step, args.quiet, enabled=self.is_main, start=start, end=end)
         last_metrics: Dict[str, float] = {}
         window_tokens, window_start = 0, time.monotonic()
         try:
-            while not self._should_stop(deadline):
+            while not self._should_stop(self.clock.train_until() if self.clock and end else end):
                 lr = self.scheduler.get_last_lr()[0]
                 loss, n_tokens = self._train_step()
                 window_tokens += n_tokens * self.dist.world_size
                 self.window = {"loss": self.window["loss"] + loss, "steps": self.window["steps"] + 1}
-                progress.step()
-                if self.step % args.log_interval == 0:
-                    tokens_per_s = window_tokens / max(time.monotonic() - window_start, 1e-9)
-                    mean_loss = self.window["loss"] / self.window["steps"]
-                    progress.show(self.step, mean_loss, lr, tokens_per_s)
-                    if self.is_main:
-                        self.metrics_log.append({"kind": "train", "step": self.step, "epoch": self.stream.epoch,
-                                                 "loss": mean_loss, "lr": lr,
-                                                 "tokens_per_s": tokens_per_s})
+                progress.step(self.step, self.window["loss"] / self.window["steps"], lr)
+                due = self._validation_due(valid_steps)
+                # a validation closes the loss window too, so that a short run's curve has a training point at each
+                if self.step % args.log_interval == 0 or (due and self.window["steps"]):
+                    self._log_train(progress, lr, window_tokens, window_start)
                     window_tokens, window_start = 0, time.monotonic()
-                    self.window = {"loss": 0.0, "steps": 0}
-                if self._validation_due(valid_steps, next_valid_time):
+                if due:
                     last_metrics = self._validate_and_save(progress)
-                    if next_valid_time is not None:
-                        next_valid_time = time.monotonic() + 60 * valid_minutes
             if self.last_valid_step != self.step:
+                if self.window["steps"]:
+                    self._log_train(progress, lr, window_tokens, window_start)
                 last_metrics = self._validate_and_save(progress)
         finally:
             progress.close()
-        if self.is_main and not plot_curves(self.run_dir / "metrics.jsonl", self.run_dir / "curves.png") \
-                and not args.quiet:
+        verdict_lines: List[str] = []
+        if self.is_main:
+            verdict_lines = self._finish(start, last_metrics or self._last_valid_record())
+        return TrainResult(self.run_dir, self.step, self.stream.epoch, dict(self.best), last_metrics, self.model,
+                           verdict_lines)
+
+    def _last_valid_record(self) -> Dict[str, float]:
+        valid = [r for r in self.metrics_log.read() if r.get("kind") == "valid"]
+        return valid[-1] if valid else {}
+
+    def _finish(self, start: float, metrics: Dict[str, float]) -> List[str]:
+        """curves.png, summary.json, and what the user must know: the validations' cost, an undertrained model."""
+        args = self.args
+        if not plot_curves(self.run_dir / "metrics.jsonl", self.run_dir / "curves.png") and not args.quiet:
             print("note: curves.png not drawn: matplotlib is not installed (pip install matplotlib)", file=sys.stderr)
-        return TrainResult(self.run_dir, self.step, self.stream.epoch, dict(self.best), last_metrics, self.model)
+        flag, value = stopped_by(self.step, args.max_steps, args.patience if self.patience_hit else None,
+                                 args.max_minutes)
+        verdict = undertrained(self.step, args.warmup_steps, flag, value, self.cfg.vocab_size, metrics)
+        report_run(self.run_dir, {"step": self.step, "epoch": self.stream.epoch, "stopped_by": flag,
+                                  "best": dict(self.best)}, metrics, time.monotonic() - start, self.clock, verdict,
+                   args.quiet)
+        return verdict.reasons

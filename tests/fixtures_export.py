@@ -12,11 +12,7 @@ import pytest
 
 
 @pytest.fixture(scope="session")
-def tiny_package(tiny_checkpoint, tiny_data_dir, tmp_path_factory) -> Path:
-    """Path of a package exported with --int8 from `tiny_checkpoint` (fixtures_training.py)."""
-    from seq2onnx.export.commands import ExportOptions, run_export
-
-    out = tmp_path_factory.mktemp("tiny_package") / "model"
-    run_export(ExportOptions(checkpoint=tiny_checkpoint, out_dir=out, int8=True,
-                             parity_data=tiny_data_dir / "valid.tsv"))
-    return out
+def tiny_package(tiny_run) -> Path:
+    """Path of the package exported with --int8 from `tiny_checkpoint`. `tiny_run` (fixtures_training.py) writes it
+    (export_tiny_package): it trains on until the export's parity gates accept the model."""
+    return tiny_run.parent / "package" / "model"

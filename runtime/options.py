@@ -7,6 +7,7 @@ temperature that rounds to 0 in float32 would exhaust memory or turn scores into
 """
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
@@ -178,12 +179,19 @@ class DecodingOptions:
         return self.sampling_topk != 1
 
     @classmethod
-    def from_kwargs(cls, **kwargs: Any) -> "DecodingOptions":
-        """Like the constructor, but an unknown option name is a ValueError listing the known ones."""
+    def from_kwargs(cls, accepts: Optional[Callable[..., Any]] = None, /, **kwargs: Any) -> "DecodingOptions":
+        """Like the constructor, but an unknown option name is a ValueError listing the known ones: these options,
+        then the keyword arguments of `accepts`, the API method whose **decoding these are, read from its
+        signature (its parameters with a default), so that the list can drift from neither."""
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(kwargs) - known)
         if unknown:
-            raise OptionError(f"unknown decoding option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+            own = [] if accepts is None else sorted(
+                name for name, p in inspect.signature(accepts).parameters.items()
+                if p.default is not p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+            also = f"; and {accepts.__name__}'s own: {', '.join(own)}" if own else ""
+            raise OptionError(f"unknown decoding option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+                              + also)
         return cls(**kwargs)
 
     def to_dict(self) -> Dict[str, Any]:

@@ -341,7 +341,7 @@ class Translator:
         default keeps memory flat however many sources; 0 decodes them all in one batch.
         constraint_ids: per source its phrases (id lists, or None), which every hypothesis must hold
         (translate_batch's constraints; Hypothesis.missing_constraints counts those it does not)."""
-        options = DecodingOptions.from_kwargs(**decoding)
+        options = DecodingOptions.from_kwargs(self.translate_ids, **decoding)
         sources = self._check_id_batch(sources, max_batch_size, batch_type)
         cfg = self.config
         if target_prefix_ids is not None:
@@ -386,7 +386,7 @@ class Translator:
         first piece a word start); beam search only (beam_size >= 2), with dynamic beam allocation
         (runtime/constraints.py). TranslationResult.constraints_met says per hypothesis whether it holds them all:
         False only when no hypothesis within the length limit does (docs/CONTRACTS.md, "Terminology constraints")."""
-        options = DecodingOptions.from_kwargs(**decoding)       # bad options fail before any work
+        options = DecodingOptions.from_kwargs(self.translate_batch, **decoding)       # bad options fail before any work
         if not isinstance(return_alignment, bool):
             raise OptionError(Arg("return_alignment"), f" must be True or False, got {return_alignment!r}")
         if (options.return_attention or return_alignment) and not self.engine.has_attention:
@@ -492,7 +492,7 @@ class Translator:
         """
         if decoding.get("num_hypotheses", 1) != 1:
             raise OptionError("generate_tokens streams one hypothesis: ", Arg("num_hypotheses"), " must be 1")
-        options = DecodingOptions.from_kwargs(**decoding)
+        options = DecodingOptions.from_kwargs(self.generate_tokens, **decoding)
         (text,) = self._check_texts([text])
         phrases = self._constraint_ids(None if constraints is None else [constraints], 1)
         if phrases is not None and any(phrases):

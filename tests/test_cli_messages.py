@@ -249,3 +249,24 @@ def test_progress_of_a_pipe_has_no_total():
     with open(read, "rb") as source:
         shown = progress_shown(source, 50, 2)
     assert "50 lines, " in shown and "100 lines, " in shown and "%" not in shown
+
+
+# --- the list of known decoding options -------------------------------------------------------------------
+@pytest.mark.parametrize("call, own", [
+    (lambda tr, **kw: tr.translate_batch(["seven"], **kw), {"return_scores", "constraints", "target_prefix",
+                                                            "max_batch_size", "batch_type", "max_input_length"}),
+    (lambda tr, **kw: tr.translate("seven", **kw), {"return_scores", "constraints", "target_prefix"}),
+    (lambda tr, **kw: tr.translate_ids([[5, 2]], **kw), {"constraint_ids", "target_prefix_ids", "max_batch_size"}),
+    (lambda tr, **kw: list(tr.generate_tokens("seven", **kw)), {"max_input_length", "target_prefix", "constraints"}),
+])
+def test_an_unknown_option_lists_every_keyword_the_call_accepts(call, own):
+    tr = Translator(SHIPPED, device="cpu")
+    with pytest.raises(ValueError, match="^unknown decoding option") as e:
+        call(tr, beam_szie=4)
+    listed = set(re.split(r"; known: |; and \w+'s own: |, ", str(e.value))[1:])
+    assert own <= listed and {"beam_size", "sampling_topk", "return_attention"} <= listed
+    for name in listed:                                  # each one listed is taken: any error names its value
+        try:
+            call(tr, **{name: None})
+        except Exception as refused:                     # noqa: BLE001 - None is a bad value for most of them
+            assert "unknown decoding option" not in str(refused), name

@@ -213,9 +213,13 @@ Integers 0..999,999 in the forms people type: words in lower, Title or UPPER cas
 its input, so case cannot change a translation), a hyphen or a space between tens and units, with or
 without "and", with or without the comma after the thousands, "a hundred" / "a thousand" for one hundred /
 one thousand; or digits, with or without thousands separators. The output is German as `num2words` writes
-it (`lang="de"`). Text outside that (a million, negatives, fractions, other words) is outside the domain:
-the model still answers with some German number, as the table at the end shows, so check inputs first if
-that matters.
+it (`lang="de"`). Text outside that (a million, negatives, fractions, other words) is outside the domain,
+and the model cannot tell: it answers with a German-looking string or a wrong number, scored about as well
+as a right answer, as the table at the end shows. A character its tokenizer never saw (the `m` of
+"million", the `p` of "point", `.`, another script) becomes the `<unk>` piece, which
+`TranslationResult.source_unknown_tokens` counts and `seq2onnx translate` warns about, naming the line;
+words spelled from characters it knows (`hello world`, `the cat`, `-5`) pass unflagged, so check inputs
+first if that matters.
 
 ## Exact match by form, measured through `seq2onnx translate`
 Every number 0..999 (all in the training split, in random forms; the inputs a user tries first):

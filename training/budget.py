@@ -6,8 +6,9 @@ so that validations do not push the later ones back, and all of them together ta
 the time:
 - The validation loss over the whole validation set is cheap (one forward pass per batch); the greedy decode
   for BLEU / chrF / exact match is the cost. The first validation decodes the validation sentences in file order,
-  DECODE_CHUNK at a time, while the next chunk fits in DECODE_TARGET of VALID_SHARE of the interval (at the pace
-  measured so far, the loss's time deducted); at least one chunk, at most --valid-decode-max. The count it reaches is kept for the
+  FIRST_CHUNK, then DECODE_CHUNK at a time while the next chunk fits in DECODE_TARGET of VALID_SHARE of the
+  interval (at the pace measured so far, the loss's time deducted); at least FIRST_CHUNK, at most
+  --valid-decode-max. The count it reaches is kept for the
   rest of the run (and in the checkpoint), so every validation scores the same sentences and scores compare.
 - A validation never starts before the moment when, its own cost (the last one's) included, validations would
   still take at most VALID_SHARE of the time since the start: when they cost more (a slow validation loss, a
@@ -26,7 +27,8 @@ VALID_SHARE = 0.2          # validations take at most this share of the time
 DECODE_TARGET = 0.75       # the first decode aims at this part of the share (after the loss); the rest is headroom
                            # for the checkpoint writes and for decodes that vary from one validation to the next
 PLANNED_VALIDATIONS = 10   # under --max-minutes alone: one every tenth of the budget, the last at its end
-DECODE_CHUNK = 32          # validation sentences greedy-decoded at a time (the unit the decode count grows by)
+FIRST_CHUNK = 8            # the first validation decodes this many sentences before it knows their cost ...
+DECODE_CHUNK = 32          # ... then this many at a time, while the next chunk fits
 
 
 def next_chunk_fits(decoded: int, chunk: int, seconds: float, allowance: float) -> bool:

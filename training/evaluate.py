@@ -8,7 +8,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 import sacrebleu
 import torch
 
-from .budget import DECODE_CHUNK, next_chunk_fits
+from .budget import DECODE_CHUNK, FIRST_CHUNK, next_chunk_fits
 from .data import Example, collate, make_batches
 from .model import Transformer
 from .optim import label_smoothed_loss
@@ -58,16 +58,16 @@ def greedy_translations(model: Transformer, tok: Tokenizer, sources: Sequence[Li
 
 def greedy_translations_within(model: Transformer, tok: Tokenizer, sources: Sequence[List[int]], max_len: int,
                                allowance: float, on_batch: Optional[Callable[[int], None]] = None) -> List[str]:
-    """Greedy-decode the first sources, in their order, DECODE_CHUNK at a time while the next chunk fits in
-    `allowance` seconds at the pace so far (training/budget.py) -> the texts of those decoded (at least one chunk)."""
+    """Greedy-decode the first sources, in their order: FIRST_CHUNK, then DECODE_CHUNK at a time while the next
+    chunk fits in `allowance` seconds at the pace so far (training/budget.py) -> the texts of those decoded."""
     out: List[str] = []
     began = time.monotonic()
     while len(out) < len(sources):
-        chunk = sources[len(out):len(out) + DECODE_CHUNK]
+        chunk = sources[len(out):len(out) + (DECODE_CHUNK if out else FIRST_CHUNK)]
         if not next_chunk_fits(len(out), len(chunk), time.monotonic() - began, allowance):
             break
         done = len(out)
-        out += greedy_translations(model, tok, chunk, max_len, batch_size=DECODE_CHUNK,
+        out += greedy_translations(model, tok, chunk, max_len, batch_size=len(chunk),
                                    on_batch=None if on_batch is None else lambda n: on_batch(done + n))
     return out
 

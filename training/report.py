@@ -49,8 +49,8 @@ def undertrained(step: int, warmup_steps: int, stopped_by: str, stop_value: Any,
     v = Verdict()
     if step < warmup_steps:
         v.reasons.append(f"still in warm-up: it stopped at step {step}, and the learning rate rises until step "
-                         f"{warmup_steps} (--warmup-steps {warmup_steps}): it had reached "
-                         f"{step / warmup_steps:.0%} of its peak")
+                         f"{warmup_steps} (--warmup-steps {warmup_steps}): it had reached {step}/{warmup_steps} "
+                         "of its peak")
     bleu = metrics.get("bleu")
     if bleu is not None and bleu < BLEU_UNTRAINED:
         v.reasons.append(f"BLEU {bleu:.1f} on the {int(metrics.get('n_decoded', 0))} validation sentences decoded")
@@ -89,7 +89,8 @@ def report_run(run_dir: os.PathLike, summary: Dict[str, Any], metrics: Dict[str,
         planned = f" of the {clock.planned} planned" if short else ""
         why = (f" (spaced out: each took about {clock.last:.1f} s, and validations may take at most "
                f"{clock.share:.0%} of the time)" if clock.spaced else "")
-        print(f"validated {clock.count} times{planned} in {clock.spent:.0f} s of {seconds:.0f} s "
+        times = "once" if clock.count == 1 else f"{clock.count} times"
+        print(f"validated {times}{planned} in {clock.spent:.0f} s of {seconds:.0f} s "
               f"({clock.spent / max(seconds, 1e-9):.0%}){why}", file=sys.stderr)
     for line in verdict.lines():
         print(line, file=sys.stderr)

@@ -77,6 +77,9 @@ def curves_figure(records: List[Dict[str, Any]]):
         ax.set_xlabel("step")
         ax.set_ylabel(ylabel)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        xs = [x for drawn in ax.get_lines() for x in drawn.get_xdata()]
+        if xs and min(xs) == max(xs):                   # one validation: whole steps around it, not 0.945 ... 1.05
+            ax.set_xlim(xs[0] - 1, xs[0] + 1)
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend()
@@ -89,6 +92,9 @@ def curves_figure(records: List[Dict[str, Any]]):
     ax = axes[0]
     line(ax, train, "loss", "training (mean since the point before)")
     line(ax, valid, "loss", "validation", marker="s")
+    losses = [r["loss"] for r in train + valid]
+    if losses and max(losses) - min(losses) < 0.2:     # nearly flat (a run of a few steps): no 4-decimal ticks
+        ax.set_ylim(min(losses) - 0.1, max(losses) + 0.1)
     style(ax, "Loss (label-smoothed, per target token)", "loss")
     if scored:
         n = int(scored[-1].get("n_decoded", 0))

@@ -88,7 +88,8 @@ def report_run(run_dir: os.PathLike, summary: Dict[str, Any], metrics: Dict[str,
         short = summary.get("stopped_by") == "--max-minutes" and clock.planned and clock.count < clock.planned
         planned = f" of the {clock.planned} planned" if short else ""
         why = (f" (spaced out: each took about {clock.last:.1f} s, and validations may take at most "
-               f"{clock.share:.0%} of the time)" if clock.spaced else "")
+               f"{clock.share:.0%} of the time; a smaller --valid set, a lower --valid-decode-max or a longer "
+               "--max-minutes validates more often)" if clock.spaced else "")
         times = "once" if clock.count == 1 else f"{clock.count} times"
         print(f"validated {times}{planned} in {clock.spent:.0f} s of {seconds:.0f} s "
               f"({clock.spent / max(seconds, 1e-9):.0%}){why}", file=sys.stderr)

@@ -271,8 +271,9 @@ export class Translator {
   }
 
   /** Translate texts; results in the caller's order: [{hypotheses, tokenIds, scores, normalizedScores,
-   * truncated, finished, attention}] (scores and normalizedScores with returnScores, attention with returnAttention,
-   * else null). Options: maxBatchSize,
+   * truncated, finished, attention, sourceUnknownTokens}] (scores and normalizedScores with returnScores, attention
+   * with returnAttention, else null; sourceUnknownTokens: the source pieces the tokenizer cannot cover, its <unk>,
+   * as Python's source_unknown_tokens). Options: maxBatchSize,
    * batchType, maxInputLength, returnScores, targetPrefix and the decoding options (options.js). */
   async translateBatch(texts, options = {}) {
     const [own, decoding] = splitOptions(options, TEXT_DEFAULTS);
@@ -285,7 +286,7 @@ export class Translator {
       targetPrefixIds: prefixes === null ? null : todo.map((i) => prefixes[i]), ...decoding });
     const zero = own.returnScores ? [0.0] : null;
     const results = texts.map(() => ({ hypotheses: [""], tokenIds: [[]], scores: zero, normalizedScores: zero,
-      truncated: false, finished: [true], attention: opts.returnAttention ? [[]] : null }));
+      truncated: false, finished: [true], attention: opts.returnAttention ? [[]] : null, sourceUnknownTokens: 0 }));
     todo.forEach((i, j) => {
       const h = hyps[j];
       results[i] = {
@@ -297,6 +298,7 @@ export class Translator {
         finished: h.map((x) => x.finished),
         // per hypothesis [target tokens][source tokens + EOS] (an empty hypothesis, decoded in 0 steps, has none)
         attention: opts.returnAttention ? h.map((x) => (x.attention ?? []).map((row) => Array.from(row))) : null,
+        sourceUnknownTokens: sources[j].filter((id) => id === this.config.unk_id).length,
       };
     });
     return results;

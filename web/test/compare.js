@@ -17,6 +17,7 @@ export function assertSameTranslations(js, py, texts, { tolerance = 1e-4, label 
     assert.equal(r.tokenIds.length, p.token_ids.length, `${where}: number of hypotheses differs`);
     assert.deepEqual(r.finished.slice(0, n), p.finished.slice(0, n), `${where}: finished differs`);
     assert.equal(r.truncated, p.truncated, `${where}: truncated differs`);
+    assert.equal(r.sourceUnknownTokens, p.source_unknown_tokens, `${where}: sourceUnknownTokens differs`);
     for (const [a, b] of [[r.scores, p.scores], [r.normalizedScores, p.normalized_scores]]) {
       for (let j = 0; j < n; j++) {
         const d = Math.abs(a[j] - b[j]);

@@ -117,6 +117,7 @@ def translate(job: Dict[str, Any]) -> Dict[str, Any]:
         seconds = time.perf_counter() - start
     results = [{"hypotheses": r.hypotheses, "token_ids": r.token_ids, "scores": r.scores,
                 "normalized_scores": r.normalized_scores, "finished": r.finished, "truncated": r.truncated,
+                "source_unknown_tokens": r.source_unknown_tokens,
                 "attention": r.attention}
                for r in out]
     return {"results": results, "warnings": [str(w.message) for w in caught], "seconds": seconds}

@@ -28,7 +28,8 @@ The engine (session.py) hides where tensors live (numpy on CPU, OrtValues on CUD
         log_probs + bias picked where the log-probs are -> (values [R, k], indices [R, k], present[, attention]);
         beam search then reads [R, 2K] per step instead of [R, V] (picks_on_device says when)
     cross_per_sentence: bool (an engine without it gets a copy per row, which every graph accepts)
-    decoder_path: str, optional: names the decoder graph when it returns NaN log-probs (a ModelPackageError)
+    decoder_path_for(rows) -> str, optional: names the graph that stepped `rows` rows when it returns NaN
+        log-probs (a ModelPackageError); else decoder_path: str, optional
 """
 from __future__ import annotations
 
@@ -56,8 +57,12 @@ class Engine(Protocol):
     def take(self, values: List[Any], index: np.ndarray) -> List[Any]: ...
 
 
-def _broken_graph(engine: Engine) -> ModelPackageError:
-    return ModelPackageError(f"{getattr(engine, 'decoder_path', 'the decoder step graph')} returned NaN or infinite "
+def _broken_graph(engine: Engine, rows: int) -> ModelPackageError:
+    """The error for a step of `rows` rows whose log-probs hold NaN or +inf, naming the graph that ran it (the
+    few-rows step's file for few rows: engine.decoder_path_for)."""
+    path = engine.decoder_path_for(rows) if hasattr(engine, "decoder_path_for") else \
+        getattr(engine, "decoder_path", "the decoder step graph")
+    return ModelPackageError(f"{path} returned NaN or infinite "
                              f"log-probs: the model package is broken; re-export the model")
 
 
@@ -163,7 +168,7 @@ def decode_steps(engine: Engine, config: ModelConfig, sources: Sequence[Sequence
             attention = att[0] if att else None
             # a NaN or +inf logit makes its whole log-softmax row NaN, and so its best value
             if not (values[:, 0] < np.inf).all():
-                raise _broken_graph(engine)
+                raise _broken_graph(engine, len(last))
             advance = partial(search.advance_top_k, values, indices)
         else:
             if options.return_attention:                                        # [R, V], [R, S]
@@ -172,14 +177,14 @@ def decode_steps(engine: Engine, config: ModelConfig, sources: Sequence[Sequence
                 log_probs, past = engine.step(last, encoder_mask, past, cross)  # [R, V]
             # a NaN or +inf logit makes its whole log-softmax row NaN: one column tells, without a pass over [R, V]
             if not (log_probs[:, config.eos_id] < np.inf).all():
-                raise _broken_graph(engine)
+                raise _broken_graph(engine, len(last))
             for apply_filter in filters:
                 apply_filter(log_probs, search.tokens, search.row_example, step)
             advance = partial(search.advance, log_probs)
         try:
             parents = advance(step, attention)                                  # [R']
         except NonFiniteScores:
-            raise _broken_graph(engine) from None
+            raise _broken_graph(engine, len(last)) from None
         yield search
         if len(parents) == 0:
             break
@@ -232,7 +237,7 @@ def score(engine: Engine, config: ModelConfig, sources: Sequence[Sequence[int]],
     for t in range(forced.shape[1]):
         log_probs, past = engine.step(last, encoder_mask, past, cross)      # [n, V]
         if not (log_probs[:, config.eos_id] < np.inf).all():
-            raise _broken_graph(engine)
+            raise _broken_graph(engine, len(last))
         out[:, t] = log_probs[rows, forced[:, t]]
         last = forced[:, t:t + 1]
     return [out[i, :len(x)].tolist() for i, x in enumerate(labels)]

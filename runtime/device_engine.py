@@ -24,8 +24,8 @@ class IoBindingEngine(_Graphs):
 
     def __init__(self, encoder, decoder, config: ModelConfig, device: str = "cuda", device_id: int = 0,
                  providers: Optional[List[Any]] = None, cross_per_sentence: bool = False,
-                 decoder_path: str = "the decoder step graph"):
-        super().__init__(encoder, decoder, config, cross_per_sentence, decoder_path)
+                 decoder_path: str = "the decoder step graph", encoder_path: str = "the encoder graph"):
+        super().__init__(encoder, decoder, config, cross_per_sentence, decoder_path, encoder_path)
         self.device, self.device_id = device, device_id
         self._providers = providers or encoder.get_providers()
         self._graphs: Dict[Tuple, ort.InferenceSession] = {}        # gather_graph.py's, by builder and inputs
@@ -59,7 +59,7 @@ class IoBindingEngine(_Graphs):
         io.bind_cpu_input("attention_mask", attention_mask)
         for name in self.cross_names:
             io.bind_output(name, self.device, self.device_id)
-        self.encoder.run_with_iobinding(io)
+        self.run_bound(self.encoder, io)
         mask = ort.OrtValue.ortvalue_from_numpy(attention_mask, self.device, self.device_id)
         return mask, list(io.get_outputs())
 
@@ -112,7 +112,7 @@ class IoBindingEngine(_Graphs):
             io.bind_ortvalue_input(name, value)
         if with_attention:
             io.bind_output(CROSS_ATTENTION, "cpu")
-        self.decoder.run_with_iobinding(io)
+        self.run_bound(self.decoder, io)
         out = io.get_outputs()
         if self.format_version >= 2:
             present = _DeviceCache(past, past.length + 1)

@@ -1,7 +1,8 @@
 """Read and check a model package folder (docs/CONTRACTS.md, "Model package"; docs/SECURITY.md).
 
     read_package(dir)            manifest.json (at most MAX_MANIFEST_BYTES, nested at most MAX_JSON_DEPTH
-                                 deep): its schema, every field's type and range, format_version; every
+                                 deep, strings of at most MAX_STRING_CHARS, at most MAX_FILES files and
+                                 MAX_VARIANTS variants): its schema, every field's type and range, format_version; every
                                  listed file present, a regular file (no symbolic link) of its size;
                                  ModelConfig; the tokenizer (its SHA-256 checked, its vocab and special
                                  tokens against the config)
@@ -27,7 +28,7 @@ import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Set, Tuple, Union
 
 from tokenizers import Tokenizer
 
@@ -46,9 +47,13 @@ MANIFEST = "manifest.json"
 # unfinished staging folder) and .OUT_DIR.old-PID-XXXX (the previous package, renamed aside for --overwrite)
 _EXPORT_LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?P<kind>partial|old)-\d+-")
 
-# Limits on what a model folder may hold (docs/SECURITY.md). A real manifest is ~10 kB and 6 levels deep.
+# Limits on what a model folder may hold (docs/SECURITY.md). A real manifest is ~10 kB and 6 levels deep, lists
+# 8 files and 3 variants (fp32, int8, fp16), and its longest string is a path of ~100 characters.
 MAX_MANIFEST_BYTES = 1 << 20
 MAX_JSON_DEPTH = 32
+MAX_STRING_CHARS = 4096                 # any string of the manifest, keys included (PATH_MAX for a path)
+MAX_FILES = 64                          # entries of 'files'
+MAX_VARIANTS = 32                       # entries of 'variants'
 MAX_FILE_BYTES = (1 << 31) - 1          # protobuf's limit: onnxruntime loads no larger graph (without external data)
 MAX_TOKENIZER_BYTES = 1 << 28           # 256 MiB; a 250k-piece tokenizer.json is ~30 MB
 SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -95,6 +100,7 @@ class ModelPackage:
     # False for packages exported before that contract: they take a copy per row (docs/CONTRACTS.md)
     cross_per_sentence: bool = False
     verify: bool = True          # read_file checks SHA-256s
+    _verified: Set[str] = dataclasses.field(default_factory=set, repr=False)   # files verify_variant checked
 
     @property
     def format_version(self) -> int:
@@ -142,10 +148,14 @@ class ModelPackage:
         return data
 
     def verify_variant(self, name: str) -> None:
-        self.read_variant(name, verify=True)
-        few_rows = self.variants[name].few_rows
-        if few_rows is not None:
-            self.read_graph(few_rows.decoder_step, verify=True)
+        """read_graph, SHA-256 checked, of each graph of the variant not verified before by this package object:
+        variants may share files, and each file is read and hashed once (12,000 variants of the same two graphs
+        made `seq2onnx info` hash them 12,000 times, 110 s)."""
+        v = self.variants[name]
+        for path in (v.encoder, v.decoder_step) + ((v.few_rows.decoder_step,) if v.few_rows else ()):
+            if path.name not in self._verified:
+                self.read_graph(path, verify=True)
+                self._verified.add(path.name)
 
 
 def sha256_of(path: Path, chunk: int = 1 << 20) -> str:
@@ -222,16 +232,35 @@ def _field(obj: Dict[str, Any], key: str, kind: type, where: Path, name: Optiona
     return value
 
 
-def _json_depth_over(value: Any, limit: int) -> bool:
-    """Does `value` nest lists and objects deeper than `limit` levels?"""
+_TOO_DEEP = f"nests lists and objects more than {MAX_JSON_DEPTH} levels deep, deeper than a manifest"
+
+
+def _json_over_limits(value: Any) -> Optional[str]:
+    """What in `value` (parsed JSON) goes past MAX_JSON_DEPTH levels of lists and objects or MAX_STRING_CHARS
+    characters in a string (a value or a key), or None. One pass, linear in the size of `value`."""
     stack = [(value, 1)]
     while stack:
         value, depth = stack.pop()
-        if isinstance(value, (dict, list)):
-            if depth > limit:
-                return True
+        if isinstance(value, str):
+            if len(value) > MAX_STRING_CHARS:
+                return f"holds a string of {len(value)} characters (starting {_short(value[:40])}), more than a " \
+                       f"manifest's {MAX_STRING_CHARS}"
+        elif isinstance(value, (dict, list)):
+            if depth > MAX_JSON_DEPTH:
+                return _TOO_DEEP
+            if isinstance(value, dict):
+                stack.extend((k, depth) for k in value)
             stack.extend((v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
-    return False
+    return None
+
+
+def _count(obj: Dict[str, Any], key: str, limit: int, where: Path) -> Dict[str, Any]:
+    """obj[key], an object of at most `limit` entries."""
+    entries = _field(obj, key, dict, where)
+    if len(entries) > limit:
+        raise ModelPackageError(f"{where}: '{key}' has {len(entries)} entries, more than a package holds ({limit}): "
+                                f"this is not a seq2onnx model package; {REEXPORT}")
+    return entries
 
 
 def _interrupted_export(root: Path) -> str:
@@ -277,16 +306,16 @@ def _read_manifest(root: Path) -> Dict[str, Any]:
     if len(data) > MAX_MANIFEST_BYTES:
         raise ModelPackageError(f"{path} has more than {MAX_MANIFEST_BYTES} bytes, more than a manifest holds: "
                                 f"this is not a seq2onnx model package; {REEXPORT}")
-    too_deep = (f"{path} nests lists and objects more than {MAX_JSON_DEPTH} levels deep, deeper than a manifest: "
-                f"this is not a seq2onnx model package; {REEXPORT}")
     try:
         manifest = json.loads(data.decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as e:
         raise ModelPackageError(f"{path} is not valid JSON ({e}); {REEXPORT}") from e
     except RecursionError:                               # deeper than the parser goes (~1000 levels)
-        raise ModelPackageError(too_deep) from None
-    if _json_depth_over(manifest, MAX_JSON_DEPTH):
-        raise ModelPackageError(too_deep)
+        manifest, over = None, _TOO_DEEP
+    else:
+        over = _json_over_limits(manifest)
+    if over:
+        raise ModelPackageError(f"{path} {over}: this is not a seq2onnx model package; {REEXPORT}")
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         got = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
         raise ModelPackageError(f"{path}: format is {_short(got)}, not {FORMAT!r}: this is not a seq2onnx model "
@@ -314,7 +343,7 @@ def _read_config(where: Path, manifest: Dict[str, Any]) -> ModelConfig:
 
 def _check_files(root: Path, manifest: Dict[str, Any]) -> None:
     where = root / MANIFEST
-    files = _field(manifest, "files", dict, where)
+    files = _count(manifest, "files", MAX_FILES, where)
     for name, entry in files.items():
         if not FILE_NAME.fullmatch(name) or name in (".", "..", MANIFEST):
             raise ModelPackageError(f"{where}: bad file name {_short(name)} in 'files'; {REEXPORT}")
@@ -335,7 +364,7 @@ def _check_files(root: Path, manifest: Dict[str, Any]) -> None:
 def _read_variants(root: Path, manifest: Dict[str, Any]) -> Dict[str, Variant]:
     where = root / MANIFEST
     variants: Dict[str, Variant] = {}
-    for name, entry in _field(manifest, "variants", dict, where).items():
+    for name, entry in _count(manifest, "variants", MAX_VARIANTS, where).items():
         field = f"variants[{_short(name)}]"
         if not isinstance(entry, dict):
             raise ModelPackageError(f"{where}: {field} is not an object; {REEXPORT}")

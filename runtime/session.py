@@ -24,7 +24,7 @@ import onnxruntime as ort
 
 from .cache_memory import Cache, CachePool, SpareMemory
 from .config import ModelConfig
-from .errors import ModelPackageError, Seq2OnnxError
+from .errors import ModelPackageError, Seq2OnnxError, graph_run_error, onnxruntime_problem
 from .gather_graph import gather_model_bytes
 from .graph_io import CROSS_ATTENTION, ID_INPUTS, PAST_LENGTH, GraphNames, cache_names
 from .manifest import version_text
@@ -38,6 +38,12 @@ OPTIMIZATION_LEVELS = {
     "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
     "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
 }
+# onnxruntime's own log, for the sessions of a package's graphs: fatal only (4). Its C++ logger writes straight to
+# stderr, coloured, with the graph's names as they are (an initializer named with escape sequences set the terminal's
+# title and cleared the screen at load), out of reach of Python's logging. What its warnings and errors say is either
+# noise for these graphs (unused initializers removed, nodes placed on the CPU, CUDA's ScatterND note) or comes back
+# as the exception the call raises, which the runtime reports as one line naming the graph (graph_run_error).
+ORT_LOG_SEVERITY = 4
 
 
 @dataclass(frozen=True)
@@ -52,6 +58,8 @@ class SessionConfig:
         """spinning (SPINNING): "off": the session's idle intra-op threads sleep at once; "in_run": they spin within a
         run and sleep between runs; "always": they spin between runs too."""
         so = ort.SessionOptions()
+        so.log_severity_level = ORT_LOG_SEVERITY
+        so.logid = "seq2onnx"
         so.intra_op_num_threads = self.intra_threads
         so.inter_op_num_threads = self.inter_threads
         so.execution_mode = ort.ExecutionMode.ORT_PARALLEL if self.inter_threads > 1 else ort.ExecutionMode.ORT_SEQUENTIAL
@@ -203,7 +211,7 @@ def open_session(path: Any, graph: str, config: ModelConfig, sc: SessionConfig, 
             sess = ort.InferenceSession(str(path) if data is None else data, providers=sc.providers(),
                                         sess_options=sc.session_options(spinning or SPINNING[graph]))
     except Exception as e:  # noqa: BLE001 - onnxruntime raises several types for a bad file
-        raise ModelPackageError(f"{path}: onnxruntime cannot load it ({str(e).splitlines()[0]}); "
+        raise ModelPackageError(f"{path}: onnxruntime cannot load it ({onnxruntime_problem(e)}); "
                                 f"re-export the model") from e
     if sc.device == "cuda" and "CUDAExecutionProvider" not in sess.get_providers():
         raise Seq2OnnxError(f"{path}: the CUDA provider did not start for this graph; use device 'cpu'")
@@ -274,11 +282,13 @@ class _Graphs:
     between a sentence's beams instead of copying them per row (runtime/decoding.py)."""
 
     def __init__(self, encoder: ort.InferenceSession, decoder: ort.InferenceSession, config: ModelConfig,
-                 cross_per_sentence: bool = False, decoder_path: str = "the decoder step graph"):
+                 cross_per_sentence: bool = False, decoder_path: str = "the decoder step graph",
+                 encoder_path: str = "the encoder graph"):
         self.format_version = graph_format(decoder)        # 2: fixed-capacity cache written in place
         io = expected_io(config, self.format_version)
         self.encoder, self.decoder, self.config = encoder, decoder, config
-        self.decoder_path = decoder_path                 # names the graph in errors (decoding.py: NaN log-probs)
+        self.decoder_path = decoder_path                 # the step graph's file, for errors
+        self.graph_paths = {id(encoder): encoder_path, id(decoder): decoder_path}  # by session: names it in errors
         self.cross_per_sentence = cross_per_sentence
         self.cross_names = io["encoder"][1]
         self.past_names = cache_names("past", config.decoder_layers)
@@ -296,6 +306,21 @@ class _Graphs:
     def decoder_for(self, rows: int) -> ort.InferenceSession:
         """The session that steps `rows` rows: the few-rows step up to its max_rows, else the step."""
         return self.few_rows[0] if self.few_rows and rows <= self.few_rows[1] else self.decoder
+
+    def decoder_path_for(self, rows: int) -> str:
+        """The file of the graph that steps `rows` rows (decoder_for): what an error about a step's output names."""
+        return self.graph_paths[id(self.decoder_for(rows))]
+
+    def run_error(self, session: ort.InferenceSession, e: BaseException) -> Seq2OnnxError:
+        """The one-line error for `session` failing to run (errors.graph_run_error), naming its graph file."""
+        return graph_run_error(self.graph_paths.get(id(session), "a graph of the package"), e)
+
+    def run_bound(self, session: ort.InferenceSession, io: ort.IOBinding) -> None:
+        """session.run_with_iobinding(io); a failure is one line naming the graph (run_error), not onnxruntime's."""
+        try:
+            session.run_with_iobinding(io)
+        except Exception as e:  # noqa: BLE001 - onnxruntime raises several types (Fail, InvalidArgument, ...)
+            raise self.run_error(session, e) from e
 
     def no_attention_error(self) -> Seq2OnnxError:
         return Seq2OnnxError(f"{self.decoder_path} has no cross-attention output (a format_version 1 package): "
@@ -337,9 +362,13 @@ class ArrayEngine(_Graphs):
             raise ModelPackageError(f"{path}: a few-rows decoder step needs a format_version 2 package and the "
                                     f"caches of its decoder step; re-export the model")
         self.few_rows = (session, max_rows)
+        self.graph_paths[id(session)] = str(path)
 
     def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> Tuple[np.ndarray, List[np.ndarray]]:
-        cross = self.encoder.run(self.cross_names, {"input_ids": input_ids, "attention_mask": attention_mask})
+        try:
+            cross = self.encoder.run(self.cross_names, {"input_ids": input_ids, "attention_mask": attention_mask})
+        except Exception as e:  # noqa: BLE001 - onnxruntime raises several types (Fail, InvalidArgument, ...)
+            raise self.run_error(self.encoder, e) from e
         return attention_mask, cross
 
     def step(self, input_ids, encoder_mask, past, cross, with_attention: bool = False):
@@ -367,7 +396,7 @@ class ArrayEngine(_Graphs):
             io.bind_cpu_input(name, value)
         for name, value in zip(["log_probs"] + self.present_names, [log_probs] + list(present)):
             io.bind_output(name, "cpu", 0, np.float32, value.shape, value.ctypes.data)
-        self.decoder.run_with_iobinding(io)
+        self.run_bound(self.decoder, io)
         return log_probs, present
 
     def _step_fixed(self, input_ids, encoder_mask, past, cross, with_attention: bool):
@@ -392,7 +421,7 @@ class ArrayEngine(_Graphs):
             binding.bind(name, value)
         for name, value in outputs:
             binding.bind(name, value, output=True)
-        decoder.run_with_iobinding(binding.io)
+        self.run_bound(decoder, binding.io)
         present = Cache(list(cache), pool, cache.which, cache.length + 1)
         if with_attention:
             return log_probs, present, attention.copy()
@@ -454,8 +483,9 @@ def open_engine(encoder_path: Any, decoder_path: Any, config: ModelConfig, sc: S
     if sc.device == "cuda":
         from .device_engine import IoBindingEngine     # it builds on _Graphs, from here
         return IoBindingEngine(encoder, decoder, config, "cuda", sc.device_id, sc.providers(), cross_per_sentence,
-                               str(decoder_path))
-    engine = ArrayEngine(encoder, decoder, config, cross_per_sentence, str(decoder_path), copy_threads=sc.copy_threads())
+                               str(decoder_path), encoder_path=str(encoder_path))
+    engine = ArrayEngine(encoder, decoder, config, cross_per_sentence, str(decoder_path), str(encoder_path),
+                         copy_threads=sc.copy_threads())
     if few_rows is not None:
         path, max_rows = few_rows
         few_session = session(path, "decoder_step", engine.format_version, SPINNING["few_rows"])

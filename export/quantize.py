@@ -6,6 +6,13 @@ int8  (--int8): dynamic quantisation of the MatMul weights (onnxruntime.quantiza
       Weights are quantised per output channel (PER_CHANNEL), one scale per column: on the trained tiny
       test model its beam-4 hypotheses match fp32 at 0.98 (per tensor: 0.91) and its top-1 agreement on
       synthetic sources is 0.996 (per tensor: 0.992); greedy tokens on real sentences match with both.
+      Weights are 7-bit (REDUCE_RANGE, onnxruntime's reduce_range=True: int8 values in -64..63). onnxruntime's
+      u8s8 GEMM on AVX2 CPUs without VNNI multiplies with VPMADDUBSW, whose 16-bit sums of two products
+      saturate at 32767 with full 8-bit weights (255*127*2 > 32767): the same package then gave other tokens
+      there than on AVX512/VNNI CPUs (numbers-en-de: "zero" -> "nulll" on an AVX2 AMD EPYC). With 7-bit
+      weights a pair sum is at most 255*64*2 < 32767, so every int32 accumulation is exact on AVX2, AVX512
+      and VNNI alike: the integer part of an int8 step no longer depends on the CPU (onnxruntime's
+      quantization docs advise reduce_range for these CPUs); only the fp32 parts' rounding remains.
       quantize_dynamic rewrites every Gemm as a MatMul, transposing its weight in place: with tied
       embeddings that weight is also the embedding table of a Gather, which it would break. So a Gemm
       weight shared with other nodes gets its own copy first (`untie_gemm_weights`): the output
@@ -33,6 +40,7 @@ from typing import Sequence
 import onnx
 
 PER_CHANNEL = True
+REDUCE_RANGE = True                 # 7-bit weights: exact int32 sums on AVX2 as on VNNI (module docstring)
 QUANTIZED_OPS = ["MatMul"]
 FEW_ROWS_BITS, FEW_ROWS_ACCURACY_LEVEL = 8, 4
 FEW_ROWS_BLOCK = 256                # MatMulNBits' largest block: 256 beat 128 at 1 row (base dims)
@@ -70,7 +78,7 @@ def untie_gemm_weights(model: onnx.ModelProto) -> int:
     return copies
 
 
-def quantize_int8(src: Path, dst: Path, per_channel: bool = PER_CHANNEL) -> None:
+def quantize_int8(src: Path, dst: Path, per_channel: bool = PER_CHANNEL, reduce_range: bool = REDUCE_RANGE) -> None:
     """src fp32 .onnx -> dst with int8 MatMul weights (weights inside the file)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -83,7 +91,7 @@ def quantize_int8(src: Path, dst: Path, per_channel: bool = PER_CHANNEL) -> None
         onnx.save(model, cleaned)
         logging.disable(logging.WARNING)   # it advises pre-processing on the root logger, every time
         quantize_dynamic(cleaned, str(dst), op_types_to_quantize=QUANTIZED_OPS, per_channel=per_channel,
-                         weight_type=QuantType.QInt8, use_external_data_format=False)
+                         weight_type=QuantType.QInt8, reduce_range=reduce_range, use_external_data_format=False)
     finally:
         logging.disable(logging.NOTSET)
         os.unlink(cleaned)

@@ -99,7 +99,8 @@ def check_ids(arg: Arg, value: Any, vocab_size: int, most: int, least: int = 0, 
         ids = np.asarray(value)
     except ValueError:                                  # ragged: a list inside
         ids = np.asarray(value, dtype=object)
-    if len(value) and (ids.ndim != 1 or ids.dtype.kind not in "iu"):
+    if len(value) and (ids.ndim != 1 or ids.dtype.kind not in "iu"
+                       or (not isinstance(value, np.ndarray) and any(type(x) is bool for x in value))):
         bad = next((x for x in value if not isinstance(x, (int, np.integer)) or isinstance(x, bool)), value[0])
         raise OptionTypeError(arg, f" must hold ids (int), got {bad!r} ({type(bad).__name__})")
     if len(value) and (ids.min() < 0 or ids.max() >= vocab_size):

@@ -238,8 +238,8 @@ def test_bad_constraints_are_one_line_value_errors(translator, kwargs, message):
 def test_bad_constraint_ids_are_one_line_value_errors(translator):
     cfg = translator.config
     source = [[5, cfg.eos_id]]
-    for ids, message in [([[[cfg.eos_id]]], "holds the id"), ([[[cfg.vocab_size]]], "holds the id"),
-                         ([[[]]], "non-empty list of ids"), ([[[5]], [[6]]], "one per source")]:
+    for ids, message in [([[[cfg.eos_id]]], "holds the id"), ([[[cfg.vocab_size]]], "holds an id outside"),
+                         ([[[]]], r"must hold 1\.\.\d+ ids, got 0"), ([[[5]], [[6]]], "one per source")]:
         with pytest.raises(ValueError, match=message) as caught:
             translator.translate_ids(source, beam_size=2, constraint_ids=ids)
         assert "\n" not in str(caught.value)

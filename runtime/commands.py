@@ -277,10 +277,10 @@ def _load_translator(args: Any) -> Tuple[Any, int]:
         raise Seq2OnnxError(_cli_message(e)) from e
     for w in caught:                                   # e.g. an int8 variant exported without its check
         warn(str(w.message))
-    try:                                                # what the vocabulary cannot spell, before any line is read
+    try:                                # what the vocabulary cannot spell, or too much work, before any line is read
         tr._prefixes(None if getattr(args, "target_prefix", None) is None else [args.target_prefix], 1)
         if getattr(args, "constraints", None):
-            check_work("constraints", tr._constraint_ids([args.constraints], 1), args.beam_size)
+            check_work("constraints", tr._constraint_ids([args.constraints], 1), _beam_size(args))
     except ValueError as e:
         raise Seq2OnnxError(_cli_message(e)) from e
     limit = tr.config.max_positions if args.max_input_length is None else args.max_input_length

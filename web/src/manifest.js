@@ -115,7 +115,7 @@ async function readManifest(platform, root) {
   const version = manifest.format_version;
   if (!isInteger(version) || !READ_FORMAT_VERSIONS.includes(version)) {
     const newer = isInteger(version) && version > Math.max(...READ_FORMAT_VERSIONS);
-    const fix = newer ? "upgrade the seq2onnx JS package (npm install seq2onnx@latest)" : REEXPORT;
+    const fix = newer ? "upgrade the seq2onnx JS package (update its checkout, then npm install it again)" : REEXPORT;
     throw new ModelPackageError(`${where}: format_version ${short(version)} is unknown; this runtime reads ` +
       `format_version ${READ_FORMAT_VERSIONS.join(" and ")}: ${fix}`);
   }

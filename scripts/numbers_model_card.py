@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import platform
 import subprocess
 import sys
@@ -97,6 +98,36 @@ def train_wall_seconds(run: Path) -> float:
     return (run / "last.pt").stat().st_mtime - (run / "config.json").stat().st_mtime
 
 
+def training_facts(card: Path) -> Tuple[str, str]:
+    """(the training wall time, the validation curve) as an earlier MODEL_CARD.md of the run states them."""
+    text = card.read_text(encoding="utf-8")
+    wall = re.search(r"checkpoint\): (.+?), tokenizer training included", text, re.S)
+    curve = re.search(r"by step: (.+?)\.\n", text)
+    if not wall or not curve:
+        sys.exit(f"{card}: no training wall time or validation curve found: pass --run or the card of that run")
+    return wall.group(1), curve.group(1)
+
+
+def int8_weights(variants: Dict) -> str:
+    """How the int8 variant's weights were made, from its manifest record (export/quantize.py)."""
+    q = variants.get("int8", {}).get("quantization") or {}
+    reduced = ", reduce_range: the same integers on AVX2, AVX512 and VNNI CPUs" if q.get("reduce_range") else ""
+    return f"{'per-channel ' if q.get('per_channel') else ''}{'7-bit' if reduced else 'int8'} weights{reduced}"
+
+
+def recovered_note(meta: Dict, manifest: Dict) -> str:
+    """A paragraph when the exported checkpoint was recovered from an earlier package's fp32 graphs."""
+    source = meta.get("recovered_from")
+    if not source:
+        return ""
+    return (f"\nThis package was re-exported ({manifest.get('created')}) from the checkpoint "
+            "recovered from the fp32 graphs of the package exported on "
+            f"{source.get('package_created')} from `{source.get('source_checkpoint')}` "
+            "(scripts/checkpoint_from_package.py: every weight read back from those graphs, the recovered model "
+            "held to the fp32 parity gate against them); the training facts above are that run's, as its card "
+            "stated them.\n")
+
+
 def case_name(row: Dict) -> str:
     return f"{row['compute_type']} {'greedy' if row['beam_size'] == 1 else 'beam ' + str(row['beam_size'])}"
 
@@ -127,7 +158,10 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", type=Path, required=True)
     p.add_argument("--data", type=Path, required=True)
-    p.add_argument("--run", type=Path, required=True)
+    p.add_argument("--run", type=Path, help="the training run folder (metrics.jsonl, config.json, last.pt)")
+    p.add_argument("--earlier-card", type=Path, metavar="MODEL_CARD.md",
+                   help="without --run (a checkpoint recovered from a package: scripts/checkpoint_from_package.py): "
+                        "the training wall time and validation curve are copied from this card of that run")
     p.add_argument("--checkpoint", type=Path, required=True, help="the checkpoint that was exported")
     p.add_argument("--seq2onnx", default="seq2onnx")
     p.add_argument("--data-args", required=True, help="the arguments given to seq2onnx data numbers")
@@ -135,6 +169,8 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--figures", type=Path, required=True, help="the measured figures as JSON (outside the package)")
     a = p.parse_args()
+    if (a.run is None) == (a.earlier_card is None):
+        p.error("pass --run (the training run folder) or --earlier-card (a card of the run), one of them")
 
     manifest = json.loads((a.model / "manifest.json").read_text(encoding="utf-8"))
     cfg = manifest["config"]
@@ -155,16 +191,21 @@ def main() -> None:
     small_names = [f"0..999, {form}" for form in FORMS]
     test_names = [f"test, {form}" for form in FORMS] + ["test, random forms"]
 
-    valid = [json.loads(line) for line in (a.run / "metrics.jsonl").read_text().splitlines()]
     meta, n_params = load_meta_and_parameters(a.checkpoint)
-    valid = [v for v in valid if v.get("kind") == "valid" and v["step"] <= meta["step"]]
-    curve = ", ".join(f"{v['step']}: {100 * v['exact_match']:.1f}%" for v in valid)
+    if a.run is not None:
+        valid = [json.loads(line) for line in (a.run / "metrics.jsonl").read_text().splitlines()]
+        valid = [v for v in valid if v.get("kind") == "valid" and v["step"] <= meta["step"]]
+        curve = ", ".join(f"{v['step']}: {100 * v['exact_match']:.1f}%" for v in valid)
+        wall = (f"{train_wall_seconds(a.run) / 60:.1f} minutes on {os.cpu_count()} cores, no GPU\n"
+                f"({cpu_model()}, Python {platform.python_version()})")
+    else:
+        wall, curve = training_facts(a.earlier_card)
     files = manifest["files"]
     size = lambda names: sum(files[n]["bytes"] for n in names) / 1e6            # noqa: E731
     fp32_files = ["encoder.onnx", "decoder_step.onnx"]
-    int8_files = ["encoder.int8.onnx", "decoder_step.int8.onnx"]
+    int8_files = [n for n in ("encoder.int8.onnx", "decoder_step.int8.onnx", "decoder_step.int8.few_rows.onnx")
+                  if n in files]
     all_files = [n for n in files]
-    minutes = train_wall_seconds(a.run) / 60
     averaged = sorted(int(Path(name).stem.split("_")[1]) for name in meta.get("averaged_from", []))
     shipped = (f"the average of the last {len(averaged)} checkpoints (steps {', '.join(f'{k:,}' for k in averaged)})"
                if averaged else f"those of step {meta['step']:,}, the run's best.pt (best validation exact match)")
@@ -262,7 +303,7 @@ lower-cases (`--lowercase`), makes every digit (`--split-digits`) and punctuatio
 (`--split-punctuation`) its own piece; {n_params:,} parameters.
 
 Package: {size(all_files):.1f} MB in all; fp32 graphs {size(fp32_files):.1f} MB, int8 graphs
-{size(int8_files):.1f} MB (per-channel int8 weights). Export parity vs PyTorch: fp32 max abs
+{size(int8_files):.1f} MB ({int8_weights(variants)}). Export parity vs PyTorch: fp32 max abs
 log-prob diff {variants['fp32']['parity']['decoder_max_abs_diff']:.1e}; int8 top-1 agreement
 {int8_parity.get('top1_agreement', float('nan')):.3f}, greedy token match {int8_parity.get('greedy_token_match', float('nan')):.3f}.
 
@@ -273,15 +314,14 @@ seq2onnx train {a.train_args}
 ```
 Adam (0.9, 0.98, 1e-9), the paper's warm-up then inverse square root schedule, label smoothing 0.1,
 batches of up to 4,096 padded tokens. Training wall time (from the run folder's first file to its last
-checkpoint): {minutes:.1f} minutes on {os.cpu_count()} cores, no GPU
-({cpu_model()}, Python {platform.python_version()}), tokenizer training included. The shipped weights
+checkpoint): {wall}, tokenizer training included. The shipped weights
 are {shipped}. `--maxi-batch 10` sorts by length within pools of 10 batches' worth of shuffled pairs, not
 the whole epoch: sorted whole, every copy of "two" fell into one batch of ~960 an epoch, and the model
 answered "two" with "zweihundertzwei". The average of the last checkpoints, the paper's, is shipped because
 single checkpoints each miss a different small number: the learning rate is still 1.2e-3 at the end.
 
 Validation exact match (greedy, 1,000 numbers in random forms) by step: {curve}.
-"""
+{recovered_note(meta, manifest)}"""
     tmp = a.model / ".MODEL_CARD.md.tmp"
     tmp.write_text(card, encoding="utf-8")
     os.replace(tmp, a.model / "MODEL_CARD.md")

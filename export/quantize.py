@@ -24,6 +24,10 @@ int8, few rows (format 2, with --int8): the int8 decoder step a second time, for
       1.2-1.9x faster than DynamicQuantizeMatMul's (the output projection most); from ~8 rows they are slower
       (bench/int8_kernels.py; docs/CONTRACTS.md has the figures). The quantizer takes MatMuls only, so the output projection (a Gemm
       with the embedding table transposed) first becomes a MatMul of its own transposed copy (`gemm_as_matmul`).
+      No reduce_range is needed there: MLAS's 8-bit CompInt8 kernel for blocks of 64 and more on AVX2 without
+      VNNI (sqnbitgemm_kernel_avx2_int8_blklen64.h, accumulate_q8_blklen64_*) masks each weight pair into two
+      VPMADDUBSW calls of one product per 16-bit lane (|255 * 127| < 32767), so its sums are exact too; blocks of
+      16 and 32 (models narrower than 64) were not checked.
 fp16  (--fp16, for CUDA): weights and activations in float16, graph inputs and outputs kept float32
       (onnxruntime.transformers.float16 with keep_io_types=True); LogSoftmax runs in fp32. Constants are
       clipped to the fp16 range, so the -3.4e38 mask bias becomes -65504 (finite).

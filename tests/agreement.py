@@ -105,6 +105,11 @@ class Float32Bounds:
         return cls(float(s.max()), d, w.shape[1], step, judge)
 
     @property
+    def logit(self) -> float:
+        """How far two float32 engines may put one logit: 2 d u S (the sum's rounding, Higham eq. 3.5, on each side)."""
+        return 2 * U * self.d_model * self.logit_terms
+
+    @property
     def log_prob(self) -> float:
         """How far two float32 engines may put one log-prob: 2 u ((d + 2) S + V) (int8: + INT8_STEP)."""
         return 2 * U * ((self.d_model + 2) * self.logit_terms + self.vocab_size) + self.int8_step

@@ -6,7 +6,7 @@ int8  (--int8): dynamic quantisation of the MatMul weights (onnxruntime.quantiza
       Weights are quantised per output channel (PER_CHANNEL), one scale per column: on the trained tiny
       test model its beam-4 hypotheses match fp32 at 0.98 (per tensor: 0.91) and its top-1 agreement on
       synthetic sources is 0.996 (per tensor: 0.992); greedy tokens on real sentences match with both.
-      Weights are 7-bit (REDUCE_RANGE, onnxruntime's reduce_range=True: int8 values in -64..63). onnxruntime's
+      Weights are 7-bit (REDUCE_RANGE, onnxruntime's reduce_range=True: symmetric, |w| <= 64). onnxruntime's
       u8s8 GEMM on AVX2 CPUs without VNNI multiplies with VPMADDUBSW, whose 16-bit sums of two products
       saturate at 32767 with full 8-bit weights (255*127*2 > 32767): the same package then gave other tokens
       there than on AVX512/VNNI CPUs (numbers-en-de: "zero" -> "nulll" on an AVX2 AMD EPYC). With 7-bit

@@ -24,7 +24,7 @@ import argparse
 import sys
 import tempfile
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import numpy as np
 import onnx
@@ -67,7 +67,8 @@ def _is_label(array: np.ndarray, total: int) -> bool:
     return bool(np.all(array == np.round(array)) and array.min() >= 1 and array.max() <= total)
 
 
-def _labelled_export(model: Transformer, opset: int, format_version: int, fused: bool) -> Dict[str, Dict[str, np.ndarray]]:
+def _labelled_export(model: Transformer, opset: int, format_version: int,
+                     fused: bool) -> Dict[str, Dict[str, np.ndarray]]:
     """The initializers of the labelled model's fp32 graphs, as the exporter writes them (fused: with its
     sibling-projection fusion, export/fuse.py; else without, as seq2onnx wrote them before it)."""
     keep = onnx_export._fuse_projections
@@ -102,8 +103,8 @@ def recover_state(package_dir: Path, opset: int, format_version: int, cfg) -> Di
                     and not (n in fresh[graph] and (_is_label(fresh[graph][n], total)
                                                     or np.array_equal(fresh[graph][n], v, equal_nan=True)))]
         if unplaced:
-            raise Seq2OnnxError(f"{shipped_path.name}: weights this exporter does not write ({', '.join(unplaced[:3])}): "
-                                "recover with the seq2onnx version that exported the package")
+            raise Seq2OnnxError(f"{shipped_path.name}: weights this exporter does not write "
+                                f"({', '.join(unplaced[:3])}): recover with the seq2onnx version that exported it")
         for name, labels in fresh[graph].items():
             if not _is_label(labels, total):
                 continue        # a constant (masks, shapes; exporters name them in their own order): the
@@ -129,7 +130,7 @@ def recover_state(package_dir: Path, opset: int, format_version: int, cfg) -> Di
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-def recover(package_dir: Path, out: Path, parity_data: Path = None) -> parity.ParityReport:
+def recover(package_dir: Path, out: Path, parity_data: Optional[Path] = None) -> parity.ParityReport:
     """package -> checkpoint at `out`, held to the fp32 parity gate against the package's fp32 graphs."""
     package_dir = Path(package_dir)
     pkg = read_package(package_dir)

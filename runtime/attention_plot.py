@@ -1,5 +1,5 @@
 """`seq2onnx translate --plot-attention DIR`: one PNG heatmap per input line, source words across, target words
-down (matplotlib: the optional extra `pip install "seq2onnx[plot]"`).
+down (matplotlib: the optional extra `[plot]`: `pip install ".[plot]"` in the checkout).
 
 A word's row is the mean of its pieces' rows and its column the sum of its pieces' columns, so every row
 still sums to 1 over the source words and the source's end-of-sentence token (the last column: attention a
@@ -62,7 +62,7 @@ def require_matplotlib() -> None:
         import matplotlib  # noqa: F401
     except ImportError:
         raise Seq2OnnxError('--plot-attention needs matplotlib, which the runtime does not install: '
-                            'pip install "seq2onnx[plot]"') from None
+                            'pip install matplotlib (or, in the seq2onnx checkout, pip install ".[plot]")') from None
 
 
 def _quiet_matplotlib_log() -> None:

@@ -140,7 +140,7 @@ def _main(argv: Optional[List[str]]) -> int:
         top = (e.name or "").split(".")[0]
         if top in EXTRA_MODULES and extra:
             print(f"seq2onnx {name}: error: this command needs the '{top}' package: "
-                  f"pip install 'seq2onnx[{extra}]'", file=sys.stderr)
+                  f"pip install '.[{extra}]' in the seq2onnx checkout (or pip install '/path/to/seq2onnx[{extra}]')", file=sys.stderr)
             return 2
         return _internal_error(name, e)
     except Seq2OnnxError as e:

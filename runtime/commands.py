@@ -121,7 +121,7 @@ def _translate_parser() -> argparse.ArgumentParser:
                    help="append ' ||| ' and the word alignment to each translation (return_alignment)")
     a.add_argument("--plot-attention", metavar="DIR",
                    help="write one heatmap PNG per input line into DIR (made if missing; needs matplotlib: "
-                        'pip install "seq2onnx[plot]")')
+                        'pip install matplotlib)')
     return p
 
 

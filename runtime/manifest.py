@@ -323,7 +323,7 @@ def _read_manifest(root: Path) -> Dict[str, Any]:
     version = manifest.get("format_version")
     if version not in READ_FORMAT_VERSIONS or not isinstance(version, int) or isinstance(version, bool):
         newer = isinstance(version, int) and not isinstance(version, bool) and version > max(READ_FORMAT_VERSIONS)
-        fix = "upgrade seq2onnx (pip install -U seq2onnx)" if newer else REEXPORT
+        fix = "upgrade seq2onnx (update its checkout, then pip install it again)" if newer else REEXPORT
         readable = " and ".join(map(str, READ_FORMAT_VERSIONS))
         raise ModelPackageError(f"{path}: format_version {_short(version)} is unknown; this runtime reads "
                                 f"format_version {readable}: {fix}")

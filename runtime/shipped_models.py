@@ -1,5 +1,5 @@
 """The model packages shipped inside the distribution (the repository's models/ folder, installed as
-the data package `seq2onnx.models`), so a fresh `pip install seq2onnx` translates at once:
+the data package `seq2onnx.models`), so a fresh `pip install .` of the checkout translates at once:
 
     Translator("numbers-en-de")            # a shipped model, by name
     seq2onnx translate numbers-en-de       # the same from the CLI

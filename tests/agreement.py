@@ -20,6 +20,19 @@ d u above covers that for every reduction up to n = d^2 terms (d_ff and the sour
 A score sums T log-probs: float32 in beam search (search.BeamSearch.cum, and the reference's), one rounding of at most
 u |score| per addition, so two engines' scores differ by at most T (LOG_PROB + 2 u |score|) (`Float32Bounds.score`).
 
+int8 (`Float32Bounds.of_graph(path, int8=True)`). An int8 graph quantizes each activation tensor at run time, one scale
+per tensor and call (s = its range / 255, the range including 0), the range taken over every row of the batch. At the
+input of the logits' projection h_j lies in [b_j - |g_j| sqrt(d), b_j + |g_j| sqrt(d)] (the LayerNorm above), so s is
+at most s_max = (max_j (b_j + |g_j| sqrt(d))^+ + max_j (|g_j| sqrt(d) - b_j)^+) / 255.
+  * The same batch on two engines: the same scales up to float32 rounding, but a rounding can move an h_j across a half
+    step (one int8 value one step apart: logit i moves by s_max |W_ij|; an event of probability about rounding / s
+    per value, so one per step is the model). ||W_i|| >= |W_ij|, and the log-softmax (1-Lipschitz in the max norm) at
+    most doubles it: LOG_PROB gains INT8_STEP = 2 s_max max_i ||W_i|| (`int8_step`).
+  * Another batch (a judge scoring one sentence alone, where the decode batched several): another scale, so every
+    h_j's rounding error may change, by at most s_max each, all in one direction at worst: a log-prob moves by at most
+    INT8_JUDGE = 2 s_max max_i sum_j |W_ij| (`int8_judge`), which the judge's comparisons use in place of INT8_STEP.
+A lower layer's quantization reaches h through the LayerNorm as the same kind of change.
+
 Ties. Where two candidates' log-probs lie within that bound, either engine may rank either one first: token equality
 across engines is then luck. `assert_same_decodes` lets a different hypothesis stand only where a judge (PyTorch, or a
 runtime engine, teacher-forced) scores it as tied with the expected one, and checks that the engine scored its own
@@ -34,11 +47,10 @@ from typing import Callable, List, Sequence
 import numpy as np
 import onnx
 import pytest
-import torch
 from onnx import numpy_helper
 
 from seq2onnx.runtime.decoding import score
-from seq2onnx.runtime.search import normalize
+from seq2onnx.runtime.search import Hypothesis, normalize
 
 U = 2.0 ** -24          # float32 unit roundoff: one rounding moves a value by at most u times its size
 
@@ -49,6 +61,8 @@ class Float32Bounds:
     logit_terms: float
     d_model: int
     vocab_size: int
+    int8_step: float = 0.0      # int8 graphs: one activation flip at the logits' projection (INT8_STEP); 0 for float32
+    int8_judge: float = 0.0     # int8 graphs: the projection's input quantized at another scale (INT8_JUDGE)
 
     @classmethod
     def of_model(cls, model) -> "Float32Bounds":
@@ -58,9 +72,10 @@ class Float32Bounds:
                               norm.bias.detach().numpy())
 
     @classmethod
-    def of_graph(cls, path) -> "Float32Bounds":
-        """From a decoder step graph: the weights of the projection feeding its LogSoftmax and of the LayerNorm
-        before it (for a package whose checkpoint is gone)."""
+    def of_graph(cls, path, int8: bool = False) -> "Float32Bounds":
+        """From a float32 decoder step graph: the weights of the projection feeding its LogSoftmax and of the
+        LayerNorm before it (for a package whose checkpoint is gone). int8: the bounds of the int8 variant quantized
+        from it (INT8_STEP added)."""
         graph = onnx.load(str(path)).graph
         inits = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
         producer = {o: n for n in graph.node for o in n.output}
@@ -72,21 +87,37 @@ class Float32Bounds:
         node = producer[node.input[0]]
         while node.op_type != "LayerNormalization":        # Gather / Reshape / Squeeze / Slice of the last position
             node = producer[node.input[0]]
-        return cls.of_weights(weight, inits[node.input[1]], inits[node.input[2]])
+        return cls.of_weights(weight, inits[node.input[1]], inits[node.input[2]], int8)
 
     @classmethod
-    def of_weights(cls, weight, gain, bias) -> "Float32Bounds":
+    def of_weights(cls, weight, gain, bias, int8: bool = False) -> "Float32Bounds":
         """weight [d, V] of the logits, gain and bias [d] of the LayerNorm before it."""
         w = np.asarray(weight, dtype=np.float64)
         g, b = np.asarray(gain, dtype=np.float64)[:, None], np.asarray(bias, dtype=np.float64)[:, None]
         d = w.shape[0]
         s = math.sqrt(d) * np.linalg.norm(w * g, axis=0) + np.abs(w * b).sum(axis=0)
-        return cls(float(s.max()), d, w.shape[1])
+        step = judge = 0.0
+        if int8:
+            reach = np.abs(g) * math.sqrt(d)
+            s_max = (max(float((b + reach).max()), 0.0) + max(float((reach - b).max()), 0.0)) / 255
+            step = 2 * s_max * float(np.linalg.norm(w, axis=0).max())
+            judge = 2 * s_max * float(np.abs(w).sum(axis=0).max())
+        return cls(float(s.max()), d, w.shape[1], step, judge)
+
+    @property
+    def logit(self) -> float:
+        """How far two float32 engines may put one logit: 2 d u S (the sum's rounding, Higham eq. 3.5, on each side)."""
+        return 2 * U * self.d_model * self.logit_terms
 
     @property
     def log_prob(self) -> float:
-        """How far two float32 engines may put one log-prob: 2 u ((d + 2) S + V)."""
-        return 2 * U * ((self.d_model + 2) * self.logit_terms + self.vocab_size)
+        """How far two float32 engines may put one log-prob: 2 u ((d + 2) S + V) (int8: + INT8_STEP)."""
+        return 2 * U * ((self.d_model + 2) * self.logit_terms + self.vocab_size) + self.int8_step
+
+    @property
+    def judged(self) -> "Float32Bounds":
+        """The bounds between an engine and a judge that runs another batch (int8: INT8_JUDGE for INT8_STEP)."""
+        return Float32Bounds(self.logit_terms, self.d_model, self.vocab_size, self.int8_judge, self.int8_judge)
 
     def score(self, steps: int, score: float) -> float:
         """How far two float32 engines may put the score of a hypothesis of `steps` log-probs (EOS included)."""
@@ -95,6 +126,7 @@ class Float32Bounds:
 
 def torch_judge(model) -> Callable[[Sequence[int], Sequence[int], bool], List[float]]:
     """PyTorch, teacher-forced: judge(source, tokens, finished) -> the log-prob of each token (then of EOS)."""
+    import torch          # here, not above: the web tests' python_reference.py uses this module without PyTorch
     def judge(source, tokens, finished):
         out = list(tokens) + ([model.cfg.eos_id] if finished else [])
         if not out:
@@ -114,6 +146,7 @@ def engine_judge(engine, config) -> Callable[[Sequence[int], Sequence[int], bool
 
 def forced_log_probs(model, source: Sequence[int], target: Sequence[int]) -> torch.Tensor:
     """PyTorch's log-probs, teacher-forced: row t is the distribution after BOS + target[:t]; len(target) + 1 rows."""
+    import torch
     cfg = model.cfg
     with torch.no_grad():
         src = torch.tensor([list(source)])
@@ -124,6 +157,16 @@ def forced_log_probs(model, source: Sequence[int], target: Sequence[int]) -> tor
 def forced_score(model, source: Sequence[int], target: Sequence[int], finished: bool) -> float:
     """The log-probability PyTorch gives `target` (then EOS, when finished) after `source`, teacher-forced."""
     return float(sum(torch_judge(model)(source, target, finished)))
+
+
+def hypotheses(token_ids, scores, normalized_scores, finished) -> List[Hypothesis]:
+    """A TranslationResult's parallel lists (or the JS result's) -> Hypothesis objects for assert_same_decodes."""
+    return [Hypothesis(list(t), s, n, f) for t, s, n, f in zip(token_ids, scores, normalized_scores, finished)]
+
+
+def results_as_hypotheses(results) -> List[List[Hypothesis]]:
+    """translate_batch's results (return_scores=True) -> per source its hypotheses."""
+    return [hypotheses(r.token_ids, r.scores, r.normalized_scores, r.finished) for r in results]
 
 
 def _steps(h) -> int:
@@ -140,9 +183,11 @@ def assert_same_decodes(bounds: Float32Bounds, judge, sources: Sequence[Sequence
         engine_judge). Greedy search: at the first step where they part, the two tokens' log-probs lie within twice
         `bounds.log_prob`. Beam search: the got hypothesis, normalized, within twice `bounds.score` of the expected
         one's (d66519c). Either way the engine's own score of its tokens must be the judge's, within `bounds.score`.
-    Twice: the tie is judged by a third computation, each within half a bound of the exact numbers.
+    Twice: the tie is judged by a third computation, each within half a bound of the exact numbers. The judge's
+    comparisons use `bounds.judged` (int8: the judge runs another batch, so other quantization scales).
     """
     assert len(got) == len(expected), what
+    judged = bounds.judged
     for i, (src, g, e) in enumerate(zip(sources, got, expected)):
         where = f"{what} source {i}".strip()
         assert len(g) == len(e), where
@@ -154,19 +199,20 @@ def assert_same_decodes(bounds: Float32Bounds, judge, sources: Sequence[Sequence
                 assert a.normalized_score == _approx(b.normalized_score, tol / length ** length_penalty if length
                                                      else tol), where
                 continue
-            assert a.score == _approx(sum(judge(src, a.tokens, a.finished)), tol), \
+            jtol = judged.score(max(_steps(a), _steps(b)), max(abs(a.score), abs(b.score)))
+            assert a.score == _approx(sum(judge(src, a.tokens, a.finished)), jtol), \
                 f"{where}: the engine's score of its own hypothesis {a.tokens} is not the judge's"
             if greedy:
                 ta, tb = a.tokens + [eos_id] * a.finished, b.tokens + [eos_id] * b.finished
                 t = next((t for t in range(min(len(ta), len(tb))) if ta[t] != tb[t]), None)
                 assert t is not None, f"{where}: {ta} and {tb} part where one of them has ended"
                 lp = [judge(src, ta[:t] + [x] * (x != eos_id), x == eos_id)[-1] for x in (ta[t], tb[t])]
-                assert abs(lp[0] - lp[1]) <= 2 * bounds.log_prob, (
+                assert abs(lp[0] - lp[1]) <= 2 * judged.log_prob, (
                     f"{where}: {ta} against {tb}: at step {t} the tokens' log-probs differ by {lp[0] - lp[1]:.3g}, "
                     "not a tie")
             else:
                 forced = normalize(sum(judge(src, a.tokens, a.finished)), _steps(a), length_penalty)
-                assert forced == _approx(b.normalized_score, 2 * tol / max(_steps(a), 1) ** length_penalty), (
+                assert forced == _approx(b.normalized_score, 2 * jtol / max(_steps(a), 1) ** length_penalty), (
                     f"{where}: {a.tokens} stands where {b.tokens} was expected and is no tie: the judge gives it "
                     f"{forced:.7g}, the expected one {b.normalized_score:.7g}")
 

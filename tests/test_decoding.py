@@ -2,12 +2,14 @@
 token-identical to the PyTorch reference (training/reference.py), option invariants, and the parts alone."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agreement import Float32Bounds, assert_same_decodes, forced_score, torch_judge
+from agreement import Float32Bounds, assert_same_decodes, engine_judge, forced_score, torch_judge
 from fixtures_training import toy_pairs
 from limits import reference_max_length
 from seq2onnx.runtime.decoding import decode
@@ -126,9 +128,10 @@ def test_beam_size_1_equals_greedy(translator, data):
                               min_decoding_length=0)
     greedy = decode(translator.engine, cfg, srcs, options)
     beam = decode(translator.engine, cfg, srcs, options, strategy="beam")
-    assert tokens(greedy) == tokens(beam)
-    for g, b in zip(greedy, beam):
-        assert g[0].score == pytest.approx(b[0].score, abs=1e-4)
+    # the two strategies may batch their rows differently (other kernel shapes) and sum scores in other precisions:
+    # the same decodes up to agreement.py's float32 bound, where they part a tie judged by the engine teacher-forced
+    assert_same_decodes(Float32Bounds.of_graph(Path(translator.package.root) / "decoder_step.onnx"),
+                        engine_judge(translator.engine, cfg), srcs, beam, greedy, greedy=True, eos_id=cfg.eos_id)
 
 
 @PROPERTY

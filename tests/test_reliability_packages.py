@@ -109,7 +109,7 @@ def test_corrupted_graph_that_onnxruntime_cannot_load(pkg, tiny_package, capsys)
 
 
 # --- the manifest -------------------------------------------------------------------------------------
-@pytest.mark.parametrize("version, fix", [(3, "upgrade seq2onnx (pip install -U seq2onnx)"), (0, REEXPORT),
+@pytest.mark.parametrize("version, fix", [(3, "upgrade seq2onnx (update its checkout, then pip install it again)"), (0, REEXPORT),
                                           ("1", REEXPORT), (True, REEXPORT), (None, REEXPORT)])
 def test_unknown_format_version(pkg, capsys, version, fix):
     edit_manifest(pkg, (lambda m: m.pop("format_version")) if version is None else

@@ -7,11 +7,13 @@ option is drawn together (limits, length penalty, penalties, sampling, batching,
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from agreement import Float32Bounds, assert_same_decodes, engine_judge, results_as_hypotheses
 from fixtures_training import EN
 from seq2onnx.runtime.decoding import decode
 from seq2onnx.runtime.options import DecodingOptions
@@ -52,6 +54,10 @@ def options(draw, sampling=None):
     return opts
 
 
+def bounds(tr):
+    return Float32Bounds.of_graph(Path(tr.package.root) / "decoder_step.onnx")
+
+
 def split(opts):
     batching = {k: opts[k] for k in ("max_batch_size", "batch_type")}
     return batching, {k: v for k, v in opts.items() if k not in batching}
@@ -72,9 +78,16 @@ def as_tuples(results):
 def test_batch_equals_its_members_one_by_one(tr, batch, opts):
     together = translate(tr, batch, opts)
     alone = [translate(tr, [t], opts)[0] for t in batch]
-    assert as_tuples(together) == as_tuples(alone)
-    for a, b in zip(together, alone):
-        assert a.scores == pytest.approx(b.scores, abs=1e-4)
+    if opts.get("sampling_topk", 1) != 1:
+        # seeded per sentence: the same draws in any batch; equal tokens rest on no draw falling within float32
+        # rounding of an edge of the sampling CDF (left as it was: no judge of ties applies to a draw)
+        assert as_tuples(together) == as_tuples(alone)
+        return
+    # other batch shapes run other kernel paths: the same decodes up to agreement.py's float32 bound; where they part,
+    # a tie judged by the engine teacher-forced (raw log-probs: a tie under a penalty fails here, never passes wrongly)
+    assert_same_decodes(bounds(tr), engine_judge(tr.engine, tr.config), [tr.source_ids(t) for t in batch],
+                        results_as_hypotheses(together), results_as_hypotheses(alone), greedy=opts["beam_size"] == 1,
+                        eos_id=tr.config.eos_id, length_penalty=opts["length_penalty"])
 
 
 @PROPERTY
@@ -124,6 +137,6 @@ def test_beam_size_1_is_greedy(tr, batch, opts):
     sources = [tr._tokenizer.encode(t).ids + [eos] for t in batch]
     greedy = decode(tr.engine, tr.config, sources, options_)
     beam = decode(tr.engine, tr.config, sources, options_, strategy="beam")
-    assert [[h.tokens for h in g] for g in greedy] == [[h.tokens for h in b] for b in beam]
-    for g, b in zip(greedy, beam):
-        assert g[0].score == pytest.approx(b[0].score, abs=1e-4) and g[0].finished == b[0].finished
+    # as test_decoding.test_beam_size_1_equals_greedy: up to agreement.py's bound, ties judged teacher-forced
+    assert_same_decodes(bounds(tr), engine_judge(tr.engine, tr.config), sources, beam, greedy, greedy=True, eos_id=eos,
+                        length_penalty=options_.length_penalty)

@@ -23,6 +23,9 @@ export const MAX_MANIFEST_BYTES = 2 ** 20;
 export const MAX_JSON_DEPTH = 32;
 export const MAX_FILE_BYTES = 2 ** 31 - 1; // protobuf's limit: onnxruntime loads no larger graph
 export const MAX_TOKENIZER_BYTES = 2 ** 28;
+export const MAX_STRING_CHARS = 4096; // any string of the manifest, keys included (runtime/manifest.py)
+export const MAX_FILES = 64; // entries of 'files'
+export const MAX_VARIANTS = 32; // entries of 'variants'
 const SHA256 = /^[0-9a-f]{64}$/;
 const FILE_NAME = /^[A-Za-z0-9._+-]{1,255}$/; // names in 'files': in the folder, nothing else
 const VERSION = /^\d{1,4}(\.\d{1,4}){0,3}$/; // attention.min_onnxruntime, few_rows.min_onnxruntime: "1.22"
@@ -56,6 +59,32 @@ function field(obj, key, kind, where, name = key, fallback = REQUIRED) {
   return value;
 }
 
+/** The first string (a value or a key) of parsed JSON over MAX_STRING_CHARS characters, or null (one pass). */
+function longString(value) {
+  const stack = [value];
+  while (stack.length) {
+    const v = stack.pop();
+    if (typeof v === "string") {
+      if (v.length > MAX_STRING_CHARS) return v;
+    } else if (v !== null && typeof v === "object") {
+      if (Array.isArray(v)) stack.push(...v);
+      else for (const [k, item] of Object.entries(v)) stack.push(k, item);
+    }
+  }
+  return null;
+}
+
+/** obj[key], an object of at most `limit` entries (runtime/manifest.py _count). */
+function count(obj, key, limit, where) {
+  const entries = field(obj, key, "object", where);
+  const n = Object.keys(entries).length;
+  if (n > limit) {
+    throw new ModelPackageError(`${where}: '${key}' has ${n} entries, more than a package holds (${limit}): ` +
+      `this is not a seq2onnx model package; ${REEXPORT}`);
+  }
+  return entries;
+}
+
 async function readManifest(platform, root) {
   const where = platform.describe(root, MANIFEST);
   const data = await platform.readFile(root, MANIFEST, MAX_MANIFEST_BYTES,
@@ -74,6 +103,11 @@ async function readManifest(platform, root) {
     }
     throw new ModelPackageError(`${where} is not valid JSON (${e.message}); ${REEXPORT}`);
   }
+  const long = longString(manifest);
+  if (long !== null) {
+    throw new ModelPackageError(`${where} holds a string of ${long.length} characters (starting ${short(long.slice(0, 40))}), ` +
+      `more than a manifest's ${MAX_STRING_CHARS}: this is not a seq2onnx model package; ${REEXPORT}`);
+  }
   if (!kindOf(manifest, "object") || manifest.format !== FORMAT) {
     const got = kindOf(manifest, "object") ? manifest.format : Array.isArray(manifest) ? "list" : typeof manifest;
     throw new ModelPackageError(`${where}: format is ${short(got)}, not '${FORMAT}': this is not a seq2onnx model package`);
@@ -81,7 +115,7 @@ async function readManifest(platform, root) {
   const version = manifest.format_version;
   if (!isInteger(version) || !READ_FORMAT_VERSIONS.includes(version)) {
     const newer = isInteger(version) && version > Math.max(...READ_FORMAT_VERSIONS);
-    const fix = newer ? "upgrade the seq2onnx JS package (npm install seq2onnx@latest)" : REEXPORT;
+    const fix = newer ? "upgrade the seq2onnx JS package (update its checkout, then npm install it again)" : REEXPORT;
     throw new ModelPackageError(`${where}: format_version ${short(version)} is unknown; this runtime reads ` +
       `format_version ${READ_FORMAT_VERSIONS.join(" and ")}: ${fix}`);
   }
@@ -105,7 +139,7 @@ function missingListed(platform, root, name) {
 }
 
 async function checkFiles(platform, root, where, manifest) {
-  const files = field(manifest, "files", "object", where);
+  const files = count(manifest, "files", MAX_FILES, where);
   for (const [name, entry] of Object.entries(files)) {
     if (!FILE_NAME.test(name) || name === "." || name === ".." || name === MANIFEST) {
       throw new ModelPackageError(`${where}: bad file name ${short(name)} in 'files'; ${REEXPORT}`);
@@ -130,7 +164,7 @@ async function checkFiles(platform, root, where, manifest) {
 
 function readVariants(where, manifest) {
   const variants = {};
-  for (const [name, entry] of Object.entries(field(manifest, "variants", "object", where))) {
+  for (const [name, entry] of Object.entries(count(manifest, "variants", MAX_VARIANTS, where))) {
     const label = `variants[${short(name)}]`;
     if (!kindOf(entry, "object")) throw new ModelPackageError(`${where}: ${label} is not an object; ${REEXPORT}`);
     const graphs = {};

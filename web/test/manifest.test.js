@@ -116,6 +116,18 @@ const CASES = {
     m.source_checkpoint.train_meta = deep;
     return m;
   }, /nests lists and objects more than 32 levels deep/],
+  "a string over 4096 characters": [() => ({ ...clone(), created: "x".repeat(5000) }), /holds a string of 5000 characters .*more than a manifest's 4096/],
+  "a key over 4096 characters": [() => { const m = clone(); m.exporter["k".repeat(5000)] = "1"; return m; }, /holds a string of 5000 characters/],
+  "33 variants": [() => {
+    const m = clone();
+    for (let i = 0; i < 32; i++) m.variants[`v${i}`] = m.variants.fp32;
+    return m;
+  }, /'variants' has 34 entries, more than a package holds \(32\)/],
+  "over 64 files": [() => {
+    const m = clone();
+    for (let i = 0; i < 65; i++) m.files[`f${i}.onnx`] = m.files["encoder.onnx"];
+    return m;
+  }, /'files' has 7\d entries, more than a package holds \(64\)/],
   "a manifest over 1 MiB": [() => ({ ...clone(), created: "x".repeat(2 ** 20) }), /has more than 1048576 bytes/],
   "an exporter version that is no string": [() => { const m = clone(); m.exporter.torch = 2; return m; }, /exporter\['torch'\] should be a string, got 2/],
   "an opset that is no integer": [() => ({ ...clone(), opset: "18" }), /the field opset should be an integer, got '18'/],

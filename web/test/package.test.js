@@ -11,7 +11,7 @@ import { pathToFileURL } from "node:url";
 import { promisify } from "node:util";
 import { Translator } from "../src/index.js";
 import { assertSameTranslations } from "./compare.js";
-import { MODEL_DIR, REPO_DIR, WEB_DIR } from "./python.js";
+import { MODEL_DIR, pythonOptions, REPO_DIR, WEB_DIR } from "./python.js";
 
 const run = promisify(execFile);
 // `npm test` runs us with its own package's settings in the environment (npm_config_local_prefix=web/, ...):
@@ -78,8 +78,9 @@ describe("the npm package", () => {
         await t.release();
         const installed = out.results[computeType];
         assert.ok(installed.every((r) => r.hypotheses.length === 2 && r.hypotheses.every((h) => typeof h === "string")));
-        assertSameTranslations(installed, here.map((r) => ({ ...r, token_ids: r.tokenIds, normalized_scores: r.normalizedScores })),
-          texts, { label: `installed package, ${computeType}` });
+        await assertSameTranslations(installed, here.map((r) => ({ ...r, token_ids: r.tokenIds, normalized_scores: r.normalizedScores,
+          source_unknown_tokens: r.sourceUnknownTokens })), texts,
+        { model: MODEL_DIR, computeType, options: pythonOptions({ beamSize: 4, numHypotheses: 2 }), label: `installed package, ${computeType}` });
       }
     });
 });

@@ -34,6 +34,13 @@ stdout, one result per job, so that a test pays for one interpreter start. Jobs:
   {"op": "tokenizer_rules"}
       -> {"allowed_regexes": [..], "regex_components": [..]}: runtime/package_tokenizer.py's rule on the regular
          expressions of a tokenizer.json (src/tokenizer_json.js must hold the same)
+  {"op": "compare", "model": DIR, "compute_type": .., "texts": [..], "options": {..}, "js": [RESULT, ..],
+   "python": [RESULT, ..]}
+      -> {"error": null | "message", "max_diff": D}: the JS results (Python's key names) against Python's "translate"
+         results for the same texts and options, by tests/agreement.py's rule: hypothesis for hypothesis, equal ids
+         with scores within the float32 bound derived from the package's weights (int8: plus its quantization
+         step), or a tie judged by this runtime teacher-forced. The rule lives there; test/compare.js asks here.
+         D: the largest score difference where the ids agree
   {"op": "bench", "model": DIR, "compute_type": .., "texts": [..], "options": {..}, "repeats": N, "warmups": W}
       -> {"seconds": [..], "tokens": T}: wall time of translate_batch over the texts, N times (after W warm-up
          calls, default 1), and the tokens it generated (EOS counted), for tokens/s
@@ -179,6 +186,38 @@ def tokenizer_rules(job: Dict[str, Any]) -> Dict[str, Any]:
             "regex_components": list(package_tokenizer.REGEX_COMPONENTS)}
 
 
+def compare(job: Dict[str, Any]) -> Dict[str, Any]:
+    sys.path.insert(0, str(REPO / "tests"))
+    from agreement import Float32Bounds, assert_same_decodes, engine_judge, hypotheses
+
+    from dataclasses import fields
+
+    from seq2onnx.runtime.options import DecodingOptions
+
+    tr = _translator(job["model"], job["compute_type"])
+    options = dict(job.get("options", {}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sources, _ = tr._sources(job["texts"], options.get("max_input_length"))
+    known = {f.name for f in fields(DecodingOptions)}          # the rest are translate_batch's own (batching, prefixes)
+    decoding = DecodingOptions.from_kwargs(**{k: v for k, v in options.items() if k in known})
+    bounds = Float32Bounds.of_graph(Path(job["model"]) / "decoder_step.onnx", int8=tr.variant == "int8")
+
+    def hyps(r):
+        return hypotheses(r["token_ids"], r["scores"], r["normalized_scores"], r["finished"])
+
+    got, expected = [hyps(r) for r in job["js"]], [hyps(r) for r in job["python"]]
+    max_diff = max((abs(a.score - b.score) for g, e in zip(got, expected) for a, b in zip(g, e)
+                    if a.tokens == b.tokens), default=0.0)
+    try:
+        assert_same_decodes(bounds, engine_judge(tr.engine, tr.config), sources, got, expected,
+                            greedy=decoding.beam_size == 1, eos_id=tr.config.eos_id,
+                            length_penalty=decoding.length_penalty, what=f"{job['compute_type']} {options}")
+    except AssertionError as e:
+        return {"error": " ".join(str(e).split()) or "assertion failed", "max_diff": max_diff}
+    return {"error": None, "max_diff": max_diff}
+
+
 def bench(job: Dict[str, Any]) -> Dict[str, Any]:
     tr = _translator(job["model"], job["compute_type"])
     options = job.get("options", {})
@@ -195,7 +234,7 @@ def bench(job: Dict[str, Any]) -> Dict[str, Any]:
 
 
 OPS = {"corpus": corpus, "numbers": numbers, "train_tokenizer": train_tokenizer, "tokenize": tokenize, "translate": translate,
-       "generate_tokens": generate_tokens, "check_options": check_options, "export_random": export_random, "load": load, "bench": bench,
+       "generate_tokens": generate_tokens, "compare": compare, "check_options": check_options, "export_random": export_random, "load": load, "bench": bench,
        "tokenizer_rules": tokenizer_rules}
 
 

@@ -22,7 +22,6 @@ import logging
 import os
 import re
 import warnings
-from dataclasses import dataclass, field
 from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -33,6 +32,7 @@ from .decoding import common_prefix, decode, decode_steps, score
 from .search import Hypothesis
 from .errors import ModelPackageError, Seq2OnnxError
 from .manifest import UNCHECKED, ModelPackage, read_package
+from .results import ScoringResult, TranslationResult
 from .options import (DEFAULT_MAX_BATCH_SIZE, MAX_CHARS_PER_TOKEN, Arg, DecodingOptions, OptionError, OptionTypeError,
                       OptionWarning, check_ids, check_text)
 from .session import SessionConfig, check_onnxruntime, onnxruntime_version, open_engine, resolve_device
@@ -45,33 +45,6 @@ BATCH_TYPES = ("examples", "tokens")
 MAX_THREADS = 4 * (os.cpu_count() or 1)     # intra/inter-op threads: more only thrash (10**6 hangs onnxruntime)
 _SURROGATE = re.compile("[\ud800-\udfff]")
 ENCODE_CHUNK = 1024             # texts tokenized at once: their Encodings (~2 kB each) are never all held
-
-
-@dataclass
-class TranslationResult:
-    hypotheses: List[str]                       # best first
-    token_ids: List[List[int]]                  # the hypotheses' target ids, without EOS
-    scores: Optional[List[float]] = None        # sum of log-probs (return_scores=True)
-    normalized_scores: Optional[List[float]] = None   # score / length ** length_penalty: the ranking score
-    truncated: bool = False                     # the source was cut to max_input_length
-    finished: List[bool] = field(default_factory=list)   # per hypothesis: ended with EOS; False: stopped at
-                                                # the length limit (or where the options forbade every token)
-    attention: Optional[List[List[List[float]]]] = None   # return_attention: per hypothesis [target tokens]
-                                                # [source tokens + EOS], rows sum to 1 (runtime/alignment.py)
-    alignment: Optional[List[List[Tuple[int, int]]]] = None   # return_alignment: per hypothesis sorted
-                                                # (source word, target word) pairs (runtime/alignment.py)
-    constraints_met: Optional[List[bool]] = None   # constraints: per hypothesis, it holds every phrase; False when
-                                                # no hypothesis within the length limit did (those missing fewest
-                                                # phrases are returned then, best first)
-    source_unknown_tokens: int = 0              # source pieces the tokenizer cannot cover (its <unk>: characters
-                                                # it never saw in training); > 0: outside what the model knows
-
-
-@dataclass
-class ScoringResult:
-    """score_batch's answer for one pair: the target's tokens, EOS last, and the log-prob of each."""
-    tokens: List[str]
-    log_probs: List[float]
 
 
 def split_batches(lengths: Sequence[int], max_batch_size: int, batch_type: str) -> List[List[int]]:

@@ -99,7 +99,7 @@ def test_wheel_installs_in_an_empty_venv_and_translates_with_the_shipped_model(w
                                     check=True, capture_output=True, text=True).stdout.strip())
     ours = dict.fromkeys([*site.getsitepackages(), *([site.getusersitepackages()] if site.ENABLE_USER_SITE else [])])
     (venv_site / "deps-of-the-test-environment.pth").write_text("".join(f"{p}\n" for p in ours), encoding="utf-8")
-    proc = subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-deps",
+    proc = subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-deps", "--ignore-installed",
                            "--no-index", "--disable-pip-version-check", str(wheel)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
 

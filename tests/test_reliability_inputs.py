@@ -442,10 +442,21 @@ def test_cli_stdin_of_1000_awkward_lines(tiny_package, tr):
     assert [r[1] for r in rows] == [e.hypotheses[0] for e in expected]
     assert [float(r[0]) for r in rows] == pytest.approx([e.normalized_scores[0] for e in expected], abs=1e-5)
     assert rows[spot[""]] == rows[spot["   "]] == ["0.000000", ""]
-    assert err.splitlines() == sorted([
-        f"seq2onnx translate: warning: line {spot[SURROGATES] + 1}: invalid UTF-8 replaced with U+FFFD",
-        f"seq2onnx translate: warning: line {spot[LONG_LINE] + 1}: longer than 512 tokens, truncated "
-        "(--max-input-length)"], key=lambda s: int(s.split("line ")[1].split(":")[0]))
+    # a block's lines are read (invalid UTF-8 warned) before they are translated (cut, <unk> warned): compared by line,
+    # in the order each line gets them
+    warned = [f"seq2onnx translate: warning: line {spot[SURROGATES] + 1}: invalid UTF-8 replaced with U+FFFD"]
+    for i, e in enumerate(expected, 1):
+        if e.truncated:
+            warned.append(f"seq2onnx translate: warning: line {i}: longer than 512 tokens, truncated (--max-input-length)")
+        if e.source_unknown_tokens:
+            warned.append(f"seq2onnx translate: warning: line {i}: holds characters the model's tokenizer never saw in "
+                          f"training ({e.source_unknown_tokens} <unk> piece(s)): it lies outside what the model "
+                          "learned, so its translation cannot be trusted")
+    assert [e.truncated for e in expected].count(True) == 1 and sum(e.source_unknown_tokens > 0 for e in expected) > 1
+
+    def by_line(lines):
+        return sorted(lines, key=lambda s: int(s.split("line ")[1].split(":")[0]))
+    assert by_line(err.splitlines()) == by_line(warned)
 
 
 def test_cli_output_lines_never_break_inside_a_translation():

@@ -313,7 +313,7 @@ def test_score_batch_input_errors(translator):
         translator.score_batch(["one two"], ["eins", "zwei"])
     with pytest.raises(TypeError, match="must be str"):
         translator.score_batch(["one"], [7])
-    with pytest.raises(ValueError, match="target 0 holds 600 ids"):
+    with pytest.raises(ValueError, match=r"targets\[0\] must hold 0\.\.511 ids, got 600"):
         translator.score_ids([[4, translator.config.eos_id]], [[4] * 600])
     long_target = " ".join(["eins"] * 2 * translator.config.max_positions)
     with pytest.warns(UserWarning, match="target 0 is longer than the model's"):

@@ -25,7 +25,6 @@ import hashlib
 import json
 import os
 import re
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Set, Tuple, Union
@@ -36,6 +35,7 @@ from .config import ModelConfig
 from .errors import REEXPORT, ModelPackageError, checkpoints_in, first_line
 from .graph_io import DECODER_FORMATS
 from .onnx_bytes import has_external_data
+from .package_files import check_regular, read_regular, sha256_of  # noqa: F401 (sha256_of: the exporter's)
 from .package_tokenizer import PackageTokenizer, foreign_regex, rust_panics_as_errors, specials_as_text
 from .shipped_models import available_models, resolve_model_dir
 
@@ -115,7 +115,7 @@ class ModelPackage:
         verify (default: the package's), of its SHA-256."""
         path = self.root / name
         size = self.file_bytes(name)
-        data = _read_regular(path, size)
+        data = read_regular(path, size, _missing_listed(path))
         if len(data) != size:
             raise ModelPackageError(f"{path} changed while it was read ({MANIFEST} says {size} bytes); copy the "
                                     f"package again or {REEXPORT}")
@@ -158,52 +158,9 @@ class ModelPackage:
                 self._verified.add(path.name)
 
 
-def sha256_of(path: Path, chunk: int = 1 << 20) -> str:
-    """SHA-256 of a file, for the exporter's manifest and tests (the runtime hashes the bytes it read: read_file)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(chunk), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-# --- files of the folder ---------------------------------------------------------------------------
-_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
-
-
+# --- files of the folder (package_files.py reads them) ---------------------------------------------
 def _missing_listed(path: Path) -> str:
     return f"{path} is missing (listed in {MANIFEST}); copy the whole package folder or {REEXPORT}"
-
-
-def _check_regular(path: Path, missing: str) -> os.stat_result:
-    """lstat of a file of the package, which must be a regular file: a symbolic link could point anywhere
-    on the disk, a FIFO or device could block or never end. `missing`: the message when it is absent."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        raise ModelPackageError(missing) from None
-    except (OSError, ValueError) as e:
-        raise ModelPackageError(f"{path} cannot be read ({e}); copy the package again or {REEXPORT}") from e
-    if stat.S_ISLNK(st.st_mode):
-        raise ModelPackageError(f"{path} is a symbolic link: the runtime reads nothing outside the package folder; "
-                                f"copy the files themselves into it (cp -L), or {REEXPORT}")
-    if not stat.S_ISREG(st.st_mode):
-        raise ModelPackageError(f"{path} is not a regular file; copy the package again or {REEXPORT}")
-    return st
-
-
-def _read_regular(path: Path, limit: int) -> bytes:
-    """At most limit + 1 bytes of `path`, a regular file (_check_regular). O_NOFOLLOW refuses a link put
-    there after the check, O_NONBLOCK keeps a FIFO from blocking the open; fstat checks what was opened."""
-    _check_regular(path, _missing_listed(path))
-    try:
-        fd = os.open(path, _OPEN_FLAGS)
-    except OSError as e:
-        raise ModelPackageError(f"{path} cannot be read ({e.strerror}); copy the package again or {REEXPORT}") from e
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            raise ModelPackageError(f"{path} is not a regular file; copy the package again or {REEXPORT}")
-        return f.read(limit + 1)
 
 
 # --- fields of the manifest -------------------------------------------------------------------------
@@ -301,8 +258,8 @@ def _read_manifest(root: Path) -> Dict[str, Any]:
         raise ModelPackageError(f"{root} is a training run folder (it holds {', '.join(run)}), not a model package: "
                                 f"export a checkpoint of it first, e.g. seq2onnx export {root / run[0]} MODEL_DIR, "
                                 "then pass MODEL_DIR")
-    _check_regular(path, f"{path} is missing: {root} is not a seq2onnx model package; {REEXPORT}")
-    data = _read_regular(path, MAX_MANIFEST_BYTES)
+    data = read_regular(path, MAX_MANIFEST_BYTES, f"{path} is missing: {root} is not a seq2onnx model package; "
+                                                  f"{REEXPORT}")
     if len(data) > MAX_MANIFEST_BYTES:
         raise ModelPackageError(f"{path} has more than {MAX_MANIFEST_BYTES} bytes, more than a manifest holds: "
                                 f"this is not a seq2onnx model package; {REEXPORT}")
@@ -355,7 +312,7 @@ def _check_files(root: Path, manifest: Dict[str, Any]) -> None:
             raise ModelPackageError(f"{where}: files[{name!r}] should have a 'sha256' of 64 hex digits and 'bytes' "
                                     f"in [0, {MAX_FILE_BYTES}], got {_short(entry)}; {REEXPORT}")
         path = root / name
-        st = _check_regular(path, _missing_listed(path))
+        st = check_regular(path, _missing_listed(path))
         if st.st_size != size:
             raise ModelPackageError(f"{path} has {st.st_size} bytes, {MANIFEST} says {size} (truncated or "
                                     f"changed); copy the package again or {REEXPORT}")

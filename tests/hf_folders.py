@@ -1,0 +1,332 @@
+"""Tiny HuggingFace model folders in the hub layout (what `save_pretrained` writes), built offline in seconds:
+the inputs of `seq2onnx convert` in the tests (issue 32).
+
+Each folder holds SentencePiece models trained here on real text (English msgids and their German or French
+msgstrs from the gettext catalogs the system installs, training/gettext_data.py), the tokenizer files that
+transformers' own tokenizer class writes when constructed from them, and a random-init transformers model
+(d_model 64, 2+2 layers, 4 heads, ffn 128) with the real models' settings and a generation_config.json like
+theirs:
+
+  marian               OPUS-MT (opus-mt-en-de): source.spm + target.spm (unigram, nmt_nfkc), one joint
+                       vocab.json (</s>=0, <unk>=1, the pieces, <pad> last), swish, decoder start = pad
+  marian_separate      the same with separate_vocabs: vocab.json (source) + target_vocab.json
+  marian_multilingual  OPUS-MT en-ROMANCE style: target tags >>deu<< >>fra<< in vocab.json, text before them
+  m2m100               M2M100Tokenizer (language_codes="wmt21"): sentencepiece.bpe.model (BPE) + vocab.json in
+                       fairseq's dictionary order (by frequency), language tokens and 8 made-up words after it
+  nllb                 NllbTokenizer: sentencepiece.bpe.model (BPE) with fairseq's offset, its 202 language codes
+
+The random models are made to behave like trained ones where the converter's tests need it: their outputs
+depend on the input (a larger init std than transformers' 0.02), and most greedy outputs end with EOS
+after 3-30 tokens (an EOS bias; `greedy_lengths` measures it). Everything is seeded: a build is the same
+every run.
+
+Tests take the session fixture `hf_folders` (import it: `from hf_folders import hf_folders`) and call
+`hf_folders.get(kind)`; scripts call build_marian / build_m2m100 / build_nllb, or
+`python -m tests.hf_folders OUT_DIR` from the repository root (every kind into OUT_DIR/<kind>).
+"""
+from __future__ import annotations
+
+import functools
+import io
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Callable, Dict, List, Sequence, Tuple
+
+import pytest
+
+if __package__ in (None, ""):          # imported by pytest from tests/, or run as a script
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+SEED = 0
+PAIRS = 3000                  # parallel lines per language pair the SentencePiece models are trained on
+MARIAN_SPM_VOCAB = 400        # pieces of each Marian SentencePiece model (unigram, as OPUS-MT's)
+FAIRSEQ_SPM_VOCAB = 600       # pieces of the M2M100 / NLLB SentencePiece model (BPE, as theirs)
+MAX_LENGTH = 40               # generation_config max_length (the real ones: 512 / 200), small for speed
+# the tiny transformer: d_model 64, 2 encoder + 2 decoder layers, 4 heads, ffn 128
+TINY = dict(d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+            decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128)
+INIT_STD = 0.2                # weights N(0, INIT_STD): outputs depend on the input (0.02 gives near-constant ones)
+MARIAN_EOS_BIAS = 3.0         # added to EOS's final_logits_bias: most greedy outputs end after 3-30 tokens
+FAIRSEQ_EOS_BIAS = 3.0        # the decoder's final LayerNorm bias along EOS's embedding (M2M100 has no logits bias)
+
+MARIAN_TAGS = {"deu": ">>deu<<", "fra": ">>fra<<"}       # marian_multilingual's target languages
+KINDS = ("marian", "marian_separate", "marian_multilingual", "m2m100", "nllb")
+
+
+# --- text -------------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=None)
+def gettext_pairs(lang: str, n: int = PAIRS) -> Tuple[Tuple[str, str], ...]:
+    """n (English msgid, msgstr in lang) pairs of the installed gettext catalogs, spread over all of them
+    (every k-th of the sorted distinct pairs), so the same every run on the same system."""
+    from seq2onnx.training.gettext_data import catalog_files, read_catalogs
+
+    files = catalog_files(lang)
+    pairs, _ = read_catalogs(files)
+    if len(pairs) < n:
+        raise RuntimeError(f"tests/hf_folders.py needs {n} gettext pairs for {lang!r}, found {len(pairs)} in "
+                           f"{len(files)} catalogs under /usr/share/locale/{lang}: install translated packages")
+    step = len(pairs) / n
+    return tuple(pairs[int(i * step)] for i in range(n))
+
+
+def train_spm(lines: Sequence[str], model_type: str, vocab_size: int) -> bytes:
+    """A SentencePiece model trained on lines (serialized ModelProto): nmt_nfkc normalization (the default,
+    as OPUS-MT's and fairseq's), default character coverage 0.9995 (rare characters are left out, as in
+    real models), pieces <unk>=0, <s>=1, </s>=2."""
+    import sentencepiece as spm
+
+    out = io.BytesIO()
+    spm.set_random_generator_seed(SEED)
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines), model_writer=out, model_type=model_type, vocab_size=vocab_size,
+        num_threads=1, minloglevel=2)
+    return out.getvalue()
+
+
+def _spm_pieces(model: bytes) -> List[Tuple[str, int]]:
+    """(piece, type) of a SentencePiece model in id order (type 1 normal, 2 unknown, 3 control)."""
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor(model_proto=model)
+    return [(sp.id_to_piece(i), 2 if sp.is_unknown(i) else 3 if sp.is_control(i) else 1)
+            for i in range(sp.get_piece_size())]
+
+
+def _write_json(path: Path, data) -> None:
+    path.write_text(json.dumps(data, indent=2, ensure_ascii=False), encoding="utf-8")
+
+
+# --- the random models --------------------------------------------------------------------------------
+def _seeded(seed: int) -> None:
+    import torch
+
+    torch.manual_seed(seed)
+
+
+def _save_model(model, folder: Path, generation: dict) -> None:
+    from transformers import GenerationConfig
+
+    model.eval()
+    model.save_pretrained(str(folder), safe_serialization=True)
+    GenerationConfig(**generation).save_pretrained(str(folder))
+
+
+def _marian_model(vocab_size: int, target_vocab_size: int, pad_id: int, eos_id: int, separate: bool):
+    import torch
+    from transformers import MarianConfig, MarianMTModel
+
+    config = MarianConfig(
+        vocab_size=vocab_size, decoder_vocab_size=target_vocab_size, **TINY, activation_function="swish",
+        max_position_embeddings=512, scale_embedding=True, share_encoder_decoder_embeddings=not separate,
+        dropout=0.1, attention_dropout=0.0, activation_dropout=0.0, init_std=INIT_STD,
+        pad_token_id=pad_id, eos_token_id=eos_id, bos_token_id=eos_id, decoder_start_token_id=pad_id,
+        forced_eos_token_id=eos_id)
+    model = MarianMTModel(config)
+    with torch.no_grad():                       # a trained model's logits bias: random, EOS lifted
+        bias = torch.randn(1, target_vocab_size) * 0.5
+        bias[0, eos_id] += MARIAN_EOS_BIAS
+        model.final_logits_bias.copy_(bias)
+    return model
+
+
+def _fairseq_model(vocab_size: int, pad_id: int, bos_id: int, eos_id: int):
+    import torch
+    from transformers import M2M100Config, M2M100ForConditionalGeneration
+
+    config = M2M100Config(
+        vocab_size=vocab_size, **TINY, activation_function="relu", max_position_embeddings=1024,
+        scale_embedding=True, dropout=0.1, attention_dropout=0.1, activation_dropout=0.0,
+        encoder_layerdrop=0.05, decoder_layerdrop=0.05, init_std=INIT_STD,
+        pad_token_id=pad_id, bos_token_id=bos_id, eos_token_id=eos_id, decoder_start_token_id=eos_id)
+    model = M2M100ForConditionalGeneration(config)
+    with torch.no_grad():    # random LayerNorm weights, and the last one's bias leaning toward EOS's embedding
+        for module in model.modules():
+            if isinstance(module, torch.nn.LayerNorm):
+                module.weight.copy_(1 + 0.1 * torch.randn_like(module.weight))
+                module.bias.copy_(0.1 * torch.randn_like(module.bias))
+        eos = model.model.shared.weight[eos_id]
+        model.model.decoder.layer_norm.bias.add_(FAIRSEQ_EOS_BIAS * eos / eos.norm() ** 2)
+    return model
+
+
+MARIAN_GENERATION = dict(num_beams=4, renormalize_logits=True, max_length=MAX_LENGTH)
+M2M100_GENERATION = dict(num_beams=5, early_stopping=True, max_length=MAX_LENGTH)
+
+
+# --- Marian --------------------------------------------------------------------------------------------
+def build_marian(folder, separate_vocabs: bool = False, multilingual: bool = False) -> Path:
+    """An OPUS-MT folder at `folder` (created): English -> German, or -> German and French (multilingual,
+    tags >>deu<< >>fra<<); the model's ids are vocab.json's (target ones target_vocab.json's if separate)."""
+    from transformers import MarianTokenizer
+
+    if separate_vocabs and multilingual:
+        raise ValueError("build_marian: a multilingual folder has a joint vocabulary")
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    de = gettext_pairs("de")
+    targets = [t for _, t in de]
+    if multilingual:
+        fr = gettext_pairs("fr")
+        targets += [t for _, t in fr]
+    sources = [s for s, _ in de] + ([s for s, _ in fr] if multilingual else [])
+    src_spm = train_spm(sources, "unigram", MARIAN_SPM_VOCAB)
+    tgt_spm = train_spm(targets, "unigram", MARIAN_SPM_VOCAB)
+    (folder / "source.spm").write_bytes(src_spm)
+    (folder / "target.spm").write_bytes(tgt_spm)
+
+    def vocab(*models: bytes, tags: Sequence[str] = ()) -> Dict[str, int]:
+        # OPUS-MT's vocab.yml as vocab.json: </s> 0, <unk> 1, tags, the pieces of each model, <pad> last
+        tokens = ["</s>", "<unk>", *tags]
+        for model in models:
+            tokens += [p for p, kind in _spm_pieces(model) if kind == 1 and p not in tokens]
+        return {token: i for i, token in enumerate(tokens + ["<pad>"])}
+
+    if separate_vocabs:
+        src_vocab, tgt_vocab = vocab(src_spm), vocab(tgt_spm)
+        _write_json(folder / "vocab.json", src_vocab)
+        _write_json(folder / "target_vocab.json", tgt_vocab)
+    else:
+        src_vocab = tgt_vocab = vocab(src_spm, tgt_spm, tags=list(MARIAN_TAGS.values()) if multilingual else ())
+        _write_json(folder / "vocab.json", src_vocab)
+    MarianTokenizer(
+        source_spm=str(folder / "source.spm"), target_spm=str(folder / "target.spm"),
+        vocab=str(folder / "vocab.json"),
+        target_vocab_file=str(folder / "target_vocab.json") if separate_vocabs else None,
+        separate_vocabs=separate_vocabs, source_lang="en", target_lang="de" if not multilingual else None,
+    ).save_pretrained(str(folder))
+
+    pad, eos = tgt_vocab["<pad>"], tgt_vocab["</s>"]
+    _seeded(SEED + 1)
+    model = _marian_model(len(src_vocab), len(tgt_vocab), pad, eos, separate_vocabs)
+    _save_model(model, folder, dict(MARIAN_GENERATION, bad_words_ids=[[pad]], forced_eos_token_id=eos,
+                                    bos_token_id=eos, eos_token_id=eos, pad_token_id=pad,
+                                    decoder_start_token_id=pad))
+    return folder
+
+
+# --- M2M100 and NLLB ------------------------------------------------------------------------------------
+def _fairseq_spm(folder: Path) -> Tuple[bytes, List[str]]:
+    """The BPE SentencePiece model of an M2M100 / NLLB folder, trained on English and German lines, written
+    as sentencepiece.bpe.model, and the training lines."""
+    de = gettext_pairs("de")
+    lines = [s for s, _ in de] + [t for _, t in de]
+    model = train_spm(lines, "bpe", FAIRSEQ_SPM_VOCAB)
+    (folder / "sentencepiece.bpe.model").write_bytes(model)
+    return model, lines
+
+
+def build_m2m100(folder) -> Path:
+    """An M2M100 folder (language_codes "wmt21": en ha is ja cs ru zh de; default en -> de): vocab.json is
+    fairseq's dictionary (<s> <pad> </s> <unk>, then the pieces by their frequency in the training lines),
+    the 8 language tokens and 8 made-up words follow it in the model's vocabulary."""
+    import sentencepiece as spm
+    from transformers import M2M100Tokenizer
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    model, lines = _fairseq_spm(folder)
+    sp = spm.SentencePieceProcessor(model_proto=model)
+    counts = Counter(p for line in lines for p in sp.encode(line, out_type=str))
+    pieces = [p for p, kind in _spm_pieces(model) if kind == 1]
+    order = sorted(range(len(pieces)), key=lambda i: (-counts[pieces[i]], i))      # stable: spm order on ties
+    vocab = {t: i for i, t in enumerate(["<s>", "<pad>", "</s>", "<unk>"] + [pieces[i] for i in order])}
+    _write_json(folder / "vocab.json", vocab)
+    tokenizer = M2M100Tokenizer(
+        vocab_file=str(folder / "vocab.json"), spm_file=str(folder / "sentencepiece.bpe.model"),
+        language_codes="wmt21", src_lang="en", tgt_lang="de")
+    tokenizer.save_pretrained(str(folder))
+
+    size = len(vocab) + len(tokenizer.lang_code_to_id) + tokenizer.num_madeup_words
+    _seeded(SEED + 2)
+    model = _fairseq_model(size, vocab["<pad>"], vocab["<s>"], vocab["</s>"])
+    _save_model(model, folder, dict(M2M100_GENERATION, bos_token_id=vocab["<s>"], eos_token_id=vocab["</s>"],
+                                    pad_token_id=vocab["<pad>"], decoder_start_token_id=vocab["</s>"]))
+    return folder
+
+
+def build_nllb(folder) -> Path:
+    """An NLLB-200 folder: sentencepiece.bpe.model and what transformers' NllbTokenizer converts it to
+    (tokenizer.json: <s> <pad> </s> <unk>, the pieces with fairseq's offset of 1, the 202 language codes,
+    <mask>), default source eng_Latn. Its generation_config is NLLB's: greedy, max_length only."""
+    from transformers import NllbTokenizer
+    from transformers.models.nllb.tokenization_nllb import FAIRSEQ_LANGUAGE_CODES
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    _fairseq_spm(folder)
+    # converts the spm file (the language codes named: from an spm file alone transformers 5.23 replaces them
+    # with the spm's control pieces; a hub folder's tokenizer.json has them)
+    tokenizer = NllbTokenizer.from_pretrained(str(folder), src_lang="eng_Latn",
+                                              extra_special_tokens=list(FAIRSEQ_LANGUAGE_CODES))
+    tokenizer.save_pretrained(str(folder))
+
+    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in ("<s>", "<pad>", "</s>")}
+    _seeded(SEED + 3)
+    model = _fairseq_model(len(tokenizer), ids["<pad>"], ids["<s>"], ids["</s>"])
+    _save_model(model, folder, dict(max_length=MAX_LENGTH, bos_token_id=ids["<s>"], eos_token_id=ids["</s>"],
+                                    pad_token_id=ids["<pad>"], decoder_start_token_id=ids["</s>"]))
+    return folder
+
+
+BUILDERS: Dict[str, Callable[[Path], Path]] = {
+    "marian": build_marian,
+    "marian_separate": lambda folder: build_marian(folder, separate_vocabs=True),
+    "marian_multilingual": lambda folder: build_marian(folder, multilingual=True),
+    "m2m100": build_m2m100,
+    "nllb": build_nllb,
+}
+
+
+# --- checks and the fixture -------------------------------------------------------------------------------
+def greedy_lengths(folder, sources: Sequence[str], **tokenizer_kwargs) -> List[int]:
+    """Generated tokens (incl. EOS) of greedy decoding of each source with the folder's model and tokenizer
+    (transformers, max_length MAX_LENGTH): how the random model behaves."""
+    import torch
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(folder), **tokenizer_kwargs)
+    model = AutoModelForSeq2SeqLM.from_pretrained(str(folder)).eval()
+    batch = tokenizer(list(sources), return_tensors="pt", padding=True)
+    with torch.no_grad():
+        out = model.generate(**batch, num_beams=1, do_sample=False, max_length=MAX_LENGTH)
+    eos = model.generation_config.eos_token_id
+    lengths = []
+    for row in out[:, 1:].tolist():                       # without the decoder start
+        lengths.append(row.index(eos) + 1 if eos in row else len(row))
+    return lengths
+
+
+class HFFolders:
+    """The folders of one test session, each built on first use under `root`."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self._built: Dict[str, Path] = {}
+
+    def get(self, kind: str) -> Path:
+        if kind not in BUILDERS:
+            raise KeyError(f"no HF folder kind {kind!r}: one of {', '.join(KINDS)}")
+        if kind not in self._built:
+            self._built[kind] = BUILDERS[kind](self.root / kind)
+        return self._built[kind]
+
+
+@pytest.fixture(scope="session")
+def hf_folders(tmp_path_factory) -> HFFolders:
+    return HFFolders(tmp_path_factory.mktemp("hf_folders"))
+
+
+def main(argv: Sequence[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m tests.hf_folders OUT_DIR   (builds every kind into OUT_DIR/<kind>)", file=sys.stderr)
+        return 2
+    out = Path(argv[0])
+    for kind in KINDS:
+        print(f"{kind}: {BUILDERS[kind](out / kind)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -7,12 +7,20 @@
 //  * padding and truncation set in the file are ignored (the runtime pads and cuts itself);
 //  * the Lowercase normalizer lowercases character by character, as Rust's tokenizers does (JS's toLowerCase
 //    on a whole string writes a Greek capital sigma at the end of a word as the final sigma: another id);
+//  * SentencePiece tokenizers (converted OPUS-MT / NLLB models) run as in Rust (rustLike below): the Precompiled
+//    normalizer applies the charsmap itself (precompiled.js; the library's is NFKC), the Unigram model is Rust's
+//    (unigram.js), Strip strips Unicode White_Space (JS's trim also strips U+FEFF, not U+0085), the Metaspace
+//    pre-tokenizer splits before each replacement character (split, default true; the library never splits) and
+//    its decoder drops every replacement character of the first token (the library only a leading space);
 //  * the checks: the file as Rust tokenizers reads it, with the trainer's regular expressions only
 //    (tokenizer_json.js), no post-processor, ids exactly 0..vocab_size-1, vocab_size and special tokens as the config.
-import { LowercaseNormalizer, Tokenizer } from "@huggingface/tokenizers";
+import { LowercaseNormalizer, MetaspaceDecoder, MetaspacePreTokenizer, PrecompiledNormalizer, StripNormalizer, Tokenizer,
+  Unigram } from "@huggingface/tokenizers";
 import { ModelPackageError } from "./errors.js";
 import { isInteger, short } from "./json.js";
+import { PrecompiledCharsmap } from "./precompiled.js";
 import { foreignRegex, parseTokenizerJson } from "./tokenizer_json.js";
+import { RustUnigram } from "./unigram.js";
 
 export const SPECIAL_ROLES = ["pad", "bos", "eos", "unk"]; // manifest special_tokens keys; the config has {role}_id
 
@@ -33,10 +41,72 @@ function lowercaseByCharacter(text) {
   return out;
 }
 
-function lowercaseLikeRust(normalizer) {
+const RUST_WHITESPACE_START = /^\p{White_Space}+/u; // Rust's char::is_whitespace
+const RUST_WHITESPACE_END = /\p{White_Space}+$/u;
+
+function stripLikeRust(text, { strip_left: left, strip_right: right }) {
+  if (left) text = text.replace(RUST_WHITESPACE_START, "");
+  return right ? text.replace(RUST_WHITESPACE_END, "") : text;
+}
+
+function normalizersLikeRust(normalizer) {
   if (!normalizer) return;
   if (normalizer instanceof LowercaseNormalizer) normalizer.normalize = lowercaseByCharacter;
-  for (const inner of normalizer.normalizers ?? []) lowercaseLikeRust(inner);
+  if (normalizer instanceof StripNormalizer) normalizer.normalize = (text) => stripLikeRust(text, normalizer.config);
+  if (normalizer instanceof PrecompiledNormalizer) {
+    const charsmap = new PrecompiledCharsmap(normalizer.config.precompiled_charsmap);
+    normalizer.normalize = (text) => charsmap.normalize(text);
+  }
+  for (const inner of normalizer.normalizers ?? []) normalizersLikeRust(inner);
+}
+
+/** Metaspace's pre-tokenization (tokenizers/src/pre_tokenizers/metaspace.rs): spaces -> the replacement, which is
+ * prepended ("always"; "first": to the text's first section only) unless there, then a split before each one. */
+function metaspaceLikeRust(pre, config) {
+  const replacement = pre.replacement;
+  const split = config.split ?? true;
+  pre.pre_tokenize_text = (text, { section_index: section } = {}) => {
+    let normalized = text.replaceAll(" ", replacement);
+    const scheme = pre.prepend_scheme;
+    if (normalized && !normalized.startsWith(replacement) && (scheme === "always" || (scheme === "first" && section === 0))) {
+      normalized = replacement + normalized;
+    }
+    if (!split) return [normalized];
+    const pieces = [];
+    let from = 0;
+    for (let at = normalized.indexOf(replacement, 1); at !== -1; at = normalized.indexOf(replacement, at + replacement.length)) {
+      pieces.push(normalized.slice(from, at));
+      from = at;
+    }
+    pieces.push(normalized.slice(from));
+    return pieces.filter((piece) => piece.length > 0);
+  };
+}
+
+/** The library's components made to do what Rust's do (the file's header lists what differs). */
+function rustLike(tokenizer, json) {
+  normalizersLikeRust(tokenizer.normalizer);
+  const pres = [[tokenizer.pre_tokenizer, json.pre_tokenizer]];
+  for (const [pre, config] of pres) {
+    if (pre instanceof MetaspacePreTokenizer) metaspaceLikeRust(pre, config);
+    (pre?.tokenizers ?? []).forEach((inner, i) => pres.push([inner, config.pretokenizers[i]]));
+  }
+  const decoders = [[tokenizer.decoder, json.decoder]];
+  for (const [decoder, config] of decoders) {
+    if (decoder instanceof MetaspaceDecoder) {
+      const keepFirst = (config.prepend_scheme ?? "always") === "never"; // Rust's Metaspace decode_chain
+      decoder.decode_chain = (tokens) => tokens.map((token, i) =>
+        Array.from(token, (c) => (c === decoder.replacement ? (i === 0 && !keepFirst ? "" : " ") : c)).join(""));
+    }
+    (decoder?.decoders ?? []).forEach((inner, i) => decoders.push([inner, config.decoders[i]]));
+  }
+  if (tokenizer.model instanceof Unigram) {
+    const model = tokenizer.model;
+    const rust = new RustUnigram(json.model);
+    model.fuse_unk = false; // RustUnigram fuses unknowns itself
+    // the library maps the strings back to ids by its vocabulary (ids are one per token: the constructor's check)
+    model.encode = (pretokens) => pretokens.flatMap((text) => rust.tokenize(text).map((id) => rust.pieces[id]));
+  }
 }
 
 export class PackageTokenizer {
@@ -58,6 +128,7 @@ export class PackageTokenizer {
         `tokenizer has none (the model code adds EOS); ${reexport}`);
     }
     this.path = path;
+    this.reexport = reexport;
     this.vocab = vocabulary(json);
     this.tokens = [];
     for (const [token, id] of this.vocab) this.tokens[id] = token;
@@ -76,7 +147,7 @@ export class PackageTokenizer {
     const forLibrary = { ...json, added_tokens: added.filter((t) => !t.special), padding: null, truncation: null };
     try {
       this.tokenizer = new Tokenizer(forLibrary, { clean_up_tokenization_spaces: false });
-      lowercaseLikeRust(this.tokenizer.normalizer);
+      rustLike(this.tokenizer, json);
       this.tokenizer.encode("a", { add_special_tokens: false }); // a component it cannot run fails here, at load
     } catch (e) {
       throw new ModelPackageError(`${path}: the JS tokenizer cannot read it (${String(e.message).split("\n")[0]}); ${reexport}`);
@@ -114,13 +185,29 @@ export class PackageTokenizer {
 
   /** text -> ids, without specials (the model code adds EOS); a literal special token is ordinary text. */
   encode(text) {
-    return this.tokenizer.encode(text, { add_special_tokens: false }).ids;
+    try {
+      return this.tokenizer.encode(text, { add_special_tokens: false }).ids;
+    } catch (e) {
+      throw this.broken(e);
+    }
+  }
+
+  /** An error of the tokenizer's own code (a corrupt charsmap, a Unigram model without unk_id) as one line naming the
+   * file, as the Python runtime reports a panic of Rust tokenizers (runtime/package_tokenizer.py). */
+  broken(e) {
+    if (e instanceof ModelPackageError) return e;
+    return new ModelPackageError(`${this.path}: the tokenizer failed (${String(e?.message ?? e).split("\n")[0]}): the ` +
+      `file is broken; ${this.reexport}`);
   }
 
   /** ids -> text, special tokens skipped (tokenizers' decode). */
   decode(ids) {
     const kept = ids.filter((id) => !this.specialIds.has(id) && id >= 0 && id < this.tokens.length);
-    return kept.length ? this.tokenizer.decode(kept, { skip_special_tokens: false }) : "";
+    try {
+      return kept.length ? this.tokenizer.decode(kept, { skip_special_tokens: false }) : "";
+    } catch (e) {
+      throw this.broken(e);
+    }
   }
 
   tokenToId(token) {

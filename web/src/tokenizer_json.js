@@ -5,6 +5,7 @@
 // byte-order mark, an unknown field, an id written 3.0, a merge of pieces that are not in the vocabulary, padding
 // that is no padding, a lone surrogate... all pass there. Every refusal is one line naming the field.
 import { isInteger, JsonDepthError, JsonFloat, parseJson, short } from "./json.js";
+import { parsePrecompiledCharsmap } from "./precompiled.js";
 
 // group_digits (training/tokenizer.py): the empty place inside a digit run with a multiple of 3 digits to its right
 export const THOUSANDS = String.raw`(?<=\d)(?=(?:\d{3})+(?!\d))`;
@@ -52,12 +53,17 @@ const KINDS = {
   behavior: (v) => BEHAVIORS.includes(v),
   prepend: (v) => PREPEND.includes(v),
   list: (v) => Array.isArray(v),
+  charsmap: (v) => typeof v === "string", // what it holds: checkComponent
 };
 const nullable = (kind) => (v) => v === null || KINDS[kind](v);
 // type -> {field: [kind, required]}: the fields Rust tokenizers requires (probed on its reader) and the kinds it
-// accepts; fields it does not know are ignored, as Rust does. A type missing here is one the JS library lacks, or
-// (Precompiled) one it only approximates: its NFKC is not the charsmap, and would give other ids than Python's.
+// accepts; fields it does not know are ignored, as Rust does. A type missing here is one the JS library lacks.
+// (Precompiled, which the library only approximates with NFKC, runs as Rust runs it: tokenizer.js, precompiled.js.)
 const R = true, O = false;
+// Metaspace (pre-tokenizer and decoder): the legacy add_prefix_space false means prepend_scheme "never", which the
+// file must then say (Rust refuses the mismatch: checkComponent); str_rep is read and ignored
+const METASPACE = { replacement: ["char", R], prepend_scheme: ["prepend", O], split: ["bool", O],
+  add_prefix_space: [nullable("bool"), O], str_rep: [nullable("string"), O] };
 const COMPONENTS = {
   normalizer: {
     NFC: {}, NFD: {}, NFKC: {}, NFKD: {}, Lowercase: {}, StripAccents: {}, Nmt: {}, ByteLevel: {},
@@ -66,11 +72,12 @@ const COMPONENTS = {
     Prepend: { prepend: ["string", R] },
     BertNormalizer: { clean_text: ["bool", R], handle_chinese_chars: ["bool", R], strip_accents: [nullable("bool"), O],
       lowercase: ["bool", R] },
+    Precompiled: { precompiled_charsmap: ["charsmap", R] },
     Sequence: { normalizers: ["list", R] },
   },
   pre_tokenizer: {
     Whitespace: {}, WhitespaceSplit: {}, BertPreTokenizer: {},
-    Metaspace: { replacement: ["char", R], prepend_scheme: ["prepend", O], split: ["bool", O] },
+    Metaspace: METASPACE,
     Punctuation: { behavior: ["behavior", O] },
     Digits: { individual_digits: ["bool", R] },
     Split: { pattern: ["pattern", R], behavior: ["behavior", R], invert: ["bool", R] },
@@ -79,7 +86,7 @@ const COMPONENTS = {
   },
   decoder: {
     Fuse: {}, ByteFallback: {},
-    Metaspace: { replacement: ["char", R], prepend_scheme: ["prepend", O], split: ["bool", O] },
+    Metaspace: METASPACE,
     ByteLevel: { add_prefix_space: ["bool", R], trim_offsets: ["bool", R], use_regex: ["bool", O] },
     WordPiece: { prefix: ["string", R], cleanup: ["bool", R] },
     BPEDecoder: { suffix: ["string", R] },
@@ -101,6 +108,8 @@ const BPE = { dropout: [(v) => v === null || (KINDS.number(v) && v >= 0 && v <= 
   unk_token: [nullable("string"), O], continuing_subword_prefix: [nullable("string"), O],
   end_of_word_suffix: [nullable("string"), O], fuse_unk: ["bool", O], byte_fallback: ["bool", O], ignore_merges: ["bool", O] };
 
+const UNIGRAM = { vocab: ["list", R], unk_id: [nullable("usize"), O], byte_fallback: ["bool", O] };
+
 /** Problems are thrown as Error(text naming the field); readTokenizerJson makes them one ModelPackageError line. */
 function checkFields(obj, spec, name) {
   if (!isObject(obj)) throw new Error(`${name} should be an object, got ${short(obj)}`);
@@ -120,6 +129,16 @@ function checkComponent(part, value, name) {
     throw new Error(`${name} is ${short(isObject(value) ? value.type ?? value : value)}, not a ${part} type both runtimes read`);
   }
   checkFields(value, COMPONENTS[part][value.type], `${name} (${value.type})`);
+  if (value.type === "Precompiled") {
+    try {
+      parsePrecompiledCharsmap(value.precompiled_charsmap);
+    } catch (e) {
+      throw new Error(`${name} (Precompiled): ${e.message}`);
+    }
+  }
+  if (value.type === "Metaspace" && value.add_prefix_space === false && value.prepend_scheme !== "never") {
+    throw new Error(`${name} (Metaspace) has add_prefix_space false but prepend_scheme ${short(value.prepend_scheme ?? "always")}`);
+  }
   if (value.type === "Sequence") {
     value[SEQUENCE_FIELD[part]].forEach((inner, i) => checkComponent(part, inner, `${name}.${SEQUENCE_FIELD[part]}[${i}]`));
   }
@@ -132,12 +151,27 @@ function checkVocab(vocab, name) {
   }
 }
 
+/** A Unigram model as Rust reads it (models/unigram/serialization.rs, Unigram::from): vocab a list of [piece, score]
+ * pairs, unk_id null or an index into it, byte_fallback a bool. */
+function checkUnigram(model) {
+  checkFields(model, UNIGRAM, "model");
+  model.vocab.forEach((entry, i) => {
+    if (!Array.isArray(entry) || entry.length !== 2 || typeof entry[0] !== "string" || !KINDS.number(entry[1])) {
+      throw new Error(`model.vocab[${i}] is ${short(entry)}, not a [piece, score] pair`);
+    }
+  });
+  if (model.unk_id != null && model.unk_id >= model.vocab.length) {
+    throw new Error(`model.unk_id is ${model.unk_id}, outside its vocabulary of ${model.vocab.length} pieces`);
+  }
+}
+
 function checkModel(model) {
   if (!isObject(model)) throw new Error(`model should be an object, got ${short(model)}`);
   const type = model.type ?? "BPE";
   if (type !== "BPE") {
     if (!["WordLevel", "WordPiece", "Unigram"].includes(type)) throw new Error(`model.type is ${short(type)}, not a model type`);
-    if (type !== "Unigram") checkVocab(model.vocab, "model.vocab");
+    if (type === "Unigram") checkUnigram(model);
+    else checkVocab(model.vocab, "model.vocab");
     return;
   }
   if (!Object.hasOwn(model, "vocab") || !Object.hasOwn(model, "merges")) throw new Error("the BPE model has no vocab or no merges");

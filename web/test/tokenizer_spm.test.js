@@ -1,0 +1,138 @@
+// SentencePiece tokenizers converted to HF tokenizers JSON (OPUS-MT's and NLLB's: a Unigram model, SentencePiece's
+// nmt_nfkc charsmap in a Precompiled normalizer, Metaspace) in JS (src/tokenizer.js with src/precompiled.js and
+// src/unigram.js) against Python's `tokenizers` (Rust): the same ids and decoded text on thousands of texts -- real
+// gettext text in many scripts, and every character class the charsmap rewrites (a sweep over Unicode blocks:
+// full-width forms, ligatures, compatibility characters, controls, odd spaces), combining marks after many bases,
+// Hangul jamo, emoji sequences, CR LF, literal special tokens. The SentencePiece models are trained in this run
+// (test/tokenizer_spm.py). The library's own Precompiled (NFKC) is shown to give other ids on some of these texts.
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { after, before, test } from "node:test";
+import { PrecompiledNormalizer } from "@huggingface/tokenizers";
+import { ModelPackageError } from "../src/errors.js";
+import { PackageTokenizer } from "../src/tokenizer.js";
+import { ODD_LINES, pythonPath, runPython, WEB_DIR } from "./python.js";
+
+const LANGS = ["de", "fr", "es", "ru", "el", "tr", "ja", "zh_CN", "ar", "hi", "pl", "uk", "ko", "he", "vi", "th"];
+const dir = mkdtempSync(path.join(tmpdir(), "seq2onnx-web-spm-"));
+let texts, tokenizers;
+
+/** test/tokenizer_spm.py's answer to one job. */
+function spmPython(job) {
+  return new Promise((resolve, reject) => {
+    const child = spawn(pythonPath(), [path.join(WEB_DIR, "test", "tokenizer_spm.py")], { stdio: ["pipe", "pipe", "pipe"] });
+    const out = [], err = [];
+    child.stdout.on("data", (d) => out.push(d));
+    child.stderr.on("data", (d) => err.push(d));
+    child.on("error", reject);
+    child.on("close", (code) => (code === 0 ? resolve(JSON.parse(Buffer.concat(out).toString()))
+      : reject(new Error(`tokenizer_spm.py failed: ${Buffer.concat(err).toString().trim().split("\n").slice(-3).join(" ")}`))));
+    child.stdin.end(JSON.stringify(job));
+  });
+}
+
+/** Texts of every kind the charsmap and the segmentation into grapheme clusters treat apart. */
+function unicodeTexts() {
+  const out = [];
+  const blocks = [[0x0, 0x3000], [0x3000, 0x3400], [0xa000, 0xa100], [0xac00, 0xac40], [0xf900, 0xfb50], [0xfe00, 0x10000],
+    [0x1d400, 0x1d800], [0x1f100, 0x1f300], [0x1f600, 0x1f650], [0x2f800, 0x2fa20], [0xe0000, 0xe0080]];
+  for (const [from, to] of blocks) {
+    for (let cp = from; cp < to; cp += 16) { // 16 characters a text, a space after every third
+      let text = "";
+      for (let c = cp; c < Math.min(cp + 16, to); c++) if (c < 0xd800 || c > 0xdfff) text += String.fromCodePoint(c) + (c % 3 ? "" : " ");
+      out.push(text);
+    }
+  }
+  const marks = ["\u0301", "\u0308", "\u0323", "\u0338", "\u20dd", "\u3099", "\u309a", "\ufe0f", "\u200d", "\u0e31", "\u093f", "\u094d"];
+  const bases = ["e", "a", "O", "ｶ", "か", "ﾊ", "1", " ", "\r", "\n", "ß", "ﬁ", "Å", "한", "ᄀ", "\u1161", "😀", "👩", "\t", "Ⅻ",
+    "＜", "㌀", "\u00a0", "₃"];
+  for (const base of bases) for (const mark of marks) out.push(base + mark, base + mark + mark, `${base}${mark}x`, `x${base}${mark}`);
+  out.push("\r\n", "a\r\nb", "ｶﾞ", "ﾊﾟ", "ｶﾞｷﾞ", "ᄀ\u1161\u11a8", "ᄀ\u1161", "👩‍👩‍👧", "🇩🇪🇫🇷", "1️⃣", "a  b   c", "  x  ",
+    "x\u3000\u3000y", "\u200b\u200c\u200d", "\ufeffx", "x\u00adx", "ＡＢＣ　ｄｅｆ", "ﬃ ﬄ ﬅ", "㍻ ㎏ ㏄ ℡ №", "…‥", "¼½¾", "①⑳㉑",
+    "ℌℍℎ", "ǅǈǋ Ǆ", "ﷺ ﷻ", "ﾟﾞ", "ゔ", "\u0000a", "\u0001\u0002\u007f", "\u0085x\u0085", "\u2028\u2029", "Straße ẞ", "İstanbul ı",
+    "ΟΔΟΣ ὈΔΥΣΣΕΎΣ", "1,234,567.89", "x\ty", "</s> <pad> <s> <unk>", "x<unk>y", "<0x41>", "__en__ hi", ">>fra<< Bonjour",
+    "eng_Latn", "▁", "▁▁x", " ▁ ", "a ▁b");
+  return out;
+}
+
+before(async () => {
+  const [{ texts: corpus }] = await runPython([{ op: "corpus", langs: LANGS, per_lang: 110 }]);
+  texts = [...corpus, ...ODD_LINES, ...unicodeTexts()];
+  ({ tokenizers } = await spmPython({ op: "make", texts: corpus, dir, vocab_size: 1500 }));
+});
+after(() => rmSync(dir, { recursive: true, force: true }));
+
+const fromText = (text, file, vocabSize) => new PackageTokenizer(text, file, { vocab_size: vocabSize }, { reexport: "re-export it" });
+const load = (file, vocabSize) => fromText(readFileSync(file, "utf8"), file, vocabSize);
+
+for (const name of ["spm-converter", "from-spm"]) {
+  test(`${name} SentencePiece tokenizer: Python's ids and decoded text`, async (t) => {
+    assert.ok(texts.length >= 5000, `only ${texts.length} texts (are gettext catalogs installed?)`);
+    const file = tokenizers[name];
+    const [py] = await runPython([{ op: "tokenize", tokenizer: file, texts }]);
+    const tokenizer = load(file, py.vocab_size);
+    let unk = 0;
+    texts.forEach((text, i) => {
+      assert.deepEqual(tokenizer.encode(text), py.ids[i], `ids of ${JSON.stringify(text)}`);
+      assert.equal(tokenizer.decode(py.ids[i]), py.decoded[i], `decode of the ids of ${JSON.stringify(text)}`);
+      if (py.ids[i].includes(tokenizer.tokenToId("<unk>"))) unk++;
+    });
+
+    // the same tokenizer with the library's own Precompiled normalizer (NFKC) gives other ids on some texts
+    const library = load(file, py.vocab_size);
+    const walk = (n) => [n, ...(n?.normalizers ?? []).flatMap(walk)];
+    const precompiled = walk(library.tokenizer.normalizer).filter((n) => n instanceof PrecompiledNormalizer);
+    assert.equal(precompiled.length, 1);
+    delete precompiled[0].normalize; // the prototype's: the library's approximation
+    const differ = texts.filter((text, i) => JSON.stringify(library.encode(text)) !== JSON.stringify(py.ids[i]));
+    assert.ok(differ.length > 0, "the library's own Precompiled gave Python's ids on every text: this test shows nothing");
+    t.diagnostic(`${name}: ${texts.length} texts, equal ids and decoded text (${unk} with <unk>); with the library's ` +
+      `Precompiled ${differ.length} texts get other ids, e.g. ${JSON.stringify(differ.slice(0, 3))}`);
+  });
+}
+
+test("a SentencePiece tokenizer.json: JS refuses what Rust tokenizers refuses, and reads what it reads", async () => {
+  const good = JSON.parse(readFileSync(tokenizers["spm-converter"], "utf8"));
+  const variant = (change) => {
+    const json = structuredClone(good);
+    change(json);
+    return JSON.stringify(json);
+  };
+  const precompiled = (json) => json.normalizer.normalizers[0];
+  const charsmap = precompiled(good).precompiled_charsmap;
+  const cases = {
+    "the file itself": JSON.stringify(good),
+    "charsmap not base64": variant((j) => { precompiled(j).precompiled_charsmap = "not base64!"; }),
+    "charsmap with stray bits": variant((j) => { precompiled(j).precompiled_charsmap = "AB=="; }),
+    "charsmap cut in its trie": variant((j) => { precompiled(j).precompiled_charsmap = charsmap.slice(0, 40); }),
+    "charsmap a number": variant((j) => { precompiled(j).precompiled_charsmap = 3; }),
+    "charsmap missing": variant((j) => { delete precompiled(j).precompiled_charsmap; }),
+    "unk_id past the vocabulary": variant((j) => { j.model.unk_id = j.model.vocab.length; }),
+    "unk_id null": variant((j) => { j.model.unk_id = null; }),
+    "unk_id 0.0": JSON.stringify(good).replace('"unk_id":0', '"unk_id":0.0'),
+    "a piece of three fields": variant((j) => { j.model.vocab[5].push(1); }),
+    "a piece without score": variant((j) => { j.model.vocab[5] = [j.model.vocab[5][0]]; }),
+    "a score as text": variant((j) => { j.model.vocab[5][1] = "-3"; }),
+    "byte_fallback null": variant((j) => { j.model.byte_fallback = null; }),
+    "no vocab": variant((j) => { delete j.model.vocab; }),
+    "Metaspace add_prefix_space false, prepend always": variant((j) => { j.pre_tokenizer.add_prefix_space = false; }),
+    "Metaspace add_prefix_space false, prepend never": variant((j) => {
+      Object.assign(j.pre_tokenizer, { add_prefix_space: false, prepend_scheme: "never" });
+    }),
+    "Metaspace str_rep": variant((j) => { j.decoder.str_rep = "_"; }),
+  };
+  const { errors } = await spmPython({ op: "check", files: Object.values(cases) });
+  Object.keys(cases).forEach((name, i) => {
+    let js = null;
+    try {
+      fromText(cases[name], "tokenizer.json", JSON.parse(cases[name]).model.vocab?.length + 4);
+    } catch (e) {
+      assert.ok(e instanceof ModelPackageError && !e.message.includes("\n"), `${name}: ${e}`);
+      js = e.message;
+    }
+    assert.equal(js === null, errors[i] === null, `${name}: JS says ${js}, Python says ${errors[i]}`);
+  });
+});

@@ -1,8 +1,9 @@
 """The decoding loop in numpy: encode once, then one decoder step per generated token.
 
 Shaped like openai/whisper's decoding.py: small parts and a short main loop.
-  * logit filters (logit_filters.py) edit the step's log-probs in place: PAD/BOS suppression,
-    EOS before the minimum length, repetition penalty, no-repeat-ngram, forced target prefix;
+  * logit filters (logit_filters.py) edit the step's log-probs in place: suppressed ids (PAD/BOS by default),
+    EOS before the minimum length, repetition penalty, no-repeat-ngram, forced BOS and EOS, forced target prefix,
+    renormalization;
   * a search (search.py) turns them into the next tokens: `RowSearch` (greedy or sampling) or `BeamSearch`,
     and ranks the finished hypotheses; its docstring gives the semantics, those of training/reference.py.
 
@@ -140,12 +141,12 @@ def decode_steps(engine: Engine, config: ModelConfig, sources: Sequence[Sequence
         tracker = None if phrases is None else Constraints([phrases[i] for i in todo], options.beam_size,
                                                            config.vocab_size)
         search: Any = BeamSearch(len(srcs), options.beam_size, limits[todo], config.eos_id, options.length_penalty,
-                                 options.num_hypotheses, tracker)
+                                 options.num_hypotheses, tracker, options.beam_rules, options.early_stopping)
     else:
         width = options.num_hypotheses if options.sampling else 1
         sampler = Sampler(options, srcs, width) if options.sampling else None
         search = RowSearch(len(srcs), width, limits[todo], config.eos_id, options.length_penalty, sampler)
-    filters = build_filters(options, config, None if prefixes is None else [prefixes[i] for i in todo])
+    filters = build_filters(options, config, None if prefixes is None else [prefixes[i] for i in todo], limits[todo])
 
     ids, mask = pad_sources(srcs, config.pad_id)
     encoder_mask, cross = engine.encode(ids, mask)
@@ -155,7 +156,7 @@ def decode_steps(engine: Engine, config: ModelConfig, sources: Sequence[Sequence
     if not shared and len(search.row_example) > len(srcs):                  # each sentence -> its K rows
         encoder_mask, *cross = engine.take([encoder_mask, *cross], search.row_example)
     past = None
-    last = np.full((len(search.row_example), 1), config.bos_id, dtype=np.int64)
+    last = np.full((len(search.row_example), 1), config.start_id, dtype=np.int64)
     attention = None
     on_device = picks_on_device(engine, search, filters, config.vocab_size)
     for step in range(int(limits[todo].max())):
@@ -233,7 +234,7 @@ def score(engine: Engine, config: ModelConfig, sources: Sequence[Sequence[int]],
     ids, mask = pad_sources(sources, config.pad_id)
     encoder_mask, cross = engine.encode(ids, mask)
     out = np.zeros(forced.shape, dtype=np.float64)
-    past, last, rows = None, np.full((n, 1), config.bos_id, dtype=np.int64), np.arange(n)
+    past, last, rows = None, np.full((n, 1), config.start_id, dtype=np.int64), np.arange(n)
     for t in range(forced.shape[1]):
         log_probs, past = engine.step(last, encoder_mask, past, cross)      # [n, V]
         if not (log_probs[:, config.eos_id] < np.inf).all():

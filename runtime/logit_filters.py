@@ -20,13 +20,13 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from .config import ModelConfig
-from .options import DecodingOptions
+from .options import Arg, DecodingOptions, OptionError
 
 LogitFilter = Callable[[np.ndarray, np.ndarray, np.ndarray, int], None]
 
 
 class SuppressTokens:
-    """PAD and BOS are never generated."""
+    """These ids are never generated (options.suppress_ids; by default PAD and BOS)."""
     same_for_every_row = True
 
     def __init__(self, token_ids: Sequence[int]):
@@ -80,36 +80,86 @@ class NoRepeatNGram:
         log_probs[rows, windows[rows, starts, -1]] = -np.inf
 
 
-class ForcePrefix:
-    """Force each sentence's target prefix: during its first len(prefix) steps only the prefix token
-    keeps its log-prob (which counts in the score); every other token gets -inf."""
+class ForceToken:
+    """transformers' ForcedBOSTokenLogitsProcessor and ForcedEOSTokenLogitsProcessor: at a sentence's step
+    `steps[sentence]` only `token` may come, with log-prob 0 (it counts in the length, not in the score).
+    It sets the log-probs, so it is no bias (not same_for_every_row)."""
 
-    def __init__(self, prefixes: Sequence[Sequence[int]]):
+    def __init__(self, token: int, steps: np.ndarray):
+        self.token, self.steps = token, steps                                    # steps [B]
+
+    def __call__(self, log_probs, tokens, row_example, step) -> None:
+        rows = np.flatnonzero(self.steps[row_example] == step)
+        if len(rows):
+            log_probs[rows] = -np.inf
+            log_probs[rows, self.token] = 0.0
+
+
+class ForcePrefix:
+    """Force each sentence's target prefix: during its first len(prefix) steps (after `start` steps: a forced
+    BOS comes first) only the prefix token keeps its log-prob (which counts in the score); every other token
+    gets -inf."""
+
+    def __init__(self, prefixes: Sequence[Sequence[int]], start: int = 0):
+        self.start = start
         self.lengths = np.array([len(p) for p in prefixes], dtype=np.int64)     # [B]
         self.ids = np.zeros((len(prefixes), max(1, int(self.lengths.max(initial=0)))), dtype=np.int64)
         for i, p in enumerate(prefixes):
             self.ids[i, :len(p)] = p
 
     def __call__(self, log_probs, tokens, row_example, step) -> None:
-        rows = np.flatnonzero(step < self.lengths[row_example])
+        at = step - self.start
+        if at < 0:
+            return
+        rows = np.flatnonzero(at < self.lengths[row_example])
         if len(rows) == 0:
             return
-        forced = self.ids[row_example[rows], step]
+        forced = self.ids[row_example[rows], at]
         keep = log_probs[rows, forced]
         log_probs[rows] = -np.inf
         log_probs[rows, forced] = keep
 
 
-def build_filters(options: DecodingOptions, config: ModelConfig,
-                  prefixes: Optional[Sequence[Sequence[int]]] = None) -> List[LogitFilter]:
-    """The filters the options ask for, in the order they apply (the prefix overrides the rest)."""
-    filters: List[LogitFilter] = [SuppressTokens([config.pad_id, config.bos_id])]
+def renormalize(log_probs, tokens, row_example, step) -> None:
+    """Log-softmax again after the other filters (transformers' renormalize_logits, its LogitNormalization): the
+    surviving tokens' probabilities sum to 1. A row whose filters forbid every token stays all -inf."""
+    best = log_probs.max(axis=1, keepdims=True)                                  # [R, 1]
+    finite = np.isfinite(best[:, 0])
+    shifted = log_probs[finite] - best[finite]
+    log_probs[finite] = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+
+
+def build_filters(options: DecodingOptions, config: ModelConfig, prefixes: Optional[Sequence[Sequence[int]]] = None,
+                  limits: Optional[np.ndarray] = None) -> List[LogitFilter]:
+    """The filters the options ask for, in the order they apply. limits [B]: each sentence's step limit
+    (decoding.step_limits; forced_eos needs it).
+
+    The order is transformers' (generation/utils.py _get_logits_processor: repetition penalty, no-repeat n-grams,
+    bad words, min length, forced BOS, forced EOS, suppress tokens, renormalize) where it matters: the -inf masks
+    and the penalty commute, the forced tokens override them, the user's target prefix follows a forced BOS,
+    and renormalize comes last. (transformers suppresses its suppress_tokens after forcing, ours before: they part
+    only when a forced token is also suppressed.)"""
+    vocab = config.vocab_size
+    suppress = [config.pad_id, config.bos_id] if options.suppress_ids is None else list(options.suppress_ids)
+    for name, ids in (("suppress_ids", suppress), ("forced_bos_id", [options.forced_bos_id or 0])):
+        if any(x >= vocab for x in ids):
+            raise OptionError(Arg(name), f" holds an id outside the vocabulary [0, {vocab}): {max(ids)}")
+    filters: List[LogitFilter] = [SuppressTokens(suppress)] if suppress else []
     if options.min_decoding_length > 0:
         filters.append(SuppressEOSBeforeMin(config.eos_id, options.min_decoding_length))
     if options.repetition_penalty != 1.0:
         filters.append(RepetitionPenalty(options.repetition_penalty))
     if options.no_repeat_ngram_size > 0:
         filters.append(NoRepeatNGram(options.no_repeat_ngram_size))
+    n = len(limits) if limits is not None else len(prefixes) if prefixes is not None else 1
+    if options.forced_bos_id is not None:
+        filters.append(ForceToken(options.forced_bos_id, np.zeros(n, dtype=np.int64)))
+    if options.forced_eos:
+        if limits is None:
+            raise ValueError("forced_eos needs the sentences' step limits")
+        filters.append(ForceToken(config.eos_id, np.asarray(limits, dtype=np.int64) - 1))
     if prefixes is not None and any(len(p) for p in prefixes):
-        filters.append(ForcePrefix(prefixes))
+        filters.append(ForcePrefix(prefixes, start=int(options.forced_bos_id is not None)))
+    if options.renormalize:
+        filters.append(renormalize)
     return filters

@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 import math
 from dataclasses import dataclass, fields
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -23,6 +23,9 @@ MAX_LENGTH_B = 2**31 - 1
 MIN_TOPP = 1e-6
 TEMPERATURE_RANGE = (1e-4, 1e4)         # or exactly 0 (argmax)
 REPETITION_PENALTY_RANGE = (1e-4, 1e4)
+BEAM_RULES = ("seq2onnx", "transformers")   # when beam search finishes hypotheses and stops (search.py)
+EARLY_STOPPING = (False, True, "never")      # transformers' early_stopping (beam_rules="transformers" only)
+MAX_SUPPRESS_IDS = 1 << 24                   # suppress_ids: at most this many (the largest vocabulary, config.py)
 # examples per batch when the caller does not say (the Translator and the CLI): memory stays that of
 # one batch however many sentences (20,000 at beam 4 in one batch took 10 GB)
 DEFAULT_MAX_BATCH_SIZE = 32
@@ -144,6 +147,13 @@ class DecodingOptions:
     no_repeat_ngram_size: int = 0         # 0: off; n: no n-gram appears twice
     seed: Optional[int] = None            # sampling seed; None: fresh entropy
     return_attention: bool = False        # keep each hypothesis's cross-attention rows (format-2 packages)
+    # --- generation as transformers' generate() does it (a converted package's manifest "generation") ---
+    beam_rules: str = "seq2onnx"          # "transformers": its _beam_search's finished set and stopping rule
+    early_stopping: Union[bool, str] = False   # transformers rules: False (heuristic), True (K finished), "never"
+    suppress_ids: Optional[Tuple[int, ...]] = None   # ids never generated; None: PAD and BOS
+    forced_bos_id: Optional[int] = None   # the first generated token, log-prob 0 (M2M100/NLLB target language)
+    forced_eos: bool = False              # at the last step the length limit allows, EOS only, log-prob 0
+    renormalize: bool = False             # log-softmax again after every filter (transformers' renormalize_logits)
 
     def __post_init__(self) -> None:
         _check_int("beam_size", self.beam_size, 1, MAX_BEAM_SIZE)
@@ -167,6 +177,30 @@ class DecodingOptions:
             _check_int("seed", self.seed, 0)
         if not isinstance(self.return_attention, bool):
             raise OptionError(Arg("return_attention"), f" must be True or False, got {self.return_attention!r}")
+        if self.beam_rules not in BEAM_RULES:
+            raise OptionError(Arg("beam_rules"), f" must be one of {', '.join(map(repr, BEAM_RULES))}, "
+                              f"got {self.beam_rules!r}")
+        if not any(self.early_stopping is e for e in EARLY_STOPPING[:2]) and self.early_stopping != "never":
+            raise OptionError(Arg("early_stopping"), f" must be True, False or 'never', got {self.early_stopping!r}")
+        if self.early_stopping is not False and self.beam_rules != "transformers":
+            raise OptionError(Arg("early_stopping"), " applies to beam_rules='transformers' only; set ",
+                              Arg("beam_rules"), "='transformers' or leave it False")
+        if self.suppress_ids is not None:
+            if isinstance(self.suppress_ids, (str, bytes)) or not isinstance(self.suppress_ids, (list, tuple)):
+                raise OptionTypeError(Arg("suppress_ids"), f" must be a list of ids (int), got "
+                                      f"{type(self.suppress_ids).__name__}")
+            if len(self.suppress_ids) > MAX_SUPPRESS_IDS:
+                raise OptionError(Arg("suppress_ids"), f" must hold at most {MAX_SUPPRESS_IDS} ids, "
+                                  f"got {len(self.suppress_ids)}")
+            for x in self.suppress_ids:
+                if not isinstance(x, (int, np.integer)) or isinstance(x, bool) or x < 0:
+                    raise OptionError(Arg("suppress_ids"), f" must hold ids (int >= 0), got {x!r}")
+            object.__setattr__(self, "suppress_ids", tuple(int(x) for x in self.suppress_ids))
+        if self.forced_bos_id is not None:
+            _check_int("forced_bos_id", self.forced_bos_id, 0)
+        for name in ("forced_eos", "renormalize"):
+            if not isinstance(getattr(self, name), bool):
+                raise OptionError(Arg(name), f" must be True or False, got {getattr(self, name)!r}")
         if self.sampling:
             if self.beam_size != 1:
                 raise OptionError("sampling (", Arg("sampling_topk"), f"={self.sampling_topk}) needs ",

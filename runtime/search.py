@@ -16,6 +16,11 @@ The semantics are those of training/reference.py (docstring there), token for to
     **When it stops** (`beam_done`): a sentence stops once K hypotheses have finished and none of
     its live beams scores better now (normalized) than the num_hypotheses-th best finished one, or
     after its `limit` steps, when its live beams are finished as they are (without EOS).
+  * beam_rules="transformers" (options.beam_rules; a converted HF model's default) keeps the candidates and the
+    live beams as above and changes what finishes and when a sentence stops, as transformers 5.23's _beam_search:
+    the finished set keeps the best K (`normalize32`: its float32 division); at the limit's step every one of the
+    best K candidates finishes, EOS or not (the live beams do not); a sentence with K finished stops by
+    `transformers_done` (early_stopping True / False / "never"), comparing with the worst of the K finished.
 
 Terminology constraints (decode's `constraints`, translate_batch's): `BeamSearch` takes a constraints.Constraints,
 which follows each row's progress through its sentence's phrases; EOS waits until a row holds them all, and the
@@ -30,7 +35,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Union
 
 import numpy as np
 
@@ -71,6 +76,27 @@ def beam_done(finished: Sequence[float], beam_size: int, num_hypotheses: int, be
     if len(finished) < beam_size:
         return False
     return sorted(finished, reverse=True)[num_hypotheses - 1] >= best_live
+
+
+def normalize32(score: float, length: int, length_penalty: float) -> float:
+    """normalize as transformers computes it (beam_rules="transformers"): the float32 score over the float32 of
+    length ** length_penalty, rounded to float32, so that its comparisons (the finished set, the stop) tie and
+    part where its own do."""
+    return float(np.float32(score) / np.float32(length ** length_penalty)) if length > 0 else score
+
+
+def transformers_done(finished: Sequence[float], best_live: float, length: int, limit: int, length_penalty: float,
+                      early_stopping: Union[bool, str]) -> bool:
+    """When transformers 5.23's beam search stops a sentence whose K finished slots are full (`finished`: their
+    normalized scores; generation/utils.py _check_early_stop_heuristic, _beam_search_has_unfinished_sequences):
+      * early_stopping True: at once;
+      * False: when the best live beam's raw score `best_live` over the current generated `length` ** lp is not
+        above the worst finished one (a heuristic: with lp > 0 a live beam may still end better);
+      * "never": the same, over the longest length the limit allows when lp > 0 (a bound, for lp > 0)."""
+    if early_stopping is True:
+        return True
+    best_length = limit if early_stopping == "never" and length_penalty > 0 else length
+    return not normalize32(best_live, best_length, length_penalty) > min(finished)
 
 
 def rank(hypotheses: List[Hypothesis], n: int) -> List[Hypothesis]:
@@ -199,10 +225,12 @@ class BeamSearch:
     constraints: the phrases each sentence's hypotheses must hold (constraints.py: dynamic beam allocation)."""
 
     def __init__(self, n_examples: int, beam_size: int, limits: np.ndarray, eos: int, length_penalty: float,
-                 num_hypotheses: int = 1, constraints: Optional[Constraints] = None):
+                 num_hypotheses: int = 1, constraints: Optional[Constraints] = None, rules: str = "seq2onnx",
+                 early_stopping: Union[bool, str] = False):
         k = beam_size
         self.n = num_hypotheses                                            # returned per sentence
         self.k, self.eos, self.length_penalty, self.limits = k, eos, length_penalty, limits
+        self.rules, self.early_stopping = rules, early_stopping             # options.beam_rules, early_stopping
         self.examples = np.arange(n_examples)                              # [A] active sentences
         self.cum = np.full((n_examples, k), -np.inf, dtype=np.float32)    # [A, K]; the K beams start
         self.cum[:, 0] = 0.0                                               # identical: expand beam 0 only
@@ -221,8 +249,17 @@ class BeamSearch:
         """Sentence a's hypothesis `tokens`, which row `row` holds (its constraint states)."""
         missing = 0 if self.constraints is None else int(self.constraints.missing(np.array([row]),
                                                                                   self.examples[a:a + 1])[0])
+        finished = self.finished[self.examples[a]]
+        if self.rules == "transformers":           # its float32 division; the finished set keeps the best K
+            finished.append(Hypothesis(tokens.tolist(), score, normalize32(score, length, self.length_penalty),
+                                       ended, None if attention is None else attention[:len(tokens)], missing))
+            if len(finished) > self.k:             # stable: on ties the earlier-finished stays
+                finished.sort(key=lambda h: -h.normalized_score)
+                del finished[self.k:]
+            self.n_finished[self.examples[a]] = len(finished)
+            return
         self.n_finished[self.examples[a]] += 1
-        self.finished[self.examples[a]].append(Hypothesis(
+        finished.append(Hypothesis(
             tokens.tolist(), score, normalize(score, length, self.length_penalty), ended,
             None if attention is None else attention[:len(tokens)], missing))
 
@@ -260,11 +297,18 @@ class BeamSearch:
         before = self.attention                                            # [A*K, step, S]: the rows' history
         history = extend_rows(before, attention)                           # ... and this step's row
         is_eos = token == self.eos
-        # EOS among the best K with a finite score: a finished hypothesis (it leaves the beam)
-        ends = is_eos & (np.arange(2 * k) < k) & (score > -np.inf)
+        last = step + 1 >= self.limits[self.examples]                      # [A]: the limit's step
+        transformers = self.rules == "transformers"
+        # EOS among the best K with a finite score: a finished hypothesis (it leaves the beam); transformers' rules:
+        # at the limit's step every one of the best K (its stopping criteria end them all)
+        ends = (is_eos | (last[:, None] & transformers)) & (np.arange(2 * k) < k) & (score > -np.inf)
         for a, j in zip(*np.nonzero(ends)):
             row = a * k + beam[a, j]
-            self._add(a, self.tokens[row], float(score[a, j]), step + 1, True, _row(history, row), row)
+            if is_eos[a, j]:
+                self._add(a, self.tokens[row], float(score[a, j]), step + 1, True, _row(history, row), row)
+            else:
+                self._add(a, np.append(self.tokens[row], token[a, j]), float(score[a, j]), step + 1, False,
+                          _row(history, row), row)
         # the first K non-EOS candidates continue (at most K of the 2K are EOS: one per beam)
         keep = ~is_eos & (np.cumsum(~is_eos, axis=1) <= k)
         cols = np.nonzero(keep)[1].reshape(n_act, k)
@@ -283,9 +327,17 @@ class BeamSearch:
         self.attention = None if history is None else history[parents]
         done = stuck.copy()
         for a in np.flatnonzero(~stuck & (self.n_finished[self.examples] >= k)):
-            done[a] = beam_done([h.normalized_score for h in self.finished[self.examples[a]]], k, self.n,
-                                normalize(float(new_cum[a].max()), step + 1, self.length_penalty))
-        at_limit = ~done & (step + 1 >= self.limits[self.examples])
+            finished = [h.normalized_score for h in self.finished[self.examples[a]]]
+            if transformers:
+                done[a] = transformers_done(finished, float(new_cum[a].max()), step + 1,
+                                            int(self.limits[self.examples[a]]), self.length_penalty,
+                                            self.early_stopping)
+            else:
+                done[a] = beam_done(finished, k, self.n, normalize(float(new_cum[a].max()), step + 1,
+                                                                   self.length_penalty))
+        at_limit = ~done & last
+        if transformers:                                                   # its best K have finished above
+            done, at_limit = done | at_limit, np.zeros_like(at_limit)
         for a in np.flatnonzero(at_limit):                                 # live beams end without EOS
             for b in np.flatnonzero(new_cum[a] > -np.inf):
                 self._add(a, self.tokens[a * k + b], float(new_cum[a, b]), step + 1, False,

@@ -8,6 +8,9 @@ Reads one JSON job on stdin, writes its answer on stdout:
                     language-code special tokens added after the vocabulary (as NLLB's)
   "from-spm":       tokenizers' SentencePieceUnigramTokenizer.from_spm's layout (Precompiled, Replace " {2,}" -> " ")
                     of a model trained with byte_fallback (<0x00>..<0xFF> pieces) and a lower character coverage
+  "nllb":           transformers' NllbTokenizer's conversion (NllbConverter: a BPE SentencePiece model, Precompiled,
+                    Replace " {2,}" -> " ", Metaspace; <s> <pad> </s> <unk> first, the 202 language codes as special
+                    tokens after the pieces), without its post-processor (a package's tokenizer has none)
   {"op": "check", "files": [JSON text, ...]} -> {"errors": [null | message]}: does Rust tokenizers read each file?
 """
 from __future__ import annotations
@@ -22,8 +25,9 @@ from typing import Any, Dict, List
 def train(texts: List[str], prefix: Path, **options: Any) -> Path:
     import sentencepiece as spm
 
-    spm.SentencePieceTrainer.train(sentence_iterator=iter(texts), model_prefix=str(prefix), model_type="unigram",
-                                   normalization_rule_name="nmt_nfkc", minloglevel=2, num_threads=1, **options)
+    options = {"model_type": "unigram", **options}
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(texts), model_prefix=str(prefix), minloglevel=2,
+                                   normalization_rule_name="nmt_nfkc", num_threads=1, **options)
     return prefix.with_suffix(".model")
 
 
@@ -66,9 +70,12 @@ def make(job: Dict[str, Any]) -> Dict[str, Any]:
     texts, size = job["texts"], job["vocab_size"]
     nmt = train(texts, out / "nmt", vocab_size=size, character_coverage=0.995)
     fallback = train(texts, out / "fallback", vocab_size=size + 256, character_coverage=0.98, byte_fallback=True)
-    paths = {"spm-converter": out / "spm_converter.json", "from-spm": out / "from_spm.json"}
+    (out / "nllb").mkdir()
+    bpe = train(texts, out / "nllb" / "sentencepiece.bpe", vocab_size=size, character_coverage=0.995, model_type="bpe")
+    paths = {"spm-converter": out / "spm_converter.json", "from-spm": out / "from_spm.json", "nllb": out / "nllb.json"}
     spm_converter(nmt, ["__en__", "__de__", ">>fra<<", "eng_Latn"]).save(str(paths["spm-converter"]))
     from_spm(fallback).save(str(paths["from-spm"]))
+    nllb(bpe).save(str(paths["nllb"]))
     return {"tokenizers": {k: str(v) for k, v in paths.items()}}
 
 
@@ -83,6 +90,17 @@ def check(job: Dict[str, Any]) -> Dict[str, Any]:
         except BaseException as e:  # noqa: BLE001 - a PanicException too
             errors.append(str(e).split("\n")[0] or type(e).__name__)
     return {"errors": errors}
+
+
+def nllb(model: Path) -> Any:
+    from transformers import NllbTokenizer
+    from transformers.models.nllb.tokenization_nllb import FAIRSEQ_LANGUAGE_CODES
+
+    # from a folder holding sentencepiece.bpe.model, the language codes named (as tests/hf_folders.py does)
+    tokenizer = NllbTokenizer.from_pretrained(str(model.parent), src_lang="eng_Latn",
+                                              extra_special_tokens=list(FAIRSEQ_LANGUAGE_CODES)).backend_tokenizer
+    tokenizer.post_processor = None
+    return tokenizer
 
 
 def main() -> None:

@@ -1,5 +1,5 @@
-// SentencePiece tokenizers converted to HF tokenizers JSON (OPUS-MT's and NLLB's: a Unigram model, SentencePiece's
-// nmt_nfkc charsmap in a Precompiled normalizer, Metaspace) in JS (src/tokenizer.js with src/precompiled.js and
+// SentencePiece tokenizers converted to HF tokenizers JSON (OPUS-MT's: a Unigram model; NLLB's and M2M100's: BPE;
+// SentencePiece's nmt_nfkc charsmap in a Precompiled normalizer, Metaspace) in JS (src/tokenizer.js with src/precompiled.js and
 // src/unigram.js) against Python's `tokenizers` (Rust): the same ids and decoded text on thousands of texts -- real
 // gettext text in many scripts, and every character class the charsmap rewrites (a sweep over Unicode blocks:
 // full-width forms, ligatures, compatibility characters, controls, odd spaces), combining marks after many bases,
@@ -59,7 +59,7 @@ function unicodeTexts() {
 }
 
 before(async () => {
-  const [{ texts: corpus }] = await runPython([{ op: "corpus", langs: LANGS, per_lang: 110 }]);
+  const [{ texts: corpus }] = await runPython([{ op: "corpus", langs: LANGS, per_lang: 100 }]);
   texts = [...corpus, ...ODD_LINES, ...unicodeTexts()];
   ({ tokenizers } = await spmPython({ op: "make", texts: corpus, dir, vocab_size: 1500 }));
 });
@@ -68,7 +68,7 @@ after(() => rmSync(dir, { recursive: true, force: true }));
 const fromText = (text, file, vocabSize) => new PackageTokenizer(text, file, { vocab_size: vocabSize }, { reexport: "re-export it" });
 const load = (file, vocabSize) => fromText(readFileSync(file, "utf8"), file, vocabSize);
 
-for (const name of ["spm-converter", "from-spm"]) {
+for (const name of ["spm-converter", "from-spm", "nllb"]) {
   test(`${name} SentencePiece tokenizer: Python's ids and decoded text`, async (t) => {
     assert.ok(texts.length >= 5000, `only ${texts.length} texts (are gettext catalogs installed?)`);
     const file = tokenizers[name];

@@ -61,14 +61,13 @@ function normalizersLikeRust(normalizer) {
 }
 
 /** Metaspace's pre-tokenization (tokenizers/src/pre_tokenizers/metaspace.rs): spaces -> the replacement, which is
- * prepended ("always"; "first": to the text's first section only) unless there, then a split before each one. */
+ * prepended (prepend_scheme "always"; tokenizer_json.js refuses "first") unless there, then a split before each one. */
 function metaspaceLikeRust(pre, config) {
   const replacement = pre.replacement;
   const split = config.split ?? true;
-  pre.pre_tokenize_text = (text, { section_index: section } = {}) => {
+  pre.pre_tokenize_text = (text) => {
     let normalized = text.replaceAll(" ", replacement);
-    const scheme = pre.prepend_scheme;
-    if (normalized && !normalized.startsWith(replacement) && (scheme === "always" || (scheme === "first" && section === 0))) {
+    if (normalized && !normalized.startsWith(replacement) && pre.prepend_scheme === "always") {
       normalized = replacement + normalized;
     }
     if (!split) return [normalized];

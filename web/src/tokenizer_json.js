@@ -136,6 +136,12 @@ function checkComponent(part, value, name) {
       throw new Error(`${name} (Precompiled): ${e.message}`);
     }
   }
+  if (part === "pre_tokenizer" && value.type === "Metaspace" && value.prepend_scheme === "first") {
+    // Rust prepends then only where the normalized text starts at the original's offset 0 (NormalizedString's
+    // offsets through every normalizer): JS tracks no offsets, and would give other ids where a normalizer removes
+    // the text's first characters (a leading U+200F, a stripped space). The OPUS-MT and NLLB conversions write "always".
+    throw new Error(`${name} (Metaspace) has prepend_scheme "first", which the JS runtime cannot run as Rust does`);
+  }
   if (value.type === "Metaspace" && value.add_prefix_space === false && value.prepend_scheme !== "never") {
     throw new Error(`${name} (Metaspace) has add_prefix_space false but prepend_scheme ${short(value.prepend_scheme ?? "always")}`);
   }

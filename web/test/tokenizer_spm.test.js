@@ -7,7 +7,7 @@
 // (test/tokenizer_spm.py). The library's own Precompiled (NFKC) is shown to give other ids on some of these texts.
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
@@ -93,6 +93,30 @@ for (const name of ["spm-converter", "from-spm", "nllb"]) {
       `Precompiled ${differ.length} texts get other ids, e.g. ${JSON.stringify(differ.slice(0, 3))}`);
   });
 }
+
+test("the other Metaspace, Strip and added-token settings: Python's ids and decoded text", async () => {
+  // the converted file with: no split, Strip on both sides, a non-special added token, components in Sequences,
+  // a decoder that keeps the first token's replacement characters
+  const json = JSON.parse(readFileSync(tokenizers["spm-converter"], "utf8"));
+  json.normalizer.normalizers[1] = { type: "Strip", strip_left: true, strip_right: true };
+  json.pre_tokenizer = { type: "Sequence", pretokenizers: [{ type: "Metaspace", replacement: "▁", prepend_scheme: "always", split: false }] };
+  json.decoder = { type: "Sequence", decoders: [{ type: "Metaspace", replacement: "▁", prepend_scheme: "never", split: true }] };
+  const size = json.model.vocab.length + json.added_tokens.filter((t) => t.id >= json.model.vocab.length).length;
+  json.added_tokens.push({ id: size, content: "@@", single_word: false, lstrip: false, rstrip: false, normalized: false, special: false });
+  const file = path.join(dir, "variant.json");
+  writeFileSync(file, JSON.stringify(json));
+  const some = [...texts.filter((_, i) => i % 3 === 0), "x @@ y", "@@ y", "@@y", "a@@", " @@ ", "\u200f@@"];
+  const [py] = await runPython([{ op: "tokenize", tokenizer: file, texts: some }]);
+  const tokenizer = load(file, py.vocab_size);
+  some.forEach((text, i) => {
+    assert.deepEqual(tokenizer.encode(text), py.ids[i], `ids of ${JSON.stringify(text)}`);
+    assert.equal(tokenizer.decode(py.ids[i]), py.decoded[i], `decode of the ids of ${JSON.stringify(text)}`);
+  });
+  // Metaspace's prepend_scheme "first" prepends by NormalizedString offsets, which JS does not track: refused
+  json.pre_tokenizer.pretokenizers[0].prepend_scheme = "first";
+  assert.throws(() => fromText(JSON.stringify(json), file, py.vocab_size),
+    (e) => e instanceof ModelPackageError && /prepend_scheme "first"/.test(e.message) && !e.message.includes("\n"));
+});
 
 test("a SentencePiece tokenizer.json: JS refuses what Rust tokenizers refuses, and reads what it reads", async () => {
   const good = JSON.parse(readFileSync(tokenizers["spm-converter"], "utf8"));

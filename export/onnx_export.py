@@ -38,9 +38,10 @@ from seq2onnx.export import fuse
 from seq2onnx.runtime.config import ModelConfig
 from seq2onnx.runtime.errors import Seq2OnnxError
 from seq2onnx.runtime.graph_io import (  # noqa: F401 - the runtime owns the names
-    FUSED_ATTENTION_DOMAIN, FUSED_ATTENTION_OPS, GraphNames, cache_names)
-from seq2onnx.runtime.manifest import FORMAT_VERSION
-from seq2onnx.training.model import Transformer
+    DECODER_FORMAT, FUSED_ATTENTION_DOMAIN, FUSED_ATTENTION_OPS, GraphNames, cache_names)
+from seq2onnx.training.model import FixedCacheStep, Transformer
+
+from .fused_attention import FusedAttentionStep
 
 DEFAULT_OPSET = 18
 ENCODER_FILE = "encoder.onnx"
@@ -89,12 +90,12 @@ class DecoderStepGraph(nn.Module):
 class FixedCacheStepGraph(DecoderStepGraph):
     """Format 2: (input_ids [R, 1], encoder_attention_mask [B, S], past_length (0-d int64), *past (2L x [R, H, C, Dh]),
     *cross (2L x [B, H, S, Dh])) -> (log_probs [R, V], *present (2L x [R, H, C, Dh]), cross_attention [R, S]).
-    fused_attention: the attention as onnxruntime's GroupQueryAttention / MultiHeadAttention (the int8 variant's
-    graph, see export_fused_decoder)."""
+    step_type: how the layers attend (FixedCacheStep; FusedAttentionStep, onnxruntime's GroupQueryAttention /
+    MultiHeadAttention: the int8 variant's graph, see export_fused_decoder)."""
 
-    def __init__(self, model: Transformer, fused_attention: bool = False):
+    def __init__(self, model: Transformer, step_type: type = FixedCacheStep):
         super().__init__(model)
-        self.fused_attention = fused_attention
+        self.step_type = step_type
 
     def forward(self, input_ids: torch.Tensor, encoder_attention_mask: torch.Tensor, past_length: torch.Tensor,
                 *caches: torch.Tensor) -> Tuple[torch.Tensor, ...]:
@@ -102,7 +103,7 @@ class FixedCacheStepGraph(DecoderStepGraph):
         past = [(caches[2 * i], caches[2 * i + 1]) for i in range(n)]
         cross = [(caches[2 * n + 2 * i], caches[2 * n + 2 * i + 1]) for i in range(n)]
         log_probs, present, weights = self.model.decode_step_fixed(input_ids, encoder_attention_mask, past_length,
-                                                                   past, cross, self.fused_attention)
+                                                                   past, cross, self.step_type)
         return (log_probs,) + tuple(t for kv in present for t in kv) + (weights,)
 
 
@@ -128,7 +129,7 @@ def model_from_checkpoint(ckpt: Dict[str, Any]) -> Transformer:
 # --- export ------------------------------------------------------------------------------------------
 def trace_inputs(cfg: ModelConfig, batch: int = TRACE_BATCH, src_len: int = TRACE_SRC_LEN,
                  past_len: int = TRACE_PAST_LEN, rows_per_sentence: int = TRACE_ROWS_PER_SENTENCE,
-                 format_version: int = FORMAT_VERSION) -> Tuple[tuple, tuple]:
+                 format_version: int = DECODER_FORMAT) -> Tuple[tuple, tuple]:
     """Example inputs of (encoder, decoder_step) at the given sizes; the second source row is padded.
     The decoder step gets `batch` sentences (mask, cross) and batch * rows_per_sentence rows; in format 2
     a cache of TRACE_CAPACITY positions, past_len of them written."""
@@ -193,7 +194,7 @@ def _export_one(module: nn.Module, args: tuple, input_names: List[str], output_n
 
 @torch.no_grad()
 def export_graphs(model: Transformer, out_dir: Path, opset: int = DEFAULT_OPSET,
-                  format_version: int = FORMAT_VERSION) -> Tuple[Path, Path]:
+                  format_version: int = DECODER_FORMAT) -> Tuple[Path, Path]:
     """Write encoder.onnx and decoder_step.onnx (fp32, weights inside, the decoder step of `format_version`)
     into out_dir.
 
@@ -221,15 +222,15 @@ def export_fused_decoder(model: Transformer, path: Path, opset: int = DEFAULT_OP
     model against the plain graph (bench/ab_packages.py, same process): batch-1 greedy 1.08x int8 and 1.04x fp32,
     batch 16 beam 4 1.00x. The fp32 and fp16 variants keep the plain attention: onnxruntime's CUDA provider has
     GroupQueryAttention for float16 and bfloat16 only, and would run a float32 one on the CPU."""
-    return _export_decoder(model.float().eval(), Path(path), opset, 2, fused_attention=True)
+    return _export_decoder(model.float().eval(), Path(path), opset, 2, step_type=FusedAttentionStep)
 
 
 def _export_decoder(model: Transformer, path: Path, opset: int, format_version: int,
-                    fused_attention: bool = False) -> Path:
+                    step_type: type = FixedCacheStep) -> Path:
     names = GraphNames.for_config(model.cfg, format_version)
     _, dec_args = trace_inputs(model.cfg, format_version=format_version)
     _, dec_shapes = _dynamic_shapes(model.cfg, format_version)
-    graph = FixedCacheStepGraph(model, fused_attention) if format_version == 2 else STEP_GRAPHS[format_version](model)
+    graph = FixedCacheStepGraph(model, step_type) if format_version == 2 else STEP_GRAPHS[format_version](model)
     _export_one(graph, dec_args, names.decoder_inputs, names.decoder_outputs, dec_shapes, opset, path)
     _fuse_projections(path)
     return path

@@ -10,7 +10,7 @@ import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 
 @dataclass
@@ -34,6 +34,14 @@ class ModelConfig:
     bos_id: int = 1
     eos_id: int = 2
     unk_id: int = 3
+    # --- the variants of models trained elsewhere (export/hf_convert.py); the defaults are the paper's ---
+    activation: str = "relu"            # the FFN's: relu (paper), gelu, swish (= silu; HF Marian)
+    sinusoid: str = "interleaved"       # PE layout, sinusoidal_positions(): interleaved (paper), halves, fairseq
+    position_offset: int = 0            # the first token's row of the PE table (fairseq/M2M100: pad_id + 1)
+    embed_scale: bool = True            # token embeddings x sqrt(d_model) (paper 3.4); False: x 1
+    final_logits_bias: bool = False     # a bias added to the logits (HF Marian's final_logits_bias)
+    decoder_start_id: Optional[int] = None   # the decoder's first input; None: bos_id (Marian: pad, M2M100: eos)
+    src_vocab_size: Optional[int] = None     # the source vocabulary (Marian separate_vocabs); None: vocab_size
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -41,6 +49,12 @@ class ModelConfig:
         for name in ("pad_id", "bos_id", "eos_id", "unk_id"):
             if getattr(self, name) >= self.vocab_size:
                 raise ValueError(f"{name} must be below vocab_size ({self.vocab_size}), got {getattr(self, name)}")
+        if self.decoder_start_id is not None and self.decoder_start_id >= self.vocab_size:
+            raise ValueError(f"decoder_start_id must be below vocab_size ({self.vocab_size}), "
+                             f"got {self.decoder_start_id}")
+        if self.src_vocab_size is not None and self.share_embeddings and self.src_vocab_size != self.vocab_size:
+            raise ValueError(f"share_embeddings needs src_vocab_size == vocab_size, got {self.src_vocab_size} "
+                             f"and {self.vocab_size}")
         if self.d_model % self.n_heads != 0:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
         if not 0.0 <= self.dropout < 1.0 or not 0.0 <= self.attention_dropout < 1.0:
@@ -50,11 +64,22 @@ class ModelConfig:
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
 
+    @property
+    def start_id(self) -> int:
+        """The decoder's first input token."""
+        return self.bos_id if self.decoder_start_id is None else self.decoder_start_id
+
+    @property
+    def source_vocab_size(self) -> int:
+        """Source ids are below this (the encoder's embedding rows)."""
+        return self.vocab_size if self.src_vocab_size is None else self.src_vocab_size
+
     def to_dict(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> "ModelConfig":
+        """A manifest's or checkpoint's config; one written before a field existed gets the field's default."""
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
@@ -73,7 +98,13 @@ class ModelConfig:
         return cls(**{**PRESETS[name], **overrides})
 
 
-_KINDS = {"int": int, "float": float, "bool": bool}       # the fields' annotations (postponed: strings)
+class _OptionalInt:
+    """The kind of an Optional[int] field (typing's Optional[int] objects are cached, not unique: no `is` test)."""
+
+
+_KINDS = {"int": int, "float": float, "bool": bool, "str": str,   # the fields' annotations (postponed: strings)
+          "Optional[int]": _OptionalInt}
+CHOICES = {"activation": ("relu", "gelu", "swish"), "sinusoid": ("interleaved", "halves", "fairseq")}
 # Bounds of the numbers a runtime builds things from (graph I/O names per layer, buffers per head,
 # position and token): far above any real model (Transformer-big: 1024 wide, 16 heads, 6 layers), low
 # enough that a model folder cannot make the runtime build billions of names or buffers without end.
@@ -81,13 +112,22 @@ _RANGES = {
     "vocab_size": (1, 1 << 24), "d_model": (1, 1 << 16), "n_heads": (1, 1 << 10), "d_ff": (1, 1 << 20),
     "encoder_layers": (1, 1024), "decoder_layers": (1, 1024), "max_positions": (1, 1 << 20),
     "pad_id": (0, 1 << 24), "bos_id": (0, 1 << 24), "eos_id": (0, 1 << 24), "unk_id": (0, 1 << 24),
-    "layer_norm_eps": (1e-12, 1.0),
+    "layer_norm_eps": (1e-12, 1.0), "position_offset": (0, 1 << 24), "decoder_start_id": (0, 1 << 24),
+    "src_vocab_size": (1, 1 << 24),
 }
 
 
 def _check_field(name: str, kind: type, value: Any) -> None:
     """value is of the field's kind (a bool is no integer here; an integer is a fine float), finite and
-    within _RANGES."""
+    within _RANGES; a str is one of CHOICES; an Optional[int] is None or such an integer."""
+    if kind is _OptionalInt:
+        if value is None:
+            return
+        kind = int
+    if kind is str:
+        if value not in CHOICES[name]:
+            raise ValueError(f"{name} must be one of {', '.join(CHOICES[name])}, got {value!r}")
+        return
     if kind is bool:
         if not isinstance(value, bool):
             raise ValueError(f"{name} must be true or false, got {value!r}")

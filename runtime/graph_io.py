@@ -20,9 +20,10 @@ from .config import ModelConfig
 ID_INPUTS = ("input_ids", "attention_mask", "encoder_attention_mask")      # int64 [batch, len]
 PAST_LENGTH = "past_length"             # format 2: int64, 0-d: the cache positions already written
 CROSS_ATTENTION = "cross_attention"     # format 2: float32 [R, S]
-DECODER_FORMATS = (1, 2)                # format_version -> decoder step contract (above)
+DECODER_FORMATS = (1, 2)                # the decoder step contracts (above); manifest.decoder_format maps a package's
+DECODER_FORMAT = 2                      # format_version to one. What export writes
 # The format-2 decoder step that `seq2onnx export` writes runs its attention as onnxruntime's fused ops
-# (training/model.py FixedCacheStep): GroupQueryAttention over the self-attention cache, MultiHeadAttention for
+# (export/fused_attention.py FusedAttentionStep): GroupQueryAttention over the self-attention cache, MultiHeadAttention for
 # the cross-attention of every layer but the last (whose weights are the cross_attention output).
 FUSED_ATTENTION_DOMAIN = "com.microsoft"
 FUSED_ATTENTION_OPS = ("GroupQueryAttention", "MultiHeadAttention")

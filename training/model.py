@@ -26,17 +26,25 @@ from seq2onnx.runtime.config import ModelConfig
 KV = Tuple[torch.Tensor, torch.Tensor]  # (keys, values), each [B, H, len, Dh]
 
 
-def sinusoidal_positions(n_positions: int, d_model: int) -> torch.Tensor:
-    """PE[pos, 2i] = sin(pos / 10000^(2i/d)),  PE[pos, 2i+1] = cos(pos / 10000^(2i/d)).  -> [n, D]"""
+def sinusoidal_positions(n_positions: int, d_model: int, layout: str = "interleaved", offset: int = 0) -> torch.Tensor:
+    """The rows offset .. offset + n - 1 of a sinusoid table -> [n, D], in one of three layouts (i < D/2):
+    interleaved (paper 3.5): PE[pos, 2i] = sin(pos / 10000^(2i/D)),  PE[pos, 2i+1] = cos(pos / 10000^(2i/D))
+    halves (HF Marian):      PE[pos, i]  = sin(pos / 10000^(2i/D)),  PE[pos, D/2+i] = cos(pos / 10000^(2i/D))
+    fairseq (M2M100, NLLB):  PE[pos, i]  = sin(pos * e^(-i ln(10000) / (D/2-1))),  PE[pos, D/2+i] = cos(...);
+                             tokens start at row offset (= padding_idx + 1)
+    """
     if d_model % 2:
         raise ValueError(f"d_model must be even for sinusoidal positions, got {d_model}")
-    pos = torch.arange(n_positions, dtype=torch.float64)[:, None]             # [n, 1]
-    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)[None, :]         # [1, D/2]
-    angle = pos / torch.pow(10000.0, two_i / d_model)                         # [n, D/2]
-    pe = torch.zeros(n_positions, d_model, dtype=torch.float64)
-    pe[:, 0::2] = torch.sin(angle)
-    pe[:, 1::2] = torch.cos(angle)
-    return pe.float()
+    half = d_model // 2
+    pos = torch.arange(offset, offset + n_positions, dtype=torch.float64)[:, None]       # [n, 1]
+    i = torch.arange(half, dtype=torch.float64)[None, :]                                 # [1, D/2]
+    if layout == "fairseq":
+        angle = pos * torch.exp(i * -(math.log(10000.0) / (half - 1)))                   # [n, D/2]
+    else:
+        angle = pos / torch.pow(10000.0, 2 * i / d_model)                                # [n, D/2]
+    if layout == "interleaved":
+        return torch.stack([torch.sin(angle), torch.cos(angle)], dim=-1).reshape(n_positions, d_model).float()
+    return torch.cat([torch.sin(angle), torch.cos(angle)], dim=-1).float()               # sin | cos halves
 
 
 def padding_bias(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -129,51 +137,21 @@ class MultiHeadAttention(nn.Module):
             return out
         return out, weights.mean(dim=1).reshape(r, kv[0].shape[2])                       # [B, G, S] -> [R, S]
 
-    def forward_fixed_cache(self, x: torch.Tensor, cache: KV, step: "FixedCacheStep") -> Tuple[torch.Tensor, KV]:
-        """Self-attention of one decoding step over a fixed-capacity cache.
 
-        x [R, 1, D], cache (K, V) [R, H, C, Dh] holding positions 0 .. past_length-1 -> (out [R, 1, D], the cache
-        with this step's K, V written at position past_length). The query attends to positions 0 .. past_length.
-        In PyTorch: an index_put and the plain attention with the later positions masked. In the ONNX export:
-        onnxruntime's GroupQueryAttention (step.onnx), which writes the cache in place when present_i is bound to
-        past_i's memory and reads only the positions up to past_length (its other output positions are unspecified).
-        """
-        if step.onnx:
-            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)                  # [R, 1, D] each
-            out, k_cache, v_cache = torch.onnx.ops.symbolic_multi_out(
-                "com.microsoft::GroupQueryAttention", [q, k, v, cache[0], cache[1], step.seqlens_k, step.total_length],
-                {"num_heads": self.n_heads, "kv_num_heads": self.n_heads},
-                dtypes=(q.dtype, cache[0].dtype, cache[1].dtype), shapes=(q.shape, cache[0].shape, cache[1].shape),
-                version=1)
-            return self.out_proj(out), (k_cache, v_cache)
-        k, v = self.project_kv(x)                                                     # [R, H, 1, Dh]
-        k, v = cache[0].index_put(step.write_at, k[:, :, 0]), cache[1].index_put(step.write_at, v[:, :, 0])
-        return self(x, (k, v), step.self_bias), (k, v)
-
-    def forward_per_sentence_fused(self, x: torch.Tensor, kv: KV, key_padding_mask: torch.Tensor) -> torch.Tensor:
-        """forward_per_sentence as onnxruntime's MultiHeadAttention, for the ONNX export only.
-
-        x [R, 1, D] -> the G rows of a sentence as G query positions [B, G, D] over its cross K/V [B, H, S, Dh]
-        (BNSH, already projected), key_padding_mask [B, S] int32 (1 = token) -> [R, 1, D]. A masked key gets
-        onnxruntime's mask_filter_value (-10000) instead of the most negative float: both weigh exactly 0 after
-        the softmax in float32."""
-        r, _, d = x.shape
-        q = self.q_proj(x).reshape(kv[0].shape[0], -1, d)                              # [B, G, D]
-        out = torch.onnx.ops.symbolic("com.microsoft::MultiHeadAttention", [q, kv[0], kv[1], None, key_padding_mask],
-                                      {"num_heads": self.n_heads}, dtype=q.dtype, shape=q.shape, version=1)
-        return self.out_proj(out.reshape(r, 1, d))
+ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "swish": F.silu}     # ModelConfig.activation; gelu: the exact (erf)
 
 
 class FeedForward(nn.Module):
-    """FFN(x) = max(0, x W1 + b1) W2 + b2, applied at each position."""
+    """FFN(x) = max(0, x W1 + b1) W2 + b2, applied at each position (the paper's ReLU, or GELU / swish)."""
 
-    def __init__(self, d_model: int, d_ff: int):
+    def __init__(self, d_model: int, d_ff: int, activation: str = "relu"):
         super().__init__()
         self.w1 = nn.Linear(d_model, d_ff)
         self.w2 = nn.Linear(d_ff, d_model)
+        self.activation = ACTIVATIONS[activation]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.w2(F.relu(self.w1(x)))
+        return self.w2(self.activation(self.w1(x)))
 
 
 class SubLayer(nn.Module):
@@ -202,7 +180,7 @@ class EncoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
-        self.ffn = FeedForward(cfg.d_model, cfg.d_ff)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation)
         self.sub_attn = SubLayer(cfg.d_model, cfg.dropout, cfg.norm_first, cfg.layer_norm_eps)
         self.sub_ffn = SubLayer(cfg.d_model, cfg.dropout, cfg.norm_first, cfg.layer_norm_eps)
 
@@ -217,7 +195,7 @@ class DecoderLayer(nn.Module):
         super().__init__()
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
         self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
-        self.ffn = FeedForward(cfg.d_model, cfg.d_ff)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation)
         args = (cfg.d_model, cfg.dropout, cfg.norm_first, cfg.layer_norm_eps)
         self.sub_self, self.sub_cross, self.sub_ffn = SubLayer(*args), SubLayer(*args), SubLayer(*args)
 
@@ -242,50 +220,47 @@ class DecoderLayer(nn.Module):
         cross (K, V) [B, H, S, Dh] one per sentence -> (x [R, 1, D], the cache with this step's K/V written), and
         with need_weights the cross-attention weights averaged over heads [R, S] (the plain attention then)."""
         h = self.sub_self.input(x)
-        y, kv = self.self_attn.forward_fixed_cache(h, cache, step)
+        y, kv = step.self_attention(self.self_attn, h, cache)
         x = self.sub_self.output(x, y)
         h = self.sub_cross.input(x)
         weights = None
         if need_weights:
             y, weights = self.cross_attn.forward_per_sentence(h, cross, step.cross_bias, True)
-        elif step.onnx:
-            y = self.cross_attn.forward_per_sentence_fused(h, cross, step.key_padding_mask)
         else:
-            y = self.cross_attn.forward_per_sentence(h, cross, step.cross_bias)
+            y = step.cross_attention(self.cross_attn, h, cross)
         x = self.sub_cross.output(x, y)
         x = self.sub_ffn.output(x, self.ffn(self.sub_ffn.input(x)))
         return (x, kv, weights) if need_weights else (x, kv)
 
 
 class FixedCacheStep:
-    """What every layer of one decode_step_fixed needs, computed once: the cache [R, H, C, Dh] holds positions
-    0 .. past_length-1 (past_length: 0-d int64) and this step writes position past_length.
-
-    PyTorch (the reference): write_at, the index triple (rows [R, 1], heads [1, H], position [R, H]) of the
-    index_put; self_bias [1, 1, 1, C] hides the positions after past_length; cross_bias [B, 1, 1, S] the padding.
-    ONNX export (onnx=True), for onnxruntime's fused attention ops: seqlens_k = past_length per row (int32 [R]) and
-    total_length = past_length + 1 (int32) for GroupQueryAttention; key_padding_mask [B, S] int32 for
-    MultiHeadAttention, and cross_bias for the last layer's plain cross-attention (its weights are an output).
+    """How the layers of one decode_step_fixed attend, with what they all need computed once: the cache
+    [R, H, C, Dh] holds positions 0 .. past_length-1 (past_length: 0-d int64) and this step writes position
+    past_length. write_at: the index triple (rows [R, 1], heads [1, H], position [R, H]) of the index_put;
+    self_bias [1, 1, 1, C] hides the positions after past_length; cross_bias [B, 1, 1, S] the padding.
+    The ONNX export's int8 variant traces onnxruntime's fused attention ops instead (export/fused_attention.py).
     """
 
     def __init__(self, past_length: torch.Tensor, capacity: int, rows: int, heads: int, src_mask: torch.Tensor,
-                 dtype: torch.dtype, onnx: bool = False):
-        if onnx and not torch.onnx.is_in_onnx_export():
-            raise RuntimeError("the fused attention ops exist only in the ONNX export: call decode_step_fixed without "
-                               "fused_attention")
+                 dtype: torch.dtype):
         device = src_mask.device
-        self.onnx = onnx
         self.cross_bias = padding_bias(src_mask, dtype)                                   # [B, 1, 1, S]
-        if onnx:
-            self.seqlens_k = past_length.to(torch.int32).reshape(1).expand(rows)          # [R]
-            self.total_length = (past_length + 1).to(torch.int32)                         # 0-d
-            self.key_padding_mask = src_mask.to(torch.int32)                              # [B, S]
-            return
         hidden = torch.arange(capacity, device=device) > past_length                      # [C]
         self.self_bias = torch.zeros(capacity, dtype=dtype, device=device).masked_fill(
             hidden, torch.finfo(dtype).min)[None, None, None, :]                          # [1, 1, 1, C]
         self.write_at = (torch.arange(rows, device=device)[:, None], torch.arange(heads, device=device)[None, :],
                          past_length.reshape(1, 1).expand(rows, heads))                   # cache[r, h, past_length]
+
+    def self_attention(self, attn: MultiHeadAttention, x: torch.Tensor, cache: KV) -> Tuple[torch.Tensor, KV]:
+        """x [R, 1, D], cache (K, V) [R, H, C, Dh] -> (out [R, 1, D], the cache with this step's K, V written at
+        past_length); the query attends to positions 0 .. past_length."""
+        k, v = attn.project_kv(x)                                                     # [R, H, 1, Dh]
+        k, v = cache[0].index_put(self.write_at, k[:, :, 0]), cache[1].index_put(self.write_at, v[:, :, 0])
+        return attn(x, (k, v), self.self_bias), (k, v)
+
+    def cross_attention(self, attn: MultiHeadAttention, x: torch.Tensor, kv: KV) -> torch.Tensor:
+        """x [R, 1, D] over each sentence's cross K/V [B, H, S, Dh] -> [R, 1, D] (forward_per_sentence)."""
+        return attn.forward_per_sentence(x, kv, self.cross_bias)
 
 
 # The paper does not say how the weights start. "normal" (HF Marian's: every weight matrix and the embeddings
@@ -316,16 +291,19 @@ class Transformer(nn.Module):
         super().__init__()
         self.cfg = cfg
         d = cfg.d_model
-        self.src_embed = nn.Embedding(cfg.vocab_size, d, padding_idx=cfg.pad_id)
+        self.src_embed = nn.Embedding(cfg.source_vocab_size, d, padding_idx=cfg.pad_id)
         self.tgt_embed = self.src_embed if cfg.share_embeddings else nn.Embedding(cfg.vocab_size, d, padding_idx=cfg.pad_id)
-        self.register_buffer("pe", sinusoidal_positions(cfg.max_positions, d), persistent=False)
+        self.register_buffer("pe", sinusoidal_positions(cfg.max_positions, d, cfg.sinusoid, cfg.position_offset),
+                             persistent=False)
+        self.embed_scale = math.sqrt(d) if cfg.embed_scale else 1.0
         self.embed_dropout = nn.Dropout(cfg.dropout)
         self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.encoder_layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
         # pre-norm stacks end with a LayerNorm; post-norm outputs are normalised already
         self.encoder_norm = nn.LayerNorm(d, eps=cfg.layer_norm_eps) if cfg.norm_first else nn.Identity()
         self.decoder_norm = nn.LayerNorm(d, eps=cfg.layer_norm_eps) if cfg.norm_first else nn.Identity()
-        self.output_projection = nn.Linear(d, cfg.vocab_size, bias=False)
+        # logits = x E^T (+ a bias over the vocabulary: HF Marian's final_logits_bias)
+        self.output_projection = nn.Linear(d, cfg.vocab_size, bias=cfg.final_logits_bias)
         if init not in INIT_CHOICES:
             raise ValueError(f"unknown init {init!r}; choose one of {', '.join(INIT_CHOICES)}")
         self._init_weights(resolve_init(init, d))
@@ -352,9 +330,9 @@ class Transformer(nn.Module):
 
     # --- building blocks -----------------------------------------------------------------
     def _embed(self, table: nn.Embedding, ids: torch.Tensor, offset=0) -> torch.Tensor:
-        """Embedding(ids) * sqrt(D) + PE[offset : offset + T].   ids [B, T] -> [B, T, D]"""
+        """Embedding(ids) * sqrt(D) (or * 1: embed_scale) + PE[offset : offset + T].   ids [B, T] -> [B, T, D]"""
         t = ids.shape[1]
-        x = table(ids) * math.sqrt(self.cfg.d_model) + self.pe[offset:offset + t]
+        x = table(ids) * self.embed_scale + self.pe[offset:offset + t]
         return self.embed_dropout(x)
 
     def encode(self, src_ids: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
@@ -407,7 +385,7 @@ class Transformer(nn.Module):
         return torch.log_softmax(logits.float(), dim=-1), present
 
     def decode_step_fixed(self, input_ids: torch.Tensor, src_mask: torch.Tensor, past_length: torch.Tensor,
-                          cache: List[KV], cross: List[KV], fused_attention: bool = False
+                          cache: List[KV], cross: List[KV], step_type: type = FixedCacheStep
                           ) -> Tuple[torch.Tensor, List[KV], torch.Tensor]:
         """decode_step over a fixed-capacity cache (the format-2 decoder step graph, docs/CONTRACTS.md).
 
@@ -415,13 +393,11 @@ class Transformer(nn.Module):
         tensor, < C); this step's K/V are written at position past_length and the query attends to
         positions 0 .. past_length, the rest hidden. Returns the log-probs [R, V] (those of decode_step), the
         cache with that position written [R, H, C, Dh] per layer, and the last decoder layer's cross-attention
-        weights averaged over heads [R, S] (rows sum to 1). fused_attention (torch.onnx.export only): the attention
-        is traced as onnxruntime's fused ops (FixedCacheStep), which the export's parity gate checks against this
-        PyTorch path.
+        weights averaged over heads [R, S] (rows sum to 1). step_type: how the layers attend (FixedCacheStep; the
+        export traces onnxruntime's fused ops with its own, which its parity gate checks against this one).
         """
-        x = self.tgt_embed(input_ids) * math.sqrt(self.cfg.d_model) + self.pe.index_select(0, past_length.reshape(1))
-        step = FixedCacheStep(past_length, cache[0][0].shape[2], input_ids.shape[0], self.cfg.n_heads, src_mask,
-                              x.dtype, onnx=fused_attention)
+        x = self.tgt_embed(input_ids) * self.embed_scale + self.pe.index_select(0, past_length.reshape(1))
+        step = step_type(past_length, cache[0][0].shape[2], input_ids.shape[0], self.cfg.n_heads, src_mask, x.dtype)
         present, last = [], len(self.decoder_layers) - 1
         for i, layer in enumerate(self.decoder_layers):
             out = layer.step_fixed(x, cache[i], cross[i], step, need_weights=i == last)

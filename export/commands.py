@@ -25,9 +25,10 @@ import torch
 from seq2onnx.runtime import __version__
 from seq2onnx.runtime.cli import OneLineParser
 from seq2onnx.runtime.errors import Seq2OnnxError, checkpoints_in
-from seq2onnx.runtime.graph_io import (CROSS_ATTENTION, DECODER_FORMATS, FUSED_ATTENTION_DOMAIN, FUSED_ATTENTION_OPS,
+from seq2onnx.runtime.graph_io import (CROSS_ATTENTION, DECODER_FORMAT, DECODER_FORMATS, FUSED_ATTENTION_DOMAIN, FUSED_ATTENTION_OPS,
                                        MIN_ONNXRUNTIME, cache_names)
-from seq2onnx.runtime.manifest import FORMAT_VERSION, version_text
+from seq2onnx.runtime.manifest import version_text
+from seq2onnx.runtime.manifest_records import LANGUAGE_CODE, Languages
 from seq2onnx.runtime.session import onnxruntime_log_severity, onnxruntime_version
 from seq2onnx.training.checkpoint import load_checkpoint
 from seq2onnx.training.tokenizer import SPECIAL_TOKENS, tokenizer_from_json
@@ -53,7 +54,9 @@ class ExportOptions:
     overwrite: bool = False
     parity_data: Optional[Path] = None     # source sentences for the parity checks (else synthetic only)
     int8_validation: bool = True           # False: int8 parity is measured and recorded, not enforced
-    format_version: int = FORMAT_VERSION   # 1: the earlier decoder step contract (graph_io.py), for comparisons
+    format_version: int = DECODER_FORMAT   # the decoder step contract; 1: the earlier one (graph_io.py), for comparisons
+    source_lang: Optional[str] = None      # recorded in the manifest's languages (--source-lang / --target-lang)
+    target_lang: Optional[str] = None
 
 
 @dataclass
@@ -82,14 +85,34 @@ def parse_args(argv: List[str]) -> ExportOptions:
     p.add_argument("--parity-data", type=Path, metavar="FILE",
                    help="source sentences for the parity checks, one per line (a .tsv: its first column); "
                         f"the first {PARITY_LINES} are used besides the synthetic sources")
-    p.add_argument("--format-version", type=int, choices=DECODER_FORMATS, default=FORMAT_VERSION,
-                   help=f"the package format (default {FORMAT_VERSION}: a fixed-capacity decoder cache written in "
+    p.add_argument("--format-version", type=int, choices=DECODER_FORMATS, default=DECODER_FORMAT,
+                   help=f"the decoder step contract (default {DECODER_FORMAT}: a fixed-capacity decoder cache written in "
                         "place, and cross-attention weights); 1 writes the earlier decoder step, for comparisons")
+    add_language_args(p)
     a = p.parse_args(argv)
     if a.skip_int8_validation and not a.int8:
         p.error("--skip-int8-validation applies to the int8 variant: add --int8")
     return ExportOptions(a.checkpoint, a.out_dir, a.int8, a.fp16, a.opset, a.overwrite, a.parity_data,
-                         int8_validation=not a.skip_int8_validation, format_version=a.format_version)
+                         int8_validation=not a.skip_int8_validation, format_version=a.format_version,
+                         source_lang=a.source_lang, target_lang=a.target_lang)
+
+
+def add_language_args(p: argparse.ArgumentParser) -> None:
+    for side in ("source", "target"):
+        p.add_argument(f"--{side}-lang", metavar="CODE", help=f"the {side} language's code (e.g. en, deu, eng_Latn), "
+                       "recorded in the manifest: serving picks packages by it, and translate checks it")
+
+
+def languages_field(source_lang: Optional[str], target_lang: Optional[str]) -> Dict[str, Any]:
+    """The manifest's languages of a model of one pair, as --source-lang / --target-lang name it ({} if neither)."""
+    if source_lang is None and target_lang is None:
+        return {}
+    for flag, code in (("--source-lang", source_lang), ("--target-lang", target_lang)):
+        if code is not None and not LANGUAGE_CODE.fullmatch(code):
+            raise Seq2OnnxError(f"{flag} {code!r} is not a language code: use letters, digits and _ . @ - "
+                                "(1 to 32 of them), e.g. en, deu, pt_BR, eng_Latn")
+    langs = Languages(tuple(c for c in [source_lang] if c), tuple(c for c in [target_lang] if c))
+    return {"languages": langs.to_manifest()}
 
 
 def export_main(argv: List[str]) -> int:
@@ -104,17 +127,40 @@ def export_main(argv: List[str]) -> int:
 def run_export(opts: ExportOptions, log: Callable[[str], None] = lambda msg: None) -> ExportResult:
     """Checkpoint -> checked model package at opts.out_dir; raises Seq2OnnxError (nothing written) on failure."""
     start = time.perf_counter()
-    stage_seconds: Dict[str, float] = {}
     target = Path(opts.out_dir).absolute()
-    max_opset = onnx.defs.onnx_opset_version()
-    if not MIN_OPSET <= opts.opset <= max_opset:
-        raise Seq2OnnxError(f"--opset {opts.opset} is not supported: choose {MIN_OPSET} to {max_opset}")
+    check_opset(opts.opset)
     package.check_target(target, opts.overwrite)
     _check_not_a_folder(Path(opts.checkpoint))
     ckpt = load_checkpoint(opts.checkpoint)
     model = onnx_export.model_from_checkpoint(ckpt)
     special_tokens = _special_tokens(ckpt["tokenizer"], model.cfg, opts.checkpoint)
-    batches = parity.parity_batches(model.cfg, _parity_sources(opts.parity_data, ckpt["tokenizer"], model.cfg))
+    sources = _parity_sources(opts.parity_data, tokenizer_from_json(ckpt["tokenizer"]), model.cfg)
+    contents = PackageContents({package.TOKENIZER_FILE: ckpt["tokenizer"]}, package.TOKENIZER_FILE, special_tokens,
+                               {"file": Path(opts.checkpoint).name, "train_meta": ckpt.get("train_meta", {})},
+                               languages_field(opts.source_lang, opts.target_lang))
+    return write_package(model, contents, opts, sources, log, start)
+
+
+@dataclass
+class PackageContents:
+    """What a package holds besides its graphs: tokenizer files (name -> JSON text), the manifest's tokenizer field
+    (manifest_records.Tokenizers.to_manifest()), special tokens, where it came from (source_checkpoint), and the
+    optional format-3 fields (languages, generation, source_model). gate(staging folder, manifest): one more check
+    of the finished package before it is published (convert: against transformers), raising Seq2OnnxError."""
+    tokenizer_files: Dict[str, str]
+    tokenizer: Any
+    special_tokens: Dict[str, str]
+    source_checkpoint: Dict[str, Any]
+    extra: Dict[str, Any] = field(default_factory=dict)
+    gate: Optional[Callable[[Path, Dict[str, Any]], str]] = None
+
+
+def write_package(model, contents: PackageContents, opts: ExportOptions, parity_sources: List[List[int]],
+                  log: Callable[[str], None], start: float) -> ExportResult:
+    """Stages 1-5 for a model in memory (a checkpoint's, or a converted one): nothing is written unless all pass."""
+    stage_seconds: Dict[str, float] = {}
+    target = Path(opts.out_dir).absolute()
+    batches = parity.parity_batches(model.cfg, parity_sources)
     for message in package.recover_interrupted(target):
         log(f"note: {message}")
 
@@ -154,16 +200,20 @@ def run_export(opts: ExportOptions, log: Callable[[str], None] = lambda msg: Non
                                  or "no --int8 / --fp16 asked") + f" ({stage_seconds['quantise']:.1f}s)")
 
         t = time.perf_counter()
-        (staging / package.TOKENIZER_FILE).write_text(ckpt["tokenizer"], encoding="utf-8")
+        for name, text in contents.tokenizer_files.items():
+            (staging / name).write_text(text, encoding="utf-8")
         opset, ir_version = onnx_export.opset_and_ir(enc)
         manifest = package.build_manifest(
-            config=model.cfg.to_dict(), special_tokens=special_tokens, opset=opset, ir_version=ir_version,
+            config=model.cfg.to_dict(), special_tokens=contents.special_tokens, opset=opset, ir_version=ir_version,
             graphs={"encoder": onnx_export.graph_io(enc),
                     # the decoder step takes cross K/V + encoder mask once per sentence (docs/CONTRACTS.md)
                     "decoder_step": dict(onnx_export.graph_io(dec), cross_per_sentence=True)},
-            variants=variants, exporter=exporter_versions(), source_file=Path(opts.checkpoint).name,
-            train_meta=ckpt.get("train_meta", {}), seq2onnx_version=__version__, format_version=opts.format_version)
+            variants=variants, exporter=exporter_versions(), source_checkpoint=contents.source_checkpoint,
+            seq2onnx_version=__version__, format_version=opts.format_version, tokenizer=contents.tokenizer,
+            extra=contents.extra)
         manifest = package.finish_package(staging, manifest)
+        if contents.gate is not None:
+            log(contents.gate(staging, manifest))
         package.publish(staging, target, opts.overwrite)
         stage_seconds["write"] = time.perf_counter() - t
         log(f"[5/5] write: {target} ({len(manifest['files']) + 1} files, {stage_seconds['write']:.1f}s)")
@@ -171,6 +221,12 @@ def run_export(opts: ExportOptions, log: Callable[[str], None] = lambda msg: Non
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
     return ExportResult(target, manifest, time.perf_counter() - start, stage_seconds)
+
+
+def check_opset(opset: int) -> None:
+    max_opset = onnx.defs.onnx_opset_version()
+    if not MIN_OPSET <= opset <= max_opset:
+        raise Seq2OnnxError(f"--opset {opset} is not supported: choose {MIN_OPSET} to {max_opset}")
 
 
 def _check_not_a_folder(checkpoint: Path) -> None:
@@ -202,8 +258,9 @@ def _special_tokens(tokenizer_json: str, cfg, checkpoint: Path) -> Dict[str, str
     return out
 
 
-def _parity_sources(path: Optional[Path], tokenizer_json: str, cfg) -> List[List[int]]:
-    """The first PARITY_LINES non-empty lines of `path` (a .tsv: first column) as source ids + EOS."""
+def _parity_sources(path: Optional[Path], tok, cfg, prefix: Sequence[int] = ()) -> List[List[int]]:
+    """The first PARITY_LINES non-empty lines of `path` (a .tsv: first column) as source ids (prefix: language
+    tokens) + EOS, by the tokenizer `tok`."""
     if path is None:
         return []
     try:
@@ -213,8 +270,7 @@ def _parity_sources(path: Optional[Path], tokenizer_json: str, cfg) -> List[List
     texts = [t for t in (line.split("\t")[0].strip() for line in lines) if t][:PARITY_LINES]
     if not texts:
         raise Seq2OnnxError(f"--parity-data {path} has no sentences: pass a text file, one source sentence a line")
-    tok = tokenizer_from_json(tokenizer_json)
-    return [tok.encode(t).ids[:cfg.max_positions - 1] + [cfg.eos_id] for t in texts]     # as encode_source
+    return [(list(prefix) + tok.encode(t).ids)[:cfg.max_positions - 1] + [cfg.eos_id] for t in texts]  # as translate
 
 
 def _check(path: Path, inputs: List[str], outputs: List[str]) -> str:
@@ -242,7 +298,7 @@ def _check_variant(fp32: Path, variant: Path, inputs: List[str], outputs: List[s
 
 def _int8_variant(model, staging: Path, enc: Path, dec: Path, names: GraphNames,
                   batches: List[parity.ParityBatch], validate: bool = True, opset: int = DEFAULT_OPSET,
-                  format_version: int = FORMAT_VERSION) -> Dict[str, Any]:
+                  format_version: int = DECODER_FORMAT) -> Dict[str, Any]:
     """validate False (--skip-int8-validation): the figures are measured and recorded, the thresholds
     not applied; status "validation-skipped" instead of "checked". The graph checks always apply.
 

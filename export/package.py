@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from seq2onnx.runtime.errors import Seq2OnnxError
-from seq2onnx.runtime.manifest import FORMAT, FORMAT_VERSION, MANIFEST, sha256_of   # the reader owns the format
+from seq2onnx.runtime.manifest import FORMAT, MANIFEST, manifest_format, sha256_of   # the reader owns the format
 
 TOKENIZER_FILE = "tokenizer.json"
 README_FILE = "README.md"
@@ -146,25 +146,28 @@ def utc_now() -> str:
 
 def build_manifest(*, config: Dict[str, Any], special_tokens: Dict[str, str], opset: int,
                    ir_version: int, graphs: Dict[str, Any], variants: Dict[str, Any], exporter: Dict[str, str],
-                   source_file: str, train_meta: Dict[str, Any], seq2onnx_version: str,
-                   format_version: int = FORMAT_VERSION) -> Dict[str, Any]:
-    """The manifest of docs/CONTRACTS.md; its `files` are filled in by finish_package."""
+                   source_checkpoint: Dict[str, Any], seq2onnx_version: str, format_version: int = 2,
+                   tokenizer: Any = TOKENIZER_FILE, extra: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """The manifest of docs/CONTRACTS.md; its `files` are filled in by finish_package. format_version: the decoder
+    step contract (the manifest's own is manifest_format of it); tokenizer: Tokenizers.to_manifest(); extra: the
+    optional fields (languages, generation, source_model: manifest_records.py)."""
     manifest = {
         "format": FORMAT,
-        "format_version": format_version,
+        "format_version": manifest_format(format_version),
         "seq2onnx_version": seq2onnx_version,
         "created": utc_now(),
         "config": config,
         "special_tokens": special_tokens,
         "vocab_size": config["vocab_size"],
-        "tokenizer": TOKENIZER_FILE,
+        "tokenizer": tokenizer,
         "opset": opset,
         "ir_version": ir_version,
         "graphs": graphs,
         "variants": variants,
         "files": {},
         "exporter": exporter,
-        "source_checkpoint": {"file": source_file, "train_meta": train_meta},
+        "source_checkpoint": source_checkpoint,
+        **(extra or {}),
     }
     # train_meta may hold values JSON does not know (paths): store them as text
     return json.loads(json.dumps(manifest, default=str))
@@ -237,9 +240,27 @@ def graph_lines(manifest: Dict[str, Any]) -> List[str]:
     return lines + ["Decoding starts from the BOS token. seq2onnx's docs/CONTRACTS.md has the whole contract.", ""]
 
 
+def language_lines(manifest: Dict[str, Any]) -> List[str]:
+    """The README's lines on a package's languages and generation defaults (format 3), or none."""
+    lines = []
+    langs = manifest.get("languages")
+    if langs:
+        lines += ["## Languages", "", f"From {', '.join(langs['source']) or 'unrecorded'} into "
+                  f"{', '.join(langs['target']) or 'unrecorded'}"
+                  + (" (name them with `source_lang` / `target_lang`, `--source-lang` / `--target-lang`)."
+                     if langs.get("source_token") or langs.get("target_token") else "."), ""]
+    gen = manifest.get("generation")
+    if gen:
+        lines += ["## Decoding defaults", "", "With no options, decoding uses: "
+                  + ", ".join(f"`{k}={v!r}`" for k, v in gen.items()) + ".", ""]
+    return lines
+
+
 def render_readme(manifest: Dict[str, Any]) -> str:
     """README.md of a package, generated from its manifest."""
     c = manifest["config"]
+    tok = manifest["tokenizer"]
+    tokenizer_files = f"`{tok}`" if isinstance(tok, str) else f"source `{tok['source']}`, target `{tok['target']}`"
     lines = [
         "# seq2onnx model package",
         "",
@@ -248,7 +269,7 @@ def render_readme(manifest: Dict[str, Any]) -> str:
         "",
         f"- layers: {c['encoder_layers']} encoder, {c['decoder_layers']} decoder; d_model {c['d_model']}, "
         f"{c['n_heads']} heads, d_ff {c['d_ff']}, {'pre' if c['norm_first'] else 'post'}-norm",
-        f"- vocabulary: {c['vocab_size']} pieces (`{TOKENIZER_FILE}`, HuggingFace tokenizers); specials "
+        f"- vocabulary: {c['vocab_size']} pieces ({tokenizer_files}, HuggingFace tokenizers); specials "
         + ", ".join(f"{k} `{v}`" for k, v in manifest["special_tokens"].items()),
         f"- longest target: {c['max_positions']} tokens; ONNX opset {manifest['opset']}, IR {manifest['ir_version']}",
         "",
@@ -265,6 +286,7 @@ def render_readme(manifest: Dict[str, Any]) -> str:
         "print(Translator('THIS_FOLDER').translate('some text'))",
         "```",
         "",
+        *language_lines(manifest),
         "## Variants",
         "",
         "| variant | files | parity vs PyTorch |",

@@ -112,7 +112,7 @@ def parity_batches(cfg, real: Sequence[Sequence[int]] = ()) -> List[ParityBatch]
         start += size
     rng = np.random.default_rng(1234)
     special = {cfg.pad_id, cfg.bos_id, cfg.eos_id, cfg.unk_id}
-    words = [i for i in range(cfg.vocab_size) if i not in special] or [cfg.unk_id]
+    words = [i for i in range(cfg.source_vocab_size) if i not in special] or [cfg.unk_id]
     longest = max(1, min(64, cfg.max_positions))
 
     def source(length: int) -> List[int]:
@@ -256,7 +256,7 @@ def compare_graphs(model: Transformer, pair: OnnxPair, batch: ParityBatch,
     enc_diff = _max_diff(onnx_cross, _flat(cross))
     b = ids.shape[0]
     past, onnx_past = model.empty_cache(b), pair.empty_cache(b)
-    tokens = torch.full((b, 1), cfg.bos_id, dtype=torch.long)
+    tokens = torch.full((b, 1), cfg.start_id, dtype=torch.long)
     logp_diff = cache_diff = 0.0
     agree = 0
     for _ in range(min(steps, cfg.max_positions)):
@@ -291,7 +291,7 @@ def compare_beam_steps(model: Transformer, pair: OnnxPair, mask: torch.Tensor, c
     if not pair.cross_per_sentence:
         onnx_mask, onnx_cross_in = rows_mask.numpy(), [np.repeat(c, g, axis=0) for c in onnx_cross]
     past, onnx_past = model.empty_cache(b * g), pair.empty_cache(b * g)
-    tokens = torch.full((b * g, 1), cfg.bos_id, dtype=torch.long)
+    tokens = torch.full((b * g, 1), cfg.start_id, dtype=torch.long)
     logp_diff = cache_diff = 0.0
     for _ in range(min(steps, cfg.max_positions)):
         logp, past = model.decode_step(tokens, rows_mask, past, rows_cross)

@@ -34,14 +34,30 @@ from tokenizers import Tokenizer
 from .config import ModelConfig
 from .errors import REEXPORT, ModelPackageError, checkpoints_in, first_line
 from .graph_io import DECODER_FORMATS
+from .manifest_records import Languages, Tokenizers, read_generation
 from .onnx_bytes import has_external_data
 from .package_files import check_regular, read_regular, sha256_of  # noqa: F401 (sha256_of: the exporter's)
 from .package_tokenizer import PackageTokenizer, foreign_regex, rust_panics_as_errors, specials_as_text
 from .shipped_models import available_models, resolve_model_dir
 
 FORMAT = "seq2onnx-model"
-FORMAT_VERSION = 2                      # what `seq2onnx export` writes
-READ_FORMAT_VERSIONS = DECODER_FORMATS  # what this runtime reads: 1 and 2 differ in the decoder step (graph_io.py)
+# what `seq2onnx export` and `seq2onnx convert` write: 3 is 2's decoder step with ModelConfig's variant fields, and
+# optionally two tokenizers, languages and generation defaults (manifest_records.py); 1 and 2 differ in the
+# decoder step (graph_io.py). A package of format 1 or 2 reads as one whose new fields are their defaults.
+FORMAT_VERSION = 3
+READ_FORMAT_VERSIONS = (1, 2, 3)
+FORMAT_3_CONFIG = ("activation", "sinusoid", "position_offset", "embed_scale", "final_logits_bias",
+                   "decoder_start_id", "src_vocab_size")
+
+
+def decoder_format(format_version: int) -> int:
+    """The decoder step contract (graph_io.DECODER_FORMATS) of a package of this format_version."""
+    return min(format_version, max(DECODER_FORMATS))
+
+
+def manifest_format(decoder: int) -> int:
+    """The format_version a package whose decoder step follows contract `decoder` is written with."""
+    return FORMAT_VERSION if decoder == max(DECODER_FORMATS) else decoder
 MANIFEST = "manifest.json"
 # what a killed `seq2onnx export` leaves beside OUT_DIR (export/package.py): .OUT_DIR.partial-PID-XXXX (the
 # unfinished staging folder) and .OUT_DIR.old-PID-XXXX (the previous package, renamed aside for --overwrite)
@@ -94,18 +110,27 @@ class ModelPackage:
     root: Path
     manifest: Dict[str, Any]
     config: ModelConfig
-    tokenizer: "PackageTokenizer"
+    tokenizer: "PackageTokenizer"        # encodes source texts (the one tokenizer, or the source one)
     variants: Dict[str, Variant]
     # the decoder step takes cross K/V + encoder mask once per sentence (graphs.decoder_step.cross_per_sentence);
     # False for packages exported before that contract: they take a copy per row (docs/CONTRACTS.md)
     cross_per_sentence: bool = False
     verify: bool = True          # read_file checks SHA-256s
     _verified: Set[str] = dataclasses.field(default_factory=set, repr=False)   # files verify_variant checked
+    target_tokenizer: Optional["PackageTokenizer"] = None    # decodes output ids (None: `tokenizer`)
+    languages: Optional[Languages] = None
+    language_ids: Dict[str, int] = dataclasses.field(default_factory=dict)   # languages.tokens as ids
+    generation: Dict[str, Any] = dataclasses.field(default_factory=dict)     # default decoding options
 
     @property
     def format_version(self) -> int:
         """1 or 2: which decoder step contract the graphs follow (graph_io.py)."""
-        return self.manifest["format_version"]
+        return decoder_format(self.manifest["format_version"])
+
+    @property
+    def detokenizer(self) -> "PackageTokenizer":
+        """The tokenizer that turns output ids into text."""
+        return self.target_tokenizer or self.tokenizer
 
     def file_bytes(self, name: str) -> int:
         return self.manifest["files"][name]["bytes"]
@@ -165,7 +190,8 @@ def _missing_listed(path: Path) -> str:
 
 # --- fields of the manifest -------------------------------------------------------------------------
 _REQUIRED = object()
-_KIND_NAMES = {dict: "an object", list: "a list", str: "a string", int: "an integer", bool: "true or false"}
+_KIND_NAMES = {dict: "an object", list: "a list", str: "a string", int: "an integer", bool: "true or false",
+               (str, dict): "a file name or an object"}
 
 
 def _short(value: Any) -> str:
@@ -281,7 +307,7 @@ def _read_manifest(root: Path) -> Dict[str, Any]:
     if version not in READ_FORMAT_VERSIONS or not isinstance(version, int) or isinstance(version, bool):
         newer = isinstance(version, int) and not isinstance(version, bool) and version > max(READ_FORMAT_VERSIONS)
         fix = "upgrade seq2onnx (update its checkout, then pip install it again)" if newer else REEXPORT
-        readable = " and ".join(map(str, READ_FORMAT_VERSIONS))
+        readable = ", ".join(map(str, READ_FORMAT_VERSIONS[:-1])) + f" and {READ_FORMAT_VERSIONS[-1]}"
         raise ModelPackageError(f"{path}: format_version {_short(version)} is unknown; this runtime reads "
                                 f"format_version {readable}: {fix}")
     return manifest
@@ -290,7 +316,7 @@ def _read_manifest(root: Path) -> Dict[str, Any]:
 def _read_config(where: Path, manifest: Dict[str, Any]) -> ModelConfig:
     fields = _field(manifest, "config", dict, where)
     for f in dataclasses.fields(ModelConfig):          # no defaults here: the graphs were built from these
-        if f.name not in fields:
+        if f.name not in fields and (manifest["format_version"] >= 3 or f.name not in FORMAT_3_CONFIG):
             raise ModelPackageError(f"{where}: the field config.{f.name} is missing; {REEXPORT}")
     try:
         return ModelConfig.from_dict(fields)
@@ -401,9 +427,9 @@ def _check_described_fields(where: Path, manifest: Dict[str, Any]) -> None:
 
 
 # --- the tokenizer (its guards: package_tokenizer.py) ------------------------------------------------
-def _read_tokenizer(package: ModelPackage) -> PackageTokenizer:
+def _read_tokenizer(package: ModelPackage, name: str, vocab_size: int) -> PackageTokenizer:
+    """The tokenizer file `name`, of exactly vocab_size ids, with the package's special tokens."""
     where, config, manifest = package.root / MANIFEST, package.config, package.manifest
-    name = _field(manifest, "tokenizer", str, where)
     if name not in manifest["files"]:
         raise ModelPackageError(f"{where}: the tokenizer {_short(name)} is not listed in 'files'; {REEXPORT}")
     path = package.root / name
@@ -430,9 +456,9 @@ def _read_tokenizer(package: ModelPackage) -> PackageTokenizer:
     tokenizer.no_padding()           # the runtime pads itself; a package must not make every text 10**9 ids
     tokenizer.no_truncation()        # the runtime cuts to max_input_length itself
     size = tokenizer.get_vocab_size(with_added_tokens=True)
-    if size != config.vocab_size or _field(manifest, "vocab_size", int, where, default=size) != config.vocab_size:
-        raise ModelPackageError(f"{path} has {size} tokens but the model config has vocab_size "
-                                f"{config.vocab_size} (manifest vocab_size {_short(manifest.get('vocab_size'))}): the "
+    if size != vocab_size or _field(manifest, "vocab_size", int, where, default=config.vocab_size) != config.vocab_size:
+        raise ModelPackageError(f"{path} has {size} tokens but the model config has {vocab_size} "
+                                f"(manifest vocab_size {_short(manifest.get('vocab_size'))}): the "
                                 f"tokenizer does not belong to this model; {REEXPORT}")
     if sorted(tokenizer.get_vocab(with_added_tokens=True).values()) != list(range(size)):
         raise ModelPackageError(f"{path}: its token ids are not exactly 0..{size - 1}, one per token: the tokenizer "
@@ -458,5 +484,32 @@ def read_package(model_dir: Union[str, os.PathLike], verify: bool = True) -> Mod
     cross_per_sentence = _read_cross_per_sentence(where, manifest)
     _check_described_fields(where, manifest)
     package = ModelPackage(root, manifest, config, None, variants, cross_per_sentence, verify)  # type: ignore[arg-type]
-    package.tokenizer = _read_tokenizer(package)
+    names = Tokenizers.from_manifest(_field(manifest, "tokenizer", (str, dict), where), where)
+    package.tokenizer = _read_tokenizer(package, names.source, config.source_vocab_size)
+    if names.target != names.source:
+        package.target_tokenizer = _read_tokenizer(package, names.target, config.vocab_size)
+    elif config.source_vocab_size != config.vocab_size:
+        raise ModelPackageError(f"{where}: the model has a source vocabulary of its own (config.src_vocab_size) but "
+                                f"one tokenizer; {REEXPORT}")
+    _read_languages(package)
+    package.generation = read_generation(_field(manifest, "generation", dict, where, default={}), where)
     return package
+
+
+def _read_languages(package: ModelPackage) -> None:
+    """languages, each of its tokens an id of the tokenizer that carries it: the source one for source tokens and
+    Marian's target tags (they start the source), the target one for a forced first target token."""
+    where, manifest = package.root / MANIFEST, package.manifest
+    value = _field(manifest, "languages", dict, where, default=None)
+    if value is None:
+        return
+    langs = package.languages = Languages.from_manifest(value, where)
+    for code, token in langs.tokens.items():
+        on_target = code in langs.target and langs.target_token == "forced_bos" \
+            and not (code in langs.source and langs.source_token)
+        tokenizer = package.detokenizer if on_target else package.tokenizer
+        token_id = tokenizer.token_to_id(token)
+        if token_id is None:
+            raise ModelPackageError(f"{where}: languages.tokens[{_short(code)}] = {_short(token)} is not a token of "
+                                    f"the {'target' if on_target else 'source'} tokenizer; {REEXPORT}")
+        package.language_ids[code] = token_id

@@ -22,7 +22,7 @@ import logging
 import os
 import re
 import warnings
-from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -173,7 +173,8 @@ class Translator:
         for session, path in zip(self.engine.decoders, (v.decoder_step, few_rows and few_rows[0])):
             self._check_graph_vocab(session, path)
             self._check_graph_cross_axis(session, path)
-        self._tokenizer = self.package.tokenizer
+        self._tokenizer = self.package.tokenizer          # source texts -> ids
+        self._detokenizer = self.package.detokenizer      # output ids -> text, and target texts -> ids
         # self.engine: the decoding engine (decoding.Engine), for id-level use with decoding.decode
         log.info("seq2onnx: %s runs on %s (variant %s, %s)", self.package.root, self.device, self.variant, v.precision)
 
@@ -218,15 +219,16 @@ class Translator:
         return checked
 
     def _sources(self, texts: Sequence[str], max_input_length: Optional[int],
-                 numbers: Optional[Sequence[int]] = None) -> Tuple[List[List[int]], List[bool]]:
-        """texts -> source ids (+ EOS), cut to max_input_length ids (EOS kept) with a warning naming
-        the input (its number in `numbers`, default its position)."""
+                 numbers: Optional[Sequence[int]] = None, prefix: Sequence[int] = ()) -> Tuple[List[List[int]], List[bool]]:
+        """texts -> source ids (prefix: language tokens, then the text's, then EOS), cut to max_input_length ids (the
+        prefix and EOS kept) with a warning naming the input (its number in `numbers`, default its position)."""
         limit = self.config.max_positions if max_input_length is None else max_input_length
         if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= self.config.max_positions:
             raise OptionError(Arg("max_input_length"), f" must be an integer in [1, {self.config.max_positions}] "
                               f"(the model's max_positions), got {max_input_length!r}")
         sources, truncated = [], []
         for j, (ids, cut) in enumerate(zip(*token_ids(self._tokenizer, texts, limit))):
+            ids = list(prefix) + ids
             i = j if numbers is None else numbers[j]
             if len(ids) + 1 > limit:
                 count = f"more than {limit}" if cut else f"{len(ids) + 1}"
@@ -253,7 +255,7 @@ class Translator:
         the vocabulary cannot spell: a character it lacks would become <unk>, and detokenized text drops <unk>
         (the translation would not hold the text asked for); or one longer than a translation can be."""
         limit = self.config.max_positions
-        ids, cut = token_ids(self._tokenizer, texts, limit)
+        ids, cut = token_ids(self._detokenizer, texts, limit)
         for arg, x, c in zip(args, ids, cut):
             if c or len(x) > limit:
                 raise OptionError(arg, f" is longer than a translation can be (the model's max_positions, {limit} "
@@ -286,15 +288,36 @@ class Translator:
         _check_choice("batch_type", batch_type, BATCH_TYPES)
         if isinstance(sources, (str, bytes)) or not isinstance(sources, (list, tuple)):
             raise OptionTypeError(Arg("sources"), f" must be a list of id lists, got {type(sources).__name__}")
-        return [check_ids(Arg("sources", f"[{i}]"), s, self.config.vocab_size, self.config.max_positions, 1)
+        return [check_ids(Arg("sources", f"[{i}]"), s, self.config.source_vocab_size, self.config.max_positions, 1)
                 for i, s in enumerate(sources)]
 
     def detokenize(self, ids: Sequence[int]) -> str:
-        return self._tokenizer.decode(list(ids))
+        return self._detokenizer.decode(list(ids))
 
     def pieces(self, ids: Sequence[int]) -> List[str]:
-        """The tokenizer's piece of each id ("▁drei", "hundert", "</s>")."""
-        return [self._tokenizer.id_to_token(int(i)) for i in ids]
+        """The target tokenizer's piece of each id ("▁drei", "hundert", "</s>")."""
+        return [self._detokenizer.id_to_token(int(i)) for i in ids]
+
+    def _languages(self, source_lang: Optional[str], target_lang: Optional[str]) -> Tuple[List[int], Dict[str, Any]]:
+        """The ids that start every source (NLLB's source language token, Marian's >>fra<< target tag) and the
+        decoding options the target language sets (forced_bos_id: M2M100 / NLLB), from the package's languages."""
+        langs, ids = self.package.languages, self.package.language_ids
+        if langs is None:
+            given = "source_lang" if source_lang is not None else "target_lang" if target_lang is not None else None
+            if given:
+                raise OptionError(Arg(given), " cannot be checked: this model's package records no languages "
+                                  "(export it with --source-lang and --target-lang)")
+            return [], {}
+        source = langs.pick("source", source_lang, "source_lang")
+        target = langs.pick("target", target_lang, "target_lang")
+        prefix = [ids[source]] if langs.source_token else []
+        if langs.target_token == "source_prefix":
+            prefix.append(ids[target])
+        return prefix, ({"forced_bos_id": ids[target]} if langs.target_token == "forced_bos" else {})
+
+    def _decoding(self, decoding: Dict[str, Any]) -> Dict[str, Any]:
+        """The package's generation defaults (a converted model: what its generate() does), then the call's."""
+        return {**self.package.generation, **decoding}
 
     def source_ids(self, text: str, max_input_length: Optional[int] = None) -> List[int]:
         """The ids translate_batch decodes for `text`: its pieces, cut to max_input_length, and EOS."""
@@ -314,6 +337,7 @@ class Translator:
         default keeps memory flat however many sources; 0 decodes them all in one batch.
         constraint_ids: per source its phrases (id lists, or None), which every hypothesis must hold
         (translate_batch's constraints; Hypothesis.missing_constraints counts those it does not)."""
+        decoding = self._decoding(decoding)
         options = DecodingOptions.from_kwargs(self.translate_ids, **decoding)
         sources = self._check_id_batch(sources, max_batch_size, batch_type)
         cfg = self.config
@@ -345,6 +369,7 @@ class Translator:
                         max_input_length: Optional[int] = None, return_scores: bool = False,
                         target_prefix: Optional[Sequence[Optional[str]]] = None, return_alignment: bool = False,
                         constraints: Optional[Sequence[Optional[Sequence[str]]]] = None,
+                        source_lang: Optional[str] = None, target_lang: Optional[str] = None,
                         **decoding: Any) -> List[TranslationResult]:
         """Translate texts; results in the caller's order (awkward input: the module docstring).
         Decoding options: see DecodingOptions
@@ -358,8 +383,15 @@ class Translator:
         hypothesis must hold, each phrase as a contiguous run of its tokens (tokenized alone, as target text: its
         first piece a word start); beam search only (beam_size >= 2), with dynamic beam allocation
         (runtime/constraints.py). TranslationResult.constraints_met says per hypothesis whether it holds them all:
-        False only when no hypothesis within the length limit does (docs/CONTRACTS.md, "Terminology constraints")."""
-        options = DecodingOptions.from_kwargs(self.translate_batch, **decoding)       # bad options fail before any work
+        False only when no hypothesis within the length limit does (docs/CONTRACTS.md, "Terminology constraints").
+        source_lang / target_lang: the languages of a multilingual model (its package's languages; `seq2onnx info`
+        lists them), e.g. target_lang="fra" for an OPUS-MT en-ROMANCE model, source_lang="eng_Latn",
+        target_lang="deu_Latn" for NLLB; a model of one language pair needs neither.
+        With no decoding options, a converted model decodes as its transformers generate() does (its generation
+        defaults: `seq2onnx info`)."""
+        lang_prefix, lang_options = self._languages(source_lang, target_lang)
+        decoding = {**lang_options, **decoding}
+        options = DecodingOptions.from_kwargs(self.translate_batch, **self._decoding(decoding))   # fail before work
         if not isinstance(return_alignment, bool):
             raise OptionError(Arg("return_alignment"), f" must be True or False, got {return_alignment!r}")
         if (options.return_attention or return_alignment) and not self.engine.has_attention:
@@ -373,7 +405,7 @@ class Translator:
             require_beam(options.beam_size)
             check_work("constraints", phrases, options.beam_size)
         todo = [i for i, t in enumerate(texts) if not is_blank(t)]   # blank texts: the empty hypothesis
-        sources, truncated = self._sources([texts[i] for i in todo], max_input_length, todo)
+        sources, truncated = self._sources([texts[i] for i in todo], max_input_length, todo, lang_prefix)
         hyps = self.translate_ids(sources, max_batch_size, batch_type,
                                   None if prefixes is None else [prefixes[i] for i in todo],
                                   None if phrases is None else [phrases[i] for i in todo], **decoding)
@@ -383,7 +415,7 @@ class Translator:
         for i, h, cut, source in zip(todo, hyps, truncated, sources):
             ids = [x.tokens for x in h]
             results[i] = TranslationResult(
-                self._tokenizer.decode_batch(ids), ids,
+                self._detokenizer.decode_batch(ids), ids,
                 [x.score for x in h] if return_scores else None,
                 [x.normalized_score for x in h] if return_scores else None, cut, [x.finished for x in h],
                 source_unknown_tokens=source.count(self.config.unk_id))
@@ -437,15 +469,15 @@ class Translator:
                               f"{len(targets)} targets")
         src_ids, _ = self._sources(sources, max_input_length)
         limit = self.config.max_positions - 1                    # target ids; EOS takes the last position
-        tgt_ids, cut = token_ids(self._tokenizer, targets, limit)
+        tgt_ids, cut = token_ids(self._detokenizer, targets, limit)
         for i, (ids, c) in enumerate(zip(tgt_ids, cut)):
             if c or len(ids) > limit:
                 warnings.warn(f"target {i} is longer than the model's {limit + 1} positions (EOS included); "
                               "only its beginning was scored", stacklevel=2)
         tgt_ids = [ids[:limit] for ids in tgt_ids]
         scores = self.score_ids(src_ids, tgt_ids, max_batch_size, batch_type)
-        eos = self._tokenizer.id_to_token(self.config.eos_id)
-        return [ScoringResult([self._tokenizer.id_to_token(t) for t in ids] + [eos], lp)
+        eos = self._detokenizer.id_to_token(self.config.eos_id)
+        return [ScoringResult([self._detokenizer.id_to_token(t) for t in ids] + [eos], lp)
                 for ids, lp in zip(tgt_ids, scores)]
 
     def translate(self, text: str, target_prefix: Optional[str] = None, constraints: Optional[Sequence[str]] = None,
@@ -456,7 +488,8 @@ class Translator:
         return self.translate_batch([text], target_prefix=prefix, constraints=phrases, **options)[0].hypotheses[0]
 
     def generate_tokens(self, text: str, max_input_length: Optional[int] = None, target_prefix: Optional[str] = None,
-                        constraints: Optional[Sequence[str]] = None, **decoding: Any) -> Iterator[str]:
+                        constraints: Optional[Sequence[str]] = None, source_lang: Optional[str] = None,
+                        target_lang: Optional[str] = None, **decoding: Any) -> Iterator[str]:
         """Stream the best translation of one text as text pieces; "".join(pieces) == translate(text).
 
         Greedy and sampling yield each token's text as it is chosen. Beam search yields the
@@ -465,7 +498,8 @@ class Translator:
         """
         if decoding.get("num_hypotheses", 1) != 1:
             raise OptionError("generate_tokens streams one hypothesis: ", Arg("num_hypotheses"), " must be 1")
-        options = DecodingOptions.from_kwargs(self.generate_tokens, **decoding)
+        lang_prefix, lang_options = self._languages(source_lang, target_lang)
+        options = DecodingOptions.from_kwargs(self.generate_tokens, **self._decoding({**lang_options, **decoding}))
         (text,) = self._check_texts([text])
         phrases = self._constraint_ids(None if constraints is None else [constraints], 1)
         if phrases is not None and any(phrases):
@@ -474,7 +508,7 @@ class Translator:
         prefixes = None if target_prefix is None else self._prefixes([target_prefix], 1)
         if is_blank(text):                                      # as translate(): the empty translation
             return
-        sources, _ = self._sources([text], max_input_length)
+        sources, _ = self._sources([text], max_input_length, prefix=lang_prefix)
         steps = decode_steps(self.engine, self.config, sources, options, prefixes, constraints=phrases)
         emitted = ""
         while True:

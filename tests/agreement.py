@@ -150,7 +150,7 @@ def forced_log_probs(model, source: Sequence[int], target: Sequence[int]) -> tor
     cfg = model.cfg
     with torch.no_grad():
         src = torch.tensor([list(source)])
-        logits = model(src, torch.ones_like(src), torch.tensor([[cfg.bos_id] + list(target)]))[0]
+        logits = model(src, torch.ones_like(src), torch.tensor([[cfg.start_id] + list(target)]))[0]
         return torch.log_softmax(logits.float(), dim=-1)
 
 

@@ -74,7 +74,7 @@ def leftovers(parent: Path, name: str):
 # --- the package -----------------------------------------------------------------------------------
 def test_manifest_describes_the_package(tiny_package, tiny_ckpt):
     m = assert_complete_package(tiny_package)
-    assert (m["format"], m["format_version"]) == ("seq2onnx-model", 2)
+    assert (m["format"], m["format_version"]) == ("seq2onnx-model", 3)
     cfg = ModelConfig.from_dict(m["config"])
     assert cfg.to_dict() == tiny_ckpt["config"]
     assert m["vocab_size"] == cfg.vocab_size

@@ -107,7 +107,7 @@ def beam_search(model: Transformer, sources: Sequence[Sequence[int]], beam_size:
     cum = torch.full((b, k), -math.inf, dtype=torch.float32, device=device)
     cum[:, 0] = 0.0
     seqs = torch.zeros((b * k, 0), dtype=torch.long, device=device)        # [B*K, step]
-    last = torch.full((b * k, 1), cfg.bos_id, dtype=torch.long, device=device)
+    last = torch.full((b * k, 1), cfg.start_id, dtype=torch.long, device=device)
     finished: List[List[Hypothesis]] = [[] for _ in range(b)]
     done = [False] * b
 
@@ -178,7 +178,7 @@ def greedy_search(model: Transformer, sources: Sequence[Sequence[int]], max_leng
     limits = _limits(max_length, b, cfg.max_positions)
     cross = model.cross_kv(model.encode(src_ids, src_mask))
     past = model.empty_cache(b, device)
-    last = torch.full((b, 1), cfg.bos_id, dtype=torch.long, device=device)
+    last = torch.full((b, 1), cfg.start_id, dtype=torch.long, device=device)
     tokens: List[List[int]] = [[] for _ in range(b)]
     scores = [0.0] * b
     ended = [False] * b
@@ -220,7 +220,7 @@ def cross_attention(model, source: Sequence[int], target: Sequence[int]) -> torc
     hook = layer.register_forward_pre_hook(capture)
     try:
         src = torch.tensor([list(source)])
-        model(src, torch.ones_like(src), torch.tensor([[model.cfg.bos_id] + list(target)]))
+        model(src, torch.ones_like(src), torch.tensor([[model.cfg.start_id] + list(target)]))
     finally:
         hook.remove()
     return rows[0]
@@ -279,7 +279,7 @@ def constrained_beam_search(model: Transformer, sources: Sequence[Sequence[int]]
     phrases = [[list(p) for p in c] for c in constraints]
     cum = [[0.0] + [-math.inf] * (k - 1) for _ in range(b)]
     seqs: List[List[List[int]]] = [[[] for _ in range(k)] for _ in range(b)]
-    last = torch.full((b * k, 1), cfg.bos_id, dtype=torch.long, device=device)
+    last = torch.full((b * k, 1), cfg.start_id, dtype=torch.long, device=device)
     finished: List[List[ConstrainedHypothesis]] = [[] for _ in range(b)]
     done = [False] * b
 

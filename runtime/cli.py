@@ -21,6 +21,8 @@ COMMANDS = {
     "train": ("seq2onnx.training.commands", "train_main", "train a Transformer on parallel data", "train"),
     "average": ("seq2onnx.training.commands", "average_main", "average the last K checkpoints of a run", "train"),
     "export": ("seq2onnx.export.commands", "export_main", "export a checkpoint to an ONNX model package", "train"),
+    "convert": ("seq2onnx.export.hf_convert", "convert_main",
+                "convert a transformers MarianMT (OPUS-MT) / M2M100 / NLLB folder to a model package", "convert"),
     "translate": ("seq2onnx.runtime.commands", "translate_main", "translate lines with a model package", None),
     "score": ("seq2onnx.runtime.commands", "score_main", "score given translations (log-probs) with a model package",
               None),
@@ -28,7 +30,8 @@ COMMANDS = {
 }
 
 # third-party modules an extra brings; importing one that is missing means the extra is missing
-EXTRA_MODULES = {"torch", "onnx", "onnxscript", "sacrebleu", "tqdm", "num2words", "onnx_ir"}
+EXTRA_MODULES = {"torch", "onnx", "onnxscript", "sacrebleu", "tqdm", "num2words", "onnx_ir", "transformers",
+                 "sentencepiece", "safetensors"}
 
 
 # C0, DEL and C1: the characters a terminal acts on (escape sequences, bell, carriage return, line breaks)

@@ -1,0 +1,410 @@
+"""`seq2onnx convert HF_MODEL_DIR OUT_DIR [--int8] [--fp16] [--parity-data FILE] [--overwrite]`
+
+A MarianMT (OPUS-MT) or M2M100 / NLLB model in transformers' folder layout (what `save_pretrained` writes and
+`huggingface-cli download --local-dir` fetches) -> a seq2onnx model package, as CTranslate2's converters do it:
+  load      config.json, the weights (model.safetensors or pytorch_model.bin), generation_config.json and the
+            tokenizer files, from the folder only (never the network)
+  validate  the architecture and every option; one we cannot honour is one line naming it
+  map       the weights into training/model.py's Transformer, whose ModelConfig variant fields say how this
+            architecture differs from the paper's (activation, sinusoid layout, pre-LN, embedding scale,
+            logits bias, decoder start)
+  save      export/commands.py's pipeline (trace, check, parity against our PyTorch, quantise) and one gate more
+            before anything is written: the finished package's runtime against transformers itself
+            (log-probs, then greedy and beam tokens at the model's own generation defaults)
+Needs the [convert] extra (torch, transformers, sentencepiece, safetensors).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import numpy as np
+import torch
+
+from seq2onnx.runtime import __version__
+from seq2onnx.runtime.cli import OneLineParser
+from seq2onnx.runtime.config import ModelConfig
+from seq2onnx.runtime.errors import Seq2OnnxError
+from seq2onnx.runtime.manifest_records import Languages
+from seq2onnx.training.model import Transformer
+
+from seq2onnx.runtime.manifest import MANIFEST
+
+from . import commands, package, parity
+from .commands import ExportOptions, ExportResult, PackageContents
+
+# model_type of config.json -> how its names map (NLLB's is m2m_100, with its own tokenizer)
+KINDS = ("marian", "m2m_100")
+ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "swish", "silu": "swish"}
+GATE_SENTENCES = 24            # synthetic sources of the gate against transformers, besides --parity-data lines
+GATE_MAX_LENGTH = 48           # generated tokens the gate lets each run (the model's max_length if lower)
+SCORE_TOLERANCE = 1e-4         # |our score - transformers' sequences_score| of one hypothesis, fp32
+
+
+# --- load ------------------------------------------------------------------------------------------------
+def read_config(folder: Path) -> Dict[str, Any]:
+    """config.json of an HF model folder, or one line saying what the folder lacks."""
+    if not folder.is_dir():
+        raise Seq2OnnxError(f"{folder} is not a folder: pass a transformers model folder (e.g. from huggingface-cli "
+                            f"download Helsinki-NLP/opus-mt-en-de --local-dir {folder})")
+    path = folder / "config.json"
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise Seq2OnnxError(f"{folder} has no config.json: it is not a transformers model folder (download one with "
+                            "huggingface-cli download MODEL --local-dir FOLDER)") from None
+    except (OSError, ValueError) as e:
+        raise Seq2OnnxError(f"{path} cannot be read as JSON ({e}): download the model again") from None
+    kind = config.get("model_type")
+    if kind not in KINDS:
+        raise Seq2OnnxError(f"{path}: model_type {kind!r} cannot be converted; seq2onnx converts MarianMT (OPUS-MT, "
+                            "model_type marian) and M2M100 / NLLB (model_type m2m_100)")
+    return config
+
+
+def load_hf_model(folder: Path) -> Any:
+    """The transformers model of the folder, in float32 and eval mode, read from the folder alone."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        from transformers import AutoModelForSeq2SeqLM
+    except ImportError:
+        raise Seq2OnnxError("seq2onnx convert needs transformers: pip install \"seq2onnx[convert]\" (in a checkout: "
+                            "pip install \".[convert]\" -c constraints.txt)") from None
+    if not any((folder / name).is_file() for name in ("model.safetensors", "pytorch_model.bin",
+                                                       "model.safetensors.index.json", "pytorch_model.bin.index.json")):
+        raise Seq2OnnxError(f"{folder} has no weights (model.safetensors or pytorch_model.bin): download the "
+                            "whole model folder")
+    try:
+        model = AutoModelForSeq2SeqLM.from_pretrained(str(folder), local_files_only=True, dtype=torch.float32)
+    except Exception as e:  # noqa: BLE001 - transformers raises many kinds
+        raise Seq2OnnxError(f"transformers cannot load {folder} ({str(e).strip().splitlines()[0]}): download the "
+                            "model folder again") from None
+    return model.eval()
+
+
+# --- validate -----------------------------------------------------------------------------------------------
+def model_config(hf: Dict[str, Any]) -> ModelConfig:
+    """Our ModelConfig of an HF Marian / M2M100 config.json, or one line naming what we cannot honour."""
+    kind = hf["model_type"]
+
+    def same(a: str, b: str) -> Any:
+        if hf.get(a) != hf.get(b):
+            raise Seq2OnnxError(f"config.json: {a} ({hf.get(a)}) differs from {b} ({hf.get(b)}); seq2onnx's "
+                                "Transformer has one value for both")
+        return hf[a]
+
+    heads = same("encoder_attention_heads", "decoder_attention_heads")
+    d_ff = same("encoder_ffn_dim", "decoder_ffn_dim")
+    act = hf.get("activation_function", "relu")
+    if act not in ACTIVATIONS:
+        raise Seq2OnnxError(f"config.json: activation_function {act!r} is not supported; seq2onnx runs "
+                            f"{', '.join(sorted(ACTIVATIONS))}")
+    for flag in ("add_final_layer_norm", "normalize_embedding", "layernorm_embedding", "add_bias_logits"):
+        if hf.get(flag):
+            raise Seq2OnnxError(f"config.json: {flag} is set, which the {kind} architecture seq2onnx converts "
+                                "does not have")
+    marian = kind == "marian"
+    pad, eos = hf["pad_token_id"], hf["eos_token_id"]
+    start = hf.get("decoder_start_token_id", pad if marian else eos)
+    separate = marian and not hf.get("share_encoder_decoder_embeddings", True)
+    vocab = hf.get("decoder_vocab_size") or hf["vocab_size"] if marian else hf["vocab_size"]
+    try:
+        return ModelConfig(
+            vocab_size=vocab, d_model=hf["d_model"], n_heads=heads, d_ff=d_ff, encoder_layers=hf["encoder_layers"],
+            decoder_layers=hf["decoder_layers"], dropout=0.0, attention_dropout=0.0,
+            max_positions=hf["max_position_embeddings"], norm_first=not marian, layer_norm_eps=1e-5,
+            share_embeddings=not separate, tie_output_embedding=hf.get("tie_word_embeddings", True),
+            pad_id=pad, bos_id=start if marian else hf.get("bos_token_id", start), eos_id=eos,
+            unk_id=hf.get("unk_token_id") if hf.get("unk_token_id") is not None else 1 if marian else 3,
+            activation=ACTIVATIONS[act], sinusoid="halves" if marian else "fairseq",
+            position_offset=0 if marian else pad + 1, embed_scale=bool(hf.get("scale_embedding", False)),
+            final_logits_bias=marian, decoder_start_id=start,
+            src_vocab_size=hf["vocab_size"] if separate else None)
+    except (TypeError, ValueError) as e:
+        raise Seq2OnnxError(f"config.json describes a model seq2onnx cannot build ({e})") from None
+
+
+# --- map -----------------------------------------------------------------------------------------------------
+def _layer_names(prefix: str, ours: str, decoder: bool) -> Dict[str, str]:
+    """Our parameter name -> transformers' for one encoder / decoder layer."""
+    names = {"self_attn": "self_attn", "sub_ffn.norm": "final_layer_norm", "ffn.w1": "fc1", "ffn.w2": "fc2"}
+    names.update({"sub_self.norm": "self_attn_layer_norm", "cross_attn": "encoder_attn",
+                  "sub_cross.norm": "encoder_attn_layer_norm"} if decoder else {"sub_attn.norm": "self_attn_layer_norm"})
+    out = {}
+    for a, b in names.items():
+        for proj in (("q_proj", "k_proj", "v_proj", "out_proj") if a in ("self_attn", "cross_attn") else ("",)):
+            for p in ("weight", "bias"):
+                sub = f".{proj}" if proj else ""
+                out[f"{ours}.{a}{sub}.{p}"] = f"{prefix}.{b}{sub}.{p}"
+    return out
+
+
+def transformer_from_hf(hf_model: Any, cfg: ModelConfig) -> Transformer:
+    """Our Transformer holding the HF model's weights exactly (strict: every tensor of ours is set)."""
+    hf = {k: v.detach().float() for k, v in hf_model.state_dict().items()}
+    base = "model"
+    names = {"src_embed.weight": f"{base}.encoder.embed_tokens.weight",
+             "tgt_embed.weight": f"{base}.decoder.embed_tokens.weight",
+             "output_projection.weight": "lm_head.weight"}
+    if f"{base}.encoder.embed_tokens.weight" not in hf:
+        names["src_embed.weight"] = names["tgt_embed.weight"] = f"{base}.shared.weight"
+    if cfg.final_logits_bias:
+        names["output_projection.bias"] = "final_logits_bias"
+    if cfg.norm_first:
+        names.update({f"{n}_norm.{p}": f"{base}.{n}.layer_norm.{p}" for n in ("encoder", "decoder")
+                      for p in ("weight", "bias")})
+    for i in range(cfg.encoder_layers):
+        names.update(_layer_names(f"{base}.encoder.layers.{i}", f"encoder_layers.{i}", False))
+    for i in range(cfg.decoder_layers):
+        names.update(_layer_names(f"{base}.decoder.layers.{i}", f"decoder_layers.{i}", True))
+    model = Transformer(cfg).eval()
+    ours = model.state_dict()
+    state = {}
+    for name in ours:
+        source = names.get(name)
+        if source is None or source not in hf:
+            raise Seq2OnnxError(f"the model folder has no weight for {name} ({source or 'unmapped'}): it is not a "
+                                "complete MarianMT / M2M100 checkpoint")
+        value = hf[source].reshape(ours[name].shape) if name == "output_projection.bias" else hf[source]
+        if value.shape != ours[name].shape:
+            raise Seq2OnnxError(f"{source} has shape {tuple(value.shape)}, config.json implies "
+                                f"{tuple(ours[name].shape)}: the folder's config and weights disagree")
+        state[name] = value
+    model.load_state_dict(state, strict=True)
+    with torch.no_grad():                   # the model's own sinusoid table (its float32 rounding), from row offset
+        table = hf_model.get_encoder().embed_positions
+        weights = table.weight if hasattr(table, "weight") else table.weights
+        rows = weights[cfg.position_offset:cfg.position_offset + cfg.max_positions].float()
+        model.pe[:len(rows)] = rows
+    return model
+
+
+# --- generation defaults ------------------------------------------------------------------------------------
+def generation_defaults(gen: Any, cfg: ModelConfig) -> Dict[str, Any]:
+    """The decoding options (runtime/options.py DecodingOptions) that do what `model.generate()` does with this
+    generation_config, or one line naming a setting seq2onnx cannot honour."""
+    for name, off in (("do_sample", False), ("num_beam_groups", 1), ("diversity_penalty", 0.0),
+                      ("penalty_alpha", None), ("constraints", None), ("force_words_ids", None),
+                      ("exponential_decay_length_penalty", None), ("sequence_bias", None),
+                      ("begin_suppress_tokens", None), ("encoder_no_repeat_ngram_size", 0)):
+        value = getattr(gen, name, off)
+        if value not in (off, None, [], 0, 1.0) or (name == "do_sample" and value):
+            raise Seq2OnnxError(f"generation_config.json sets {name}={value!r}, which seq2onnx does not run: remove "
+                                "it from generation_config.json to convert the model with plain beam search")
+    def get(name: str, default: Any) -> Any:          # transformers 5 leaves unset fields None: its defaults
+        value = getattr(gen, name, None)
+        return default if value is None else value
+
+    suppress = []
+    for words in get("bad_words_ids", []):
+        if len(words) != 1:
+            raise Seq2OnnxError(f"generation_config.json: bad_words_ids holds {words}, a phrase of several tokens; "
+                                "seq2onnx suppresses single tokens only")
+        suppress.append(int(words[0]))
+    suppress += [int(t) for t in get("suppress_tokens", [])]
+    max_length = get("max_new_tokens", get("max_length", 20) - 1)
+    forced_eos = get("forced_eos_token_id", None)
+    if isinstance(forced_eos, list):
+        forced_eos = forced_eos[0] if len(forced_eos) == 1 else forced_eos
+    if forced_eos is not None and forced_eos != cfg.eos_id:
+        raise Seq2OnnxError(f"generation_config.json: forced_eos_token_id {forced_eos} is not the model's EOS "
+                            f"({cfg.eos_id})")
+    early = get("early_stopping", False)
+    options = {"beam_rules": "transformers", "beam_size": int(get("num_beams", 1)),
+               "max_decoding_length": int(min(max_length, cfg.max_positions)),
+               "min_decoding_length": int(max(0, get("min_length", 0) - 1)), "max_length_a": 0.0,
+               "max_length_b": None, "length_penalty": float(get("length_penalty", 1.0)),
+               "early_stopping": early if early in (True, False, "never") else False,
+               "suppress_ids": sorted(set(suppress)), "forced_eos": forced_eos is not None,
+               "renormalize": bool(get("renormalize_logits", False)),
+               "no_repeat_ngram_size": int(get("no_repeat_ngram_size", 0)),
+               "repetition_penalty": float(get("repetition_penalty", 1.0))}
+    if options["min_decoding_length"] > options["max_decoding_length"]:
+        options["min_decoding_length"] = options["max_decoding_length"]
+    return options
+
+
+# --- the gate against transformers ---------------------------------------------------------------------------
+@torch.no_grad()
+def check_log_probs(hf_model: Any, model: Transformer, sources: List[List[int]]) -> float:
+    """Teacher-forced log-probs of our mapped PyTorch model against transformers' on `sources` (their first
+    tokens as targets too) -> the max abs difference; above parity.FP32_TOLERANCE: ParityError."""
+    cfg = model.cfg
+    worst = 0.0
+    for src in sources[:8]:
+        ids = torch.tensor([src])
+        tgt = torch.tensor([[cfg.start_id] + [t for t in src[:-1] if t < cfg.vocab_size][:16]])
+        ours = torch.log_softmax(model(ids, torch.ones_like(ids), tgt).float(), -1)
+        theirs = torch.log_softmax(hf_model(input_ids=ids, attention_mask=torch.ones_like(ids),
+                                            decoder_input_ids=tgt).logits.float(), -1)
+        worst = max(worst, float((ours - theirs).abs().max()))
+    if not worst <= parity.FP32_TOLERANCE:
+        raise parity.ParityError(f"the converted model's log-probs differ from transformers' by {worst:.3g} (> "
+                                 f"{parity.FP32_TOLERANCE:g}); the package was not written")
+    return worst
+
+
+def _hf_tokens(sequences: torch.Tensor, cfg: ModelConfig) -> List[List[int]]:
+    """generate()'s sequences -> the generated ids: without the decoder start, the EOS and the padding after."""
+    out = []
+    for row in sequences.tolist():
+        row = row[1:]
+        if cfg.eos_id in row:
+            row = row[:row.index(cfg.eos_id)]
+        out.append(row)
+    return out
+
+
+@torch.no_grad()
+def compare_generate(hf_model: Any, package_dir: Path, sources: List[List[int]], beam_size: int, max_length: int,
+                     forced_bos: Optional[int]) -> Dict[str, Any]:
+    """The package's runtime (its generation defaults, beam_size and max_decoding_length set) against
+    transformers' generate() (its generation_config, num_beams and max_length set alike) on `sources`, one at a
+    time -> {sentences, identical, ties, max_score_diff}. A different hypothesis whose score is within
+    SCORE_TOLERANCE of transformers' is a tie (two hypotheses the same up to float32 rounding), counted apart."""
+    from seq2onnx.runtime.translator import Translator
+    translator = Translator(package_dir, device="cpu", compute_type="float32")
+    cfg = translator.config
+    extra = {} if forced_bos is None else {"forced_bos_id": forced_bos}
+    ours = translator.translate_ids(sources, max_batch_size=8, beam_size=beam_size,
+                                    max_decoding_length=max_length, **extra)
+    identical = ties = 0
+    worst = 0.0
+    for src, hyps in zip(sources, ours):
+        ids = torch.tensor([src])
+        out = hf_model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), num_beams=beam_size,
+                                max_length=max_length + 1, num_return_sequences=1, do_sample=False,
+                                output_scores=True, return_dict_in_generate=True,
+                                **({} if forced_bos is None else {"forced_bos_token_id": forced_bos}))
+        theirs = _hf_tokens(out.sequences, cfg)[0]
+        mine = list(hyps[0].tokens)
+        if beam_size > 1:
+            diff = abs(float(out.sequences_scores[0]) - hyps[0].normalized_score)
+        else:
+            diff = 0.0
+        if mine == theirs:
+            identical += 1
+            worst = max(worst, diff)
+        elif beam_size > 1 and diff <= SCORE_TOLERANCE:
+            ties += 1
+    return {"sentences": len(sources), "identical": identical, "ties": ties, "max_score_diff": worst}
+
+
+def transformers_gate(hf_model: Any, sources: List[List[int]], defaults: Dict[str, Any],
+                      forced_bos: Optional[int], log_probs_diff: float) -> Callable[[Path, Dict[str, Any]], str]:
+    """The check of the finished package before it is published: greedy and beam search (the model's beam size,
+    or 4 when it decodes greedily) against transformers, tokens identical up to ties and scores within
+    SCORE_TOLERANCE; the figures go into the manifest's source_model.parity (written after the gate)."""
+    def gate(staging: Path, manifest: Dict[str, Any]) -> str:
+        max_length = min(defaults["max_decoding_length"], GATE_MAX_LENGTH)
+        figures = {"log_probs_max_abs_diff": log_probs_diff}
+        for name, beam in (("greedy", 1), (f"beam{max(defaults['beam_size'], 2)}", max(defaults["beam_size"], 2))):
+            got = compare_generate(hf_model, staging, sources, beam, max_length, forced_bos)
+            figures[name] = got
+            if got["identical"] + got["ties"] < got["sentences"] or got["max_score_diff"] > SCORE_TOLERANCE:
+                raise parity.ParityError(
+                    f"{name} against transformers: {got['identical']} of {got['sentences']} sentences identical "
+                    f"({got['ties']} ties), score diff {got['max_score_diff']:.3g}; the package was not written")
+        manifest["source_model"]["parity"] = figures
+        package.write_text(staging / MANIFEST, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+        return (f"[5/5] gate vs transformers {getattr(sys.modules.get('transformers'), '__version__', '?')}: "
+                + ", ".join(f"{k} {v['identical']}/{v['sentences']} identical ({v['ties']} ties)"
+                            for k, v in figures.items() if isinstance(v, dict))
+                + f", log-probs max diff {log_probs_diff:.2g}")
+    return gate
+
+
+# --- the command ------------------------------------------------------------------------------------------------
+@dataclass
+class ConvertOptions:
+    model_dir: Path
+    out_dir: Path
+    int8: bool = False
+    fp16: bool = False
+    opset: int = commands.DEFAULT_OPSET
+    overwrite: bool = False
+    parity_data: Optional[Path] = None     # source sentences for the parity checks and the gate (else synthetic only)
+    int8_validation: bool = True
+
+
+def parse_args(argv: List[str]) -> ConvertOptions:
+    p = OneLineParser(prog="seq2onnx convert", description=__doc__.split("\n\n")[0],
+                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("model_dir", type=Path, help="a transformers model folder (huggingface-cli download MODEL "
+                   "--local-dir FOLDER): config.json, the weights, generation_config.json, the tokenizer files")
+    p.add_argument("out_dir", type=Path, help="the model package folder to write")
+    p.add_argument("--int8", action="store_true", help="also write the int8 (dynamic quantisation) variant")
+    p.add_argument("--skip-int8-validation", action="store_true",
+                   help="keep the int8 variant even when it fails its quality gate (its figures are recorded)")
+    p.add_argument("--fp16", action="store_true", help="also write the float16 variant (for CUDA)")
+    p.add_argument("--opset", type=int, default=commands.DEFAULT_OPSET, help="ONNX opset (default %(default)s)")
+    p.add_argument("--overwrite", action="store_true", help="replace OUT_DIR if it holds a model package")
+    p.add_argument("--parity-data", type=Path, metavar="FILE",
+                   help="source sentences (one a line) for the parity checks and the gate against transformers, "
+                        "besides synthetic ones")
+    a = p.parse_args(argv)
+    if a.skip_int8_validation and not a.int8:
+        p.error("--skip-int8-validation applies to the int8 variant: add --int8")
+    return ConvertOptions(a.model_dir, a.out_dir, a.int8, a.fp16, a.opset, a.overwrite, a.parity_data,
+                          not a.skip_int8_validation)
+
+
+def convert_main(argv: List[str]) -> int:
+    opts = parse_args(argv)
+    result = run_convert(opts, log=lambda msg: print(msg, file=sys.stderr, flush=True))
+    print(commands.summary(result), flush=True)
+    return 0
+
+
+def _gate_sources(cfg: ModelConfig, prefix: List[int], avoid: set, real: List[List[int]]) -> List[List[int]]:
+    """The real sources, then GATE_SENTENCES synthetic ones (random non-special source ids, 2 to 30 of them,
+    after the language prefix), each ending with EOS."""
+    rng = np.random.default_rng(1234)
+    words = [i for i in range(cfg.source_vocab_size) if i not in avoid]
+    synthetic = [prefix + [int(x) for x in rng.choice(words, size=int(n))] + [cfg.eos_id]
+                 for n in rng.integers(2, 31, size=GATE_SENTENCES)]
+    return real + synthetic
+
+
+def run_convert(opts: ConvertOptions, log: Callable[[str], None] = lambda msg: None) -> ExportResult:
+    """An HF model folder -> a checked package at opts.out_dir; Seq2OnnxError (nothing written) on failure."""
+    from . import hf_tokenizers
+
+    start = time.perf_counter()
+    folder = Path(opts.model_dir)
+    hf_config = read_config(folder)
+    cfg = model_config(hf_config)
+    toks = hf_tokenizers.convert(folder, hf_config)
+    export_opts = ExportOptions(folder, opts.out_dir, opts.int8, opts.fp16, opts.opset, opts.overwrite,
+                                opts.parity_data, opts.int8_validation)
+    commands.check_opset(opts.opset)
+    package.check_target(Path(opts.out_dir).absolute(), opts.overwrite)
+    hf_model = load_hf_model(folder)
+    defaults = generation_defaults(hf_model.generation_config, cfg)
+    model = transformer_from_hf(hf_model, cfg)
+    log(f"[0/5] load: {hf_config['model_type']} from {folder} ({model.num_parameters() / 1e6:.1f}M parameters), "
+        f"tokenizers and generation_config converted ({time.perf_counter() - start:.1f}s)")
+
+    langs: Optional[Languages] = toks.languages
+    prefix, forced_bos = toks.default_language_ids()
+    source_tok = toks.source_tokenizer()
+    real = commands._parity_sources(opts.parity_data, source_tok, cfg, prefix)
+    specials = {cfg.pad_id, cfg.bos_id, cfg.eos_id, cfg.unk_id, cfg.start_id, *toks.special_ids()}
+    sources = _gate_sources(cfg, prefix, specials, real)
+    diff = check_log_probs(hf_model, model, sources)
+    import transformers
+    extra: Dict[str, Any] = {"generation": defaults,
+                             "source_model": {"type": hf_config["model_type"], "folder": folder.name,
+                                              "architectures": hf_config.get("architectures", []),
+                                              "transformers_version": transformers.__version__}}
+    if langs is not None:
+        extra["languages"] = langs.to_manifest()
+    contents = PackageContents(toks.files, toks.field, toks.special_tokens, {"file": folder.name, "train_meta": {}},
+                               extra, transformers_gate(hf_model, sources, defaults, forced_bos, diff))
+    return commands.write_package(model, contents, export_opts, real, log, start)

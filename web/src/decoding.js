@@ -1,7 +1,8 @@
 // The decoding loop: encode once, then one decoder step per generated token. A port of runtime/decoding.py and search.py,
 // rule for rule, so that the JS and Python runtimes give the same tokens (the tests compare them):
-//   * logit filters (logit_filters.js) edit the step's log-probs in place: PAD/BOS suppression, EOS before the
-//     minimum length, repetition penalty, no-repeat-ngram, forced target prefix;
+//   * logit filters (logit_filters.js) edit the step's log-probs in place: suppressed ids (PAD/BOS by default), EOS
+//     before the minimum length, repetition penalty, no-repeat-ngram, forced BOS and EOS, forced target prefix,
+//     renormalization;
 //   * a search turns log-probs into the next tokens: RowSearch (greedy argmax, lowest id on ties, or sampling;
 //     one row per hypothesis) or BeamSearch (fairseq-style);
 //   * a ranker sorts finished hypotheses by score / length ** lengthPenalty.
@@ -13,7 +14,9 @@
 //     float32 for the beams' cumulative scores, as numpy computes them in Python;
 //   * beam search ranks the K*V candidates, takes the best 2K (ties to the lower flat index beam * V + token),
 //     finishes EOS candidates among the best K, continues the first K non-EOS; a sentence stops when `beamDone`
-//     says so, or after its `limit` steps (its live beams finished as they are, without EOS).
+//     says so, or after its `limit` steps (its live beams finished as they are, without EOS);
+//   * beamRules "transformers" (search.py's docstring): the finished set keeps the best K, at the limit's step the
+//     best K candidates finish, and a full sentence stops by `transformersDone` (earlyStopping).
 // Rows: the engine works on the rows of the active sentences; a sentence that stops leaves them at once. With
 // engine.crossPerSentence, beam search keeps one cross K/V and mask row per sentence, shared by its K beams
 // (row = sentence * K + beam); otherwise they are copied to every row.
@@ -49,6 +52,20 @@ export function normalize(score, length, lengthPenalty) {
 export function beamDone(finished, beamSize, numHypotheses, bestLive) {
   if (finished.length < beamSize) return false;
   return [...finished].sort((a, b) => b - a)[numHypotheses - 1] >= bestLive;
+}
+
+/** normalize as transformers computes it (beamRules "transformers"; runtime/search.py normalize32): float32. */
+export function normalize32(score, length, lengthPenalty) {
+  return length > 0 ? Math.fround(Math.fround(score) / Math.fround(length ** lengthPenalty)) : score;
+}
+
+/** When transformers' beam search stops a sentence whose K finished slots are full (runtime/search.py
+ * transformers_done, where the rule is written): earlyStopping true at once; false: the best live raw score over
+ * the current length ** lp is not above the worst finished; "never": over the limit's length when lp > 0. */
+export function transformersDone(finished, bestLive, length, limit, lengthPenalty, earlyStopping) {
+  if (earlyStopping === true) return true;
+  const bestLength = earlyStopping === "never" && lengthPenalty > 0 ? limit : length;
+  return !(normalize32(bestLive, bestLength, lengthPenalty) > Math.min(...finished));
 }
 
 /** Best n by normalized score; a stable sort keeps the earlier-finished first on ties. */
@@ -243,9 +260,9 @@ export class RowSearch {
 
 /** fairseq-style beam search over [A sentences, K beams]. */
 export class BeamSearch {
-  constructor(nExamples, beamSize, limits, eos, lengthPenalty, numHypotheses = 1) {
+  constructor(nExamples, beamSize, limits, eos, lengthPenalty, numHypotheses = 1, rules = "seq2onnx", earlyStopping = false) {
     const k = beamSize;
-    Object.assign(this, { k, eos, lengthPenalty, limits, n: numHypotheses });
+    Object.assign(this, { k, eos, lengthPenalty, limits, n: numHypotheses, rules, earlyStopping });
     this.examples = Array.from({ length: nExamples }, (_, i) => i); // active sentences
     this.cum = new Float32Array(nExamples * k).fill(-Infinity); // [A, K] float32; the K beams start identical:
     for (let a = 0; a < nExamples; a++) this.cum[a * k] = 0.0; //  expand beam 0 only
@@ -261,9 +278,16 @@ export class BeamSearch {
 
   add(a, tokens, score, length, ended, attention = null) {
     const example = this.examples[a];
-    this.nFinished[example] += 1;
-    this.finished[example].push(new Hypothesis(tokens.slice(), score, normalize(score, length, this.lengthPenalty), ended,
+    const finished = this.finished[example];
+    const transformers = this.rules === "transformers"; // its float32 division; the finished set keeps the best K
+    finished.push(new Hypothesis(tokens.slice(), score,
+      (transformers ? normalize32 : normalize)(score, length, this.lengthPenalty), ended,
       attention === null ? null : attention.slice(0, tokens.length)));
+    if (transformers && finished.length > this.k) { // stable: on ties the earlier-finished stays
+      finished.sort((x, y) => (y.normalizedScore > x.normalizedScore ? 1 : y.normalizedScore < x.normalizedScore ? -1 : 0));
+      finished.length = this.k;
+    }
+    this.nFinished[example] = transformers ? finished.length : this.nFinished[example] + 1;
   }
 
   /** logProbs [A*K * V] -> parents [A'*K]: the current row each next row continues. attention (Float32Array
@@ -287,12 +311,17 @@ export class BeamSearch {
       token.push(order.map((j) => j % vocab));
       score.push(s);
     }
-    // EOS among the best K with a finite score: a finished hypothesis (it leaves the beam)
+    // EOS among the best K with a finite score: a finished hypothesis (it leaves the beam); transformers' rules:
+    // at the limit's step every one of the best K (its stopping criteria end them all)
+    const transformers = this.rules === "transformers";
+    const last = this.examples.map((e) => step + 1 >= this.limits[e]);
     for (let a = 0; a < nAct; a++) {
       for (let j = 0; j < Math.min(k, token[a].length); j++) {
-        if (token[a][j] === this.eos && score[a][j] > -Infinity) {
+        const eos = token[a][j] === this.eos;
+        if ((eos || (transformers && last[a])) && score[a][j] > -Infinity) {
           const row = a * k + beam[a][j];
-          this.add(a, this.tokens[row], score[a][j], step + 1, true, rowOf(history, row));
+          const tokens = eos ? this.tokens[row] : [...this.tokens[row], token[a][j]];
+          this.add(a, tokens, score[a][j], step + 1, eos, rowOf(history, row));
         }
       }
     }
@@ -323,12 +352,15 @@ export class BeamSearch {
     for (let a = 0; a < nAct; a++) {
       if (stuck[a] || this.nFinished[this.examples[a]] < k) continue;
       const best = Math.max(...newCum.subarray(a * k, (a + 1) * k));
-      done[a] = beamDone(this.finished[this.examples[a]].map((h) => h.normalizedScore), k, this.n,
-        normalize(best, step + 1, this.lengthPenalty));
+      const finished = this.finished[this.examples[a]].map((h) => h.normalizedScore);
+      done[a] = transformers
+        ? transformersDone(finished, best, step + 1, this.limits[this.examples[a]], this.lengthPenalty, this.earlyStopping)
+        : beamDone(finished, k, this.n, normalize(best, step + 1, this.lengthPenalty));
     }
     const stay = [];
     for (let a = 0; a < nAct; a++) {
-      const atLimit = !done[a] && step + 1 >= this.limits[this.examples[a]];
+      if (transformers && last[a]) done[a] = true; // its best K have finished above
+      const atLimit = !done[a] && last[a];
       if (atLimit) { // live beams end without EOS
         for (let b = 0; b < k; b++) if (newCum[a * k + b] > -Infinity) {
           this.add(a, this.tokens[a * k + b], newCum[a * k + b], step + 1, false, rowOf(this.attention, a * k + b));
@@ -394,13 +426,14 @@ export async function* decodeSteps(engine, config, sources, options, prefixes = 
   const todoLimits = todo.map((i) => limits[i]);
   let search;
   if (options.beamSize > 1 || strategy === "beam") {
-    search = new BeamSearch(srcs.length, options.beamSize, todoLimits, config.eos_id, options.lengthPenalty, options.numHypotheses);
+    search = new BeamSearch(srcs.length, options.beamSize, todoLimits, config.eos_id, options.lengthPenalty, options.numHypotheses,
+      options.beamRules, options.earlyStopping);
   } else {
     const width = options.sampling ? options.numHypotheses : 1;
     const sampler = options.sampling ? new Sampler(options, srcs, width) : null;
     search = new RowSearch(srcs.length, width, todoLimits, config.eos_id, options.lengthPenalty, sampler);
   }
-  const filters = buildFilters(options, config, prefixes === null ? null : todo.map((i) => prefixes[i]));
+  const filters = buildFilters(options, config, prefixes === null ? null : todo.map((i) => prefixes[i]), todoLimits);
   const vocab = config.vocab_size;
 
   let [encoderMask, cross] = await engine.encode(...padSources(srcs, config.pad_id));
@@ -409,7 +442,7 @@ export async function* decodeSteps(engine, config, sources, options, prefixes = 
   const shared = search instanceof BeamSearch && engine.crossPerSentence;
   if (!shared && search.rowExample.length > srcs.length) [encoderMask, ...cross] = engine.take([encoderMask, ...cross], search.rowExample);
   let past = null;
-  let last = new BigInt64Array(search.rowExample.length).fill(BigInt(config.bos_id));
+  let last = new BigInt64Array(search.rowExample.length).fill(BigInt(config.decoder_start_id ?? config.bos_id));
   const maxSteps = Math.max(...todoLimits);
   for (let step = 0; step < maxSteps; step++) {
     let logProbs, attention;

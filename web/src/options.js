@@ -9,6 +9,8 @@ const MAX_LENGTH_B = 2 ** 31 - 1;
 const MIN_TOPP = 1e-6;
 const TEMPERATURE_RANGE = [1e-4, 1e4]; // or exactly 0 (argmax)
 const REPETITION_PENALTY_RANGE = [1e-4, 1e4];
+const BEAM_RULES = ["seq2onnx", "transformers"]; // when beam search finishes hypotheses and stops
+const MAX_SUPPRESS_IDS = 2 ** 24;
 export const DEFAULT_MAX_BATCH_SIZE = 32; // examples per batch: memory stays that of one batch
 // A text is never tokenized whole, only a prefix of at most maxInputLength x MAX_CHARS_PER_TOKEN characters
 export const MAX_CHARS_PER_TOKEN = 64;
@@ -29,6 +31,13 @@ export const DECODING_DEFAULTS = Object.freeze({
   noRepeatNgramSize: 0, // 0: off; n: no n-gram appears twice
   seed: null, // sampling seed; null: fresh entropy
   returnAttention: false, // keep each hypothesis's cross-attention rows (format_version 2 packages)
+  // generation as transformers' generate() does it (a converted package's manifest "generation")
+  beamRules: "seq2onnx", // "transformers": its _beam_search's finished set and stopping rule
+  earlyStopping: false, // transformers rules: false (heuristic), true (K finished), "never"
+  suppressIds: null, // ids never generated; null: PAD and BOS
+  forcedBosId: null, // the first generated token, log-prob 0 (M2M100/NLLB target language)
+  forcedEos: false, // at the last step the length limit allows, EOS only, log-prob 0
+  renormalize: false, // log-softmax again after every filter (transformers' renormalize_logits)
 });
 
 const show = (v) => (typeof v === "string" ? JSON.stringify(v) : v === undefined ? "undefined" : String(v));
@@ -70,6 +79,28 @@ export function decodingOptions(given = {}) {
   checkInt("noRepeatNgramSize", o.noRepeatNgramSize, 0);
   if (o.seed !== null) checkInt("seed", o.seed, 0);
   if (typeof o.returnAttention !== "boolean") throw new RangeError(`returnAttention must be true or false, got ${show(o.returnAttention)}`);
+  if (!BEAM_RULES.includes(o.beamRules)) {
+    throw new RangeError(`beamRules must be one of ${BEAM_RULES.map((r) => `'${r}'`).join(", ")}, got ${show(o.beamRules)}`);
+  }
+  if (![true, false, "never"].includes(o.earlyStopping)) {
+    throw new RangeError(`earlyStopping must be true, false or 'never', got ${show(o.earlyStopping)}`);
+  }
+  if (o.earlyStopping !== false && o.beamRules !== "transformers") {
+    throw new RangeError("earlyStopping applies to beamRules='transformers' only; set beamRules='transformers' or leave it false");
+  }
+  if (o.suppressIds !== null) {
+    if (!Array.isArray(o.suppressIds)) throw new RangeError(`suppressIds must be a list of ids (int), got ${show(o.suppressIds)}`);
+    if (o.suppressIds.length > MAX_SUPPRESS_IDS) {
+      throw new RangeError(`suppressIds must hold at most ${MAX_SUPPRESS_IDS} ids, got ${o.suppressIds.length}`);
+    }
+    const bad = o.suppressIds.find((x) => !(typeof x === "number" && Number.isInteger(x) && x >= 0));
+    if (bad !== undefined) throw new RangeError(`suppressIds must hold ids (int >= 0), got ${show(bad)}`);
+    o.suppressIds = Object.freeze([...o.suppressIds]);
+  }
+  if (o.forcedBosId !== null) checkInt("forcedBosId", o.forcedBosId, 0);
+  for (const name of ["forcedEos", "renormalize"]) {
+    if (typeof o[name] !== "boolean") throw new RangeError(`${name} must be true or false, got ${show(o[name])}`);
+  }
   o.sampling = o.samplingTopk !== 1;
   if (o.sampling) {
     if (o.beamSize !== 1) {

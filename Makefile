@@ -34,7 +34,7 @@ $(RT_VENV)/bin/python:
 
 install-dev: $(DEV_VENV)/bin/python
 	$(call INSTALL_TORCH,$(DEV_VENV),-c $(LOCK))
-	$(DEV_VENV)/bin/pip install $(PIP_FLAGS) -c $(LOCK) ".[train,test]"
+	$(DEV_VENV)/bin/pip install $(PIP_FLAGS) -c $(LOCK) ".[train,convert,test]"
 
 install-runtime: $(RT_VENV)/bin/python
 	$(RT_VENV)/bin/pip install $(PIP_FLAGS) -c $(LOCK) .
@@ -58,7 +58,7 @@ versions:
 test-latest:
 	rm -rf .venv-latest && $(PYTHON) -m venv .venv-latest
 	$(call INSTALL_TORCH,.venv-latest,)
-	.venv-latest/bin/pip install $(PIP_FLAGS) --upgrade --upgrade-strategy eager ".[train,test]"
+	.venv-latest/bin/pip install $(PIP_FLAGS) --upgrade --upgrade-strategy eager ".[train,convert,test]"
 	@$(PYTHON) scripts/versions.py .venv-latest
 	$(call PYTEST,.venv-latest)
 
@@ -67,7 +67,7 @@ test-oldest:
 	rm -rf .venv-oldest && $(PYTHON) -m venv .venv-oldest
 	$(PYTHON) scripts/lowest_versions.py > .venv-oldest/lowest.txt
 	$(call INSTALL_TORCH,.venv-oldest,)
-	.venv-oldest/bin/pip install $(PIP_FLAGS) -c .venv-oldest/lowest.txt ".[train,test]"
+	.venv-oldest/bin/pip install $(PIP_FLAGS) -c .venv-oldest/lowest.txt ".[train,convert,test]"
 	@$(PYTHON) scripts/versions.py .venv-oldest
 	$(call PYTEST,.venv-oldest)
 

@@ -110,6 +110,25 @@ def _translate_parser() -> argparse.ArgumentParser:
     d.add_argument("--repetition-penalty", type=float, default=DEFAULTS.repetition_penalty)
     d.add_argument("--no-repeat-ngram-size", type=int, default=DEFAULTS.no_repeat_ngram_size)
     d.add_argument("--seed", type=int, default=DEFAULTS.seed)
+    t = p.add_argument_group("generation as transformers' generate() does it (a converted model's defaults: "
+                             "`seq2onnx info`)")
+    t.add_argument("--beam-rules", choices=["seq2onnx", "transformers"], default=DEFAULTS.beam_rules,
+                   help="how beam search ranks finished hypotheses and stops (docs/CONTRACTS.md)")
+    t.add_argument("--early-stopping", type=_early_stopping, default=DEFAULTS.early_stopping, metavar="true|false|never",
+                   help="transformers rules: stop a sentence once it has beam-size finished hypotheses (true), by "
+                        "transformers' heuristic (false), or never early")
+    t.add_argument("--suppress-ids", type=_ids, default=DEFAULTS.suppress_ids, metavar="ID,ID,...",
+                   help="ids never generated (default: PAD and BOS; '' none)")
+    t.add_argument("--forced-bos-id", type=int, default=DEFAULTS.forced_bos_id, metavar="ID",
+                   help="the first generated token (log-prob 0)")
+    t.add_argument("--forced-eos", action="store_true", default=DEFAULTS.forced_eos,
+                   help="the last step the length limit allows may only be EOS (log-prob 0)")
+    t.add_argument("--renormalize", action="store_true", default=DEFAULTS.renormalize,
+                   help="log-softmax again after the filters")
+    d.add_argument("--source-lang", metavar="CODE", help="the source language of a multilingual model (NLLB: "
+                   "eng_Latn); `seq2onnx info MODEL_DIR` lists its languages")
+    d.add_argument("--target-lang", metavar="CODE", help="the target language of a multilingual model (OPUS-MT "
+                   "en-ROMANCE: fra; NLLB: deu_Latn)")
     d.add_argument("--scores", action="store_true", help="prefix each hypothesis with its normalized score")
     d.add_argument("--target-prefix", metavar="TEXT",
                    help="every translation starts with TEXT (the API's target_prefix), e.g. a term to force")
@@ -170,8 +189,16 @@ def translate_main(argv: List[str]) -> int:
                     max_length_a=relative[0], max_length_b=relative[1],
                     sampling_topk=args.sampling_topk, sampling_topp=args.sampling_topp,
                     sampling_temperature=args.sampling_temperature, repetition_penalty=args.repetition_penalty,
-                    no_repeat_ngram_size=args.no_repeat_ngram_size, seed=args.seed)
+                    no_repeat_ngram_size=args.no_repeat_ngram_size, seed=args.seed, beam_rules=args.beam_rules,
+                    early_stopping=args.early_stopping, suppress_ids=args.suppress_ids,
+                    forced_bos_id=args.forced_bos_id, forced_eos=args.forced_eos, renormalize=args.renormalize)
     _check_options(args, **decoding)
+    # only the options the command line names: the package's generation defaults (a converted model's) apply
+    # to the others, as in the API (--no-relative-length names max_length_a and max_length_b)
+    given = _given(argv)
+    decoding = {k: v for k, v in decoding.items() if k in given or (k == "beam_size" and v != DEFAULTS.beam_size)
+                or (k == "max_length_b" and "max_length_a" in given and args.max_length_a is None)}
+    decoding.update({k: getattr(args, k) for k in ("source_lang", "target_lang") if getattr(args, k) is not None})
     if args.plot_attention is not None:
         from .attention_plot import check_folder
         check_folder(args.plot_attention)              # made by _check_attention, once the run will proceed
@@ -180,6 +207,28 @@ def translate_main(argv: List[str]) -> int:
                       lambda tr, limit, block, out: _translate_and_plot(tr, block, decoding, args, limit, out),
                       check=lambda tr: _check_attention(tr, args) if args.alignment or args.plot_attention is not None
                       else None)
+
+
+def _early_stopping(text: str) -> Any:
+    value = {"true": True, "false": False, "never": "never"}.get(text.lower())
+    if value is None:
+        raise argparse.ArgumentTypeError(f"must be true, false or never, got {text!r}")
+    return value
+
+
+def _ids(text: str) -> List[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be ids separated by commas, e.g. 0,58100, got {text!r}") from None
+
+
+def _given(argv: List[str]) -> set:
+    """The dests of the options that argv names (parsed again with every default suppressed)."""
+    p = _translate_parser()
+    for action in p._actions:
+        action.default = argparse.SUPPRESS
+    return set(vars(p.parse_args(argv)))
 
 
 def _beam_size(args: Any) -> int:

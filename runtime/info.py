@@ -43,6 +43,8 @@ def package_info(model_dir: str, verify: bool = True) -> Dict[str, Any]:
         "source_checkpoint": m.get("source_checkpoint", {}),
         "total_bytes": sum(int(f["bytes"]) for f in m["files"].values()), "verified": verify,
         "cross_per_sentence": pkg.cross_per_sentence,
+        "languages": None if pkg.languages is None else pkg.languages.to_manifest(),
+        "generation": pkg.generation, "source_model": m.get("source_model"),
     }
 
 
@@ -150,6 +152,18 @@ def _print_info(info: Dict[str, Any]) -> None:
                 f"(onnxruntime >= {f['min_onnxruntime']}; the variant's gates hold for it too)")
     if beam4_below_greedy:
         say(f"  note: {BEAM4}")
+    langs = info["languages"]
+    if langs:
+        how = {"source_prefix": "a target tag before the source", "forced_bos": "a forced first target token",
+               None: ""}[langs["target_token"]]
+        say(f"languages      from {', '.join(langs['source']) or '?'} into {', '.join(langs['target']) or '?'}"
+            + (f" (--source-lang/--target-lang; {how})" if how or langs["source_token"] else ""))
+    if info["generation"]:
+        say("defaults       " + ", ".join(f"{k}={v}" for k, v in info["generation"].items()))
+    src_model = info["source_model"]
+    if isinstance(src_model, dict):
+        say(f"converted from {src_model.get('type')} {src_model.get('folder')} (transformers "
+            f"{src_model.get('transformers_version')})")
     exporter = ", ".join(f"{k} {val}" for k, val in info["exporter"].items())
     say(f"exporter       {exporter}; opset {info['opset']}, IR {info['ir_version']}")
     src = info["source_checkpoint"]

@@ -1,0 +1,175 @@
+"""seq2onnx convert (export/hf_convert.py) on tiny transformers folders built in the test (tests/hf_folders.py):
+MarianMT with a joint vocabulary, with separate vocabularies and with target tags, M2M100 and NLLB.
+
+Each converted package runs in the runtime at its own defaults (the generation_config it came with) and must
+give transformers' generate() output: the same ids and text on real sentences, greedy and beam, and the same
+scores within 1e-4 (tests/agreement.py's rule for ties: a different hypothesis passes only where its score and
+transformers' are the same up to that tolerance). The converter's own gate (before anything is written) runs
+on synthetic sources; these tests use real text, tokenized by each side's own tokenizer.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Tuple
+
+import pytest
+import torch
+
+from hf_folders import MARIAN_TAGS, gettext_pairs, hf_folders  # noqa: F401 - the fixture
+from seq2onnx.export import hf_convert
+from seq2onnx.runtime.errors import Seq2OnnxError
+from seq2onnx.runtime.translator import Translator
+from seq2onnx.training.model import sinusoidal_positions
+
+SENTENCES = 120                 # real source sentences per kind (fast: the models are tiny)
+SCORE_TOLERANCE = hf_convert.SCORE_TOLERANCE
+# kind -> (translate_batch language options, transformers tokenizer options, generate() options)
+LANGUAGES: Dict[str, Tuple[Dict[str, str], Dict[str, str], Dict[str, Any]]] = {
+    "marian": ({}, {}, {}),
+    "marian_separate": ({}, {}, {}),
+    "marian_multilingual": ({"target_lang": "fra"}, {}, {}),
+    "m2m100": ({"source_lang": "en", "target_lang": "de"}, {"src_lang": "en", "tgt_lang": "de"}, {"lang": "de"}),
+    "nllb": ({"source_lang": "eng_Latn", "target_lang": "deu_Latn"}, {"src_lang": "eng_Latn"},
+             {"lang": "deu_Latn"}),
+}
+
+
+@pytest.fixture(scope="session")
+def converted(hf_folders, tmp_path_factory):  # noqa: F811
+    """kind -> (the HF folder, the package converted from it); marian with --int8, through the CLI."""
+    out = tmp_path_factory.mktemp("converted")
+    packages = {}
+    for kind in LANGUAGES:
+        folder = hf_folders.get(kind)
+        if kind == "marian":
+            proc = subprocess.run([sys.executable, "-m", "seq2onnx.runtime.cli", "convert", str(folder),
+                                   str(out / kind), "--int8"], capture_output=True, text=True)
+            assert proc.returncode == 0, proc.stderr[-2000:]
+        else:
+            hf_convert.run_convert(hf_convert.ConvertOptions(folder, out / kind))
+        packages[kind] = (folder, out / kind)
+    return packages
+
+
+def _sources(kind: str) -> List[str]:
+    lang = "fr" if kind == "marian_multilingual" else "de"
+    texts = [s for s, _ in gettext_pairs(lang)]
+    return texts[-SENTENCES:]          # the last lines: the ones the SentencePiece models saw least
+
+
+def _hf_generate(kind: str, folder: Path, texts: List[str], **options: Any):
+    """transformers' own tokenizer and generate() at the folder's defaults -> (ids per text without the decoder
+    start and EOS, the normalized scores (beam) or None, the decoded texts)."""
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    _, tok_kwargs, gen = LANGUAGES[kind]
+    tokenizer = AutoTokenizer.from_pretrained(str(folder), **tok_kwargs)
+    model = AutoModelForSeq2SeqLM.from_pretrained(str(folder)).eval()
+    if kind == "marian_multilingual":
+        texts = [f"{MARIAN_TAGS['fra']} {t}" for t in texts]
+    extra = {"forced_bos_token_id": tokenizer.convert_tokens_to_ids(gen["lang"])} if "lang" in gen else {}
+    ids, scores = [], []
+    with torch.no_grad():
+        for i in range(0, len(texts), 40):
+            batch = tokenizer(texts[i:i + 40], return_tensors="pt", padding=True)
+            out = model.generate(**batch, output_scores=True, return_dict_in_generate=True, **extra, **options)
+            ids += hf_convert.hf_tokens(out.sequences, model.generation_config.eos_token_id)
+            scores += out.sequences_scores.tolist() if getattr(out, "sequences_scores", None) is not None else []
+    return ids, scores or None, tokenizer.batch_decode([i for i in ids], skip_special_tokens=True)
+
+
+@pytest.mark.parametrize("kind", list(LANGUAGES))
+@pytest.mark.parametrize("decoding", ["defaults", "greedy"])
+def test_converted_model_equals_transformers(converted, kind, decoding):
+    folder, pkg = converted[kind]
+    texts = _sources(kind)
+    lang_options = LANGUAGES[kind][0]
+    options = {} if decoding == "defaults" else {"beam_size": 1}
+    theirs, their_scores, their_texts = _hf_generate(kind, folder, texts, **({} if decoding == "defaults"
+                                                                              else {"num_beams": 1}))
+    translator = Translator(pkg, compute_type="float32")
+    results = translator.translate_batch(texts, return_scores=True, **lang_options, **options)
+    beam = translator.package.generation["beam_size"] > 1 and decoding == "defaults"
+    identical = ties = 0
+    for r, ids, text, i in zip(results, theirs, their_texts, range(len(texts))):
+        if r.ids[0] == ids:
+            identical += 1
+            assert r.hypotheses[0] == text, (kind, i)
+            if beam:
+                assert abs(r.normalized_scores[0] - their_scores[i]) <= SCORE_TOLERANCE, (kind, i)
+        else:   # a tie: the two hypotheses score the same up to float32 rounding
+            assert beam and abs(r.normalized_scores[0] - their_scores[i]) <= SCORE_TOLERANCE, \
+                (kind, i, r.ids[0], ids)
+            ties += 1
+    assert identical >= len(texts) - 2, (identical, ties)
+    lengths = [len(r.ids[0]) for r in results]
+    assert min(lengths) < max(lengths)            # not one output for every input: the comparison can fail
+
+
+def test_converted_manifest(converted):
+    folder, pkg = converted["marian"]
+    m = json.loads((pkg / "manifest.json").read_text())
+    assert m["format_version"] == 3 and m["source_model"]["type"] == "marian"
+    assert m["generation"]["beam_rules"] == "transformers" and m["generation"]["beam_size"] == 4
+    assert m["config"]["activation"] == "swish" and m["config"]["sinusoid"] == "halves"
+    gate = m["source_model"]["parity"]
+    assert gate["greedy"]["identical"] + gate["greedy"]["ties"] == gate["greedy"]["sentences"] > 0
+    int8 = m["variants"]["int8"]
+    assert int8["status"] == "checked" and int8["parity"]["top1_agreement"] >= 0.98
+    _, m2m = converted["m2m100"]
+    m = json.loads((m2m / "manifest.json").read_text())
+    assert m["languages"]["target_token"] == "forced_bos" and m["languages"]["source_token"] is True
+    assert m["config"]["norm_first"] is True and m["config"]["position_offset"] == m["config"]["pad_id"] + 1
+
+
+def test_language_errors_are_one_line(converted):
+    _, pkg = converted["nllb"]
+    translator = Translator(pkg)
+    with pytest.raises(ValueError, match=r"target_lang 'xx_Yyyy' is not a target language of this model; it has "):
+        translator.translate_batch(["Hello"], source_lang="eng_Latn", target_lang="xx_Yyyy")
+    _, pkg = converted["marian"]
+    with pytest.raises(ValueError, match=r"source_lang cannot be checked: this model's package records no "):
+        Translator(pkg).translate_batch(["Hello"], source_lang="en")
+
+
+def test_sinusoid_layouts_are_transformers_tables(converted):
+    """The layouts a fresh model builds (training/model.py) are the tables of the models converted from."""
+    from transformers import AutoModelForSeq2SeqLM
+
+    for kind, layout in (("marian", "halves"), ("m2m100", "fairseq")):
+        folder, _ = converted[kind]
+        model = AutoModelForSeq2SeqLM.from_pretrained(str(folder))
+        table = model.get_encoder().embed_positions
+        weights = table.weight if hasattr(table, "weight") else table.weights
+        offset = 0 if kind == "marian" else model.config.pad_token_id + 1
+        ours = sinusoidal_positions(200, model.config.d_model, layout, offset)
+        assert torch.allclose(ours, weights[offset:offset + 200].float(), atol=2e-5), kind
+
+
+def test_refusals_are_one_line_and_write_nothing(hf_folders, tmp_path):  # noqa: F811
+    folder = hf_folders.get("marian")
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for f in folder.iterdir():
+        (bad / f.name).write_bytes(f.read_bytes())
+    config = json.loads((folder / "config.json").read_text())
+    cases = [({"model_type": "t5"}, r"model_type 't5' cannot be converted"),
+             ({"activation_function": "tanh"}, r"activation_function 'tanh' is not supported"),
+             ({"decoder_ffn_dim": 256}, r"encoder_ffn_dim \(128\) differs from decoder_ffn_dim \(256\)")]
+    for change, message in cases:
+        (bad / "config.json").write_text(json.dumps({**config, **change}))
+        with pytest.raises(Seq2OnnxError, match=message):
+            hf_convert.run_convert(hf_convert.ConvertOptions(bad, tmp_path / "out"))
+        assert not (tmp_path / "out").exists()
+    (bad / "config.json").write_text(json.dumps(config))
+    gen = json.loads((folder / "generation_config.json").read_text())
+    (bad / "generation_config.json").write_text(json.dumps({**gen, "do_sample": True}))
+    with pytest.raises(Seq2OnnxError, match=r"generation_config.json sets do_sample=True"):
+        hf_convert.run_convert(hf_convert.ConvertOptions(bad, tmp_path / "out"))
+    (bad / "model.safetensors").unlink()
+    with pytest.raises(Seq2OnnxError, match=r"has no weights \(model.safetensors or pytorch_model.bin\)"):
+        hf_convert.run_convert(hf_convert.ConvertOptions(bad, tmp_path / "out"))
+    assert not (tmp_path / "out").exists()

@@ -32,7 +32,7 @@ import json
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Callable, Dict, List, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import pytest
 
@@ -156,11 +156,42 @@ M2M100_GENERATION = dict(num_beams=5, early_stopping=True, max_length=MAX_LENGTH
 
 
 # --- Marian --------------------------------------------------------------------------------------------
+def marian_vocab(*models: bytes, tags: Sequence[str] = ()) -> Dict[str, int]:
+    """OPUS-MT's vocab.yml as vocab.json: </s> 0, <unk> 1, tags, the pieces of each model, <pad> last."""
+    tokens = ["</s>", "<unk>", *tags]
+    for model in models:
+        tokens += [p for p, kind in _spm_pieces(model) if kind == 1 and p not in tokens]
+    return {token: i for i, token in enumerate(tokens + ["<pad>"])}
+
+
+def write_marian_tokenizer(folder: Path, src_spm: bytes, tgt_spm: bytes, separate_vocabs: bool = False,
+                           tags: Sequence[str] = (), target_lang: Optional[str] = "de"
+                           ) -> Tuple[Dict[str, int], Dict[str, int]]:
+    """The OPUS-MT tokenizer files in `folder`: source.spm, target.spm, vocab.json (+ target_vocab.json when
+    separate_vocabs), and what MarianTokenizer.save_pretrained writes -> (source vocab, target vocab)."""
+    from transformers import MarianTokenizer
+
+    (folder / "source.spm").write_bytes(src_spm)
+    (folder / "target.spm").write_bytes(tgt_spm)
+    if separate_vocabs:
+        src_vocab, tgt_vocab = marian_vocab(src_spm), marian_vocab(tgt_spm)
+        _write_json(folder / "vocab.json", src_vocab)
+        _write_json(folder / "target_vocab.json", tgt_vocab)
+    else:
+        src_vocab = tgt_vocab = marian_vocab(src_spm, tgt_spm, tags=tags)
+        _write_json(folder / "vocab.json", src_vocab)
+    MarianTokenizer(
+        source_spm=str(folder / "source.spm"), target_spm=str(folder / "target.spm"),
+        vocab=str(folder / "vocab.json"),
+        target_vocab_file=str(folder / "target_vocab.json") if separate_vocabs else None,
+        separate_vocabs=separate_vocabs, source_lang="en", target_lang=target_lang,
+    ).save_pretrained(str(folder))
+    return src_vocab, tgt_vocab
+
+
 def build_marian(folder, separate_vocabs: bool = False, multilingual: bool = False) -> Path:
     """An OPUS-MT folder at `folder` (created): English -> German, or -> German and French (multilingual,
     tags >>deu<< >>fra<<); the model's ids are vocab.json's (target ones target_vocab.json's if separate)."""
-    from transformers import MarianTokenizer
-
     if separate_vocabs and multilingual:
         raise ValueError("build_marian: a multilingual folder has a joint vocabulary")
     folder = Path(folder)
@@ -173,29 +204,9 @@ def build_marian(folder, separate_vocabs: bool = False, multilingual: bool = Fal
     sources = [s for s, _ in de] + ([s for s, _ in fr] if multilingual else [])
     src_spm = train_spm(sources, "unigram", MARIAN_SPM_VOCAB)
     tgt_spm = train_spm(targets, "unigram", MARIAN_SPM_VOCAB)
-    (folder / "source.spm").write_bytes(src_spm)
-    (folder / "target.spm").write_bytes(tgt_spm)
-
-    def vocab(*models: bytes, tags: Sequence[str] = ()) -> Dict[str, int]:
-        # OPUS-MT's vocab.yml as vocab.json: </s> 0, <unk> 1, tags, the pieces of each model, <pad> last
-        tokens = ["</s>", "<unk>", *tags]
-        for model in models:
-            tokens += [p for p, kind in _spm_pieces(model) if kind == 1 and p not in tokens]
-        return {token: i for i, token in enumerate(tokens + ["<pad>"])}
-
-    if separate_vocabs:
-        src_vocab, tgt_vocab = vocab(src_spm), vocab(tgt_spm)
-        _write_json(folder / "vocab.json", src_vocab)
-        _write_json(folder / "target_vocab.json", tgt_vocab)
-    else:
-        src_vocab = tgt_vocab = vocab(src_spm, tgt_spm, tags=list(MARIAN_TAGS.values()) if multilingual else ())
-        _write_json(folder / "vocab.json", src_vocab)
-    MarianTokenizer(
-        source_spm=str(folder / "source.spm"), target_spm=str(folder / "target.spm"),
-        vocab=str(folder / "vocab.json"),
-        target_vocab_file=str(folder / "target_vocab.json") if separate_vocabs else None,
-        separate_vocabs=separate_vocabs, source_lang="en", target_lang="de" if not multilingual else None,
-    ).save_pretrained(str(folder))
+    src_vocab, tgt_vocab = write_marian_tokenizer(
+        folder, src_spm, tgt_spm, separate_vocabs, tags=list(MARIAN_TAGS.values()) if multilingual else (),
+        target_lang=None if multilingual else "de")
 
     pad, eos = tgt_vocab["<pad>"], tgt_vocab["</s>"]
     _seeded(SEED + 1)

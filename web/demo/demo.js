@@ -76,7 +76,7 @@ async function main() {
   demo.translator = await Translator.load(MODEL, { computeType: "int8" });
   demo.timings.loadedMs = performance.now();
   const pkg = demo.translator.package;
-  const files = [pkg.variants.int8.encoder, pkg.variants.int8.decoderStep, pkg.manifest.tokenizer];
+  const files = [pkg.variants.int8.encoder, pkg.variants.int8.decoderStep, ...pkg.tokenizerFiles];
   const kb = files.reduce((sum, f) => sum + pkg.manifest.files[f].bytes, 0) / 1024;
   $("about").textContent = `Model ${MODEL.split("/").pop()} · variant ${demo.translator.variant} · ` +
     `${pkg.config.encoder_layers}+${pkg.config.decoder_layers} layers, d_model ${pkg.config.d_model}, ` +

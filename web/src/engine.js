@@ -1,11 +1,12 @@
 // The decoder-step contracts this runtime reads, one engine class each, and the sessions they run on.
 //
-// A package's manifest format_version names the contract of its decoder step graph (runtime/graph_io.py):
+// A package's manifest format_version names the contract of its decoder step graph (runtime/graph_io.py), and 3 is
+// 2's with ModelConfig's variant fields, two tokenizers, languages and generation defaults (runtime/manifest.py):
 //   1  past_key_i / past_value_i [R, H, P, Dh] in, present_* [R, H, P+1, Dh] out: the cache grows every step.
 //   2  a fixed-capacity cache: past_length (int64, 0-d) in, past_* [R, H, C, Dh] in and present_* [R, H, C, Dh] out,
 //      the step's K/V written at position past_length; and cross_attention [R, S] out (read for returnAttention).
-// ENGINES maps each version to its engine; the manifest check reads the versions from it (READ_FORMAT_VERSIONS),
-// so a new contract is one more class here that names its graph I/O and implements encode / step / take.
+// ENGINES maps each decoder step contract to its engine (decoderFormat: the contract of a format_version), so a new
+// contract is one more class here that names its graph I/O and implements encode / step / take.
 //
 // The engine hides where tensors live and how the decoder is called; decoding.js sees only:
 //   encode(inputIds BigInt64Array [B*S], attentionMask BigInt64Array [B*S], [B, S]) -> [encoderMask, cross]
@@ -209,7 +210,13 @@ export class FixedCacheEngine extends GrowingCacheEngine {
 }
 
 export const ENGINES = new Map([[1, GrowingCacheEngine], [2, FixedCacheEngine]]);
-export const READ_FORMAT_VERSIONS = [...ENGINES.keys()];
+// the manifest format_versions this runtime reads (runtime/manifest.py READ_FORMAT_VERSIONS; test/schema.test.js)
+export const READ_FORMAT_VERSIONS = [1, 2, 3];
+
+/** The decoder step contract (an ENGINES key) of a package of this format_version (runtime/manifest.py decoder_format). */
+export function decoderFormat(formatVersion) {
+  return Math.min(formatVersion, Math.max(...ENGINES.keys()));
+}
 
 async function openSession(ort, bytes, where, sessionOptions) {
   try {

@@ -4,15 +4,18 @@
 //                                   its schema, every field's type and range, format_version (the versions this
 //                                   runtime has an engine for: engine.js); every listed file present, of its
 //                                   size, with a plain name (nothing outside the folder); the config; the
-//                                   tokenizer (its SHA-256 checked, its vocab and special tokens against the config)
+//                                   tokenizer, or the source and the target one (each's SHA-256 checked, its vocab
+//                                   and special tokens against the config); languages and generation defaults
+//                                   (format_version 3: manifest_records.js)
 //   pkg.readVariant(name)           the bytes of the variant's two graphs, SHA-256 checked, without external data:
 //                                   what onnxruntime loads (pkg.readGraph(file): one of them, or a few-rows step)
 // A model folder is untrusted input. Each file is read once and its SHA-256 checked on exactly the bytes that
 // are then used. Every failure is one ModelPackageError line naming the file, the field and the fix.
-import { configFromObject, CONFIG_FIELDS } from "./config.js";
-import { READ_FORMAT_VERSIONS } from "./engine.js";
+import { configFromObject, CONFIG_FIELDS, FORMAT_3_DEFAULTS } from "./config.js";
+import { decoderFormat, READ_FORMAT_VERSIONS } from "./engine.js";
 import { ModelPackageError } from "./errors.js";
 import { isInteger, JsonDepthError, parseJson, short } from "./json.js";
+import { Languages, readGeneration, tokenizerNames } from "./manifest_records.js";
 import { hasExternalData } from "./onnx_bytes.js";
 import { PackageTokenizer } from "./tokenizer.js";
 
@@ -116,16 +119,20 @@ async function readManifest(platform, root) {
   if (!isInteger(version) || !READ_FORMAT_VERSIONS.includes(version)) {
     const newer = isInteger(version) && version > Math.max(...READ_FORMAT_VERSIONS);
     const fix = newer ? "upgrade the seq2onnx JS package (update its checkout, then npm install it again)" : REEXPORT;
+    const readable = `${READ_FORMAT_VERSIONS.slice(0, -1).join(", ")} and ${READ_FORMAT_VERSIONS.at(-1)}`;
     throw new ModelPackageError(`${where}: format_version ${short(version)} is unknown; this runtime reads ` +
-      `format_version ${READ_FORMAT_VERSIONS.join(" and ")}: ${fix}`);
+      `format_version ${readable}: ${fix}`);
   }
   return manifest;
 }
 
 function readConfig(where, manifest) {
   const fields = field(manifest, "config", "object", where);
-  for (const name of Object.keys(CONFIG_FIELDS)) {
-    if (!Object.hasOwn(fields, name)) throw new ModelPackageError(`${where}: the field config.${name} is missing; ${REEXPORT}`);
+  for (const name of Object.keys(CONFIG_FIELDS)) { // no defaults here (the graphs were built from these), but for the
+    // fields format_version 3 added: an earlier package reads as their defaults
+    if (!Object.hasOwn(fields, name) && (manifest.format_version >= 3 || !Object.hasOwn(FORMAT_3_DEFAULTS, name))) {
+      throw new ModelPackageError(`${where}: the field config.${name} is missing; ${REEXPORT}`);
+    }
   }
   try {
     return configFromObject(fields);
@@ -241,8 +248,18 @@ function checkDescribedFields(where, manifest) {
 export class ModelPackage {
   constructor(platform, root, manifest, config, variants, crossPerSentence, verify) {
     Object.assign(this, { platform, root, manifest, config, variants, crossPerSentence, verify });
-    this.formatVersion = manifest.format_version; // which decoder step contract the graphs follow (engine.js)
-    this.tokenizer = null;
+    this.formatVersion = decoderFormat(manifest.format_version); // which decoder step contract the graphs follow (engine.js)
+    this.tokenizer = null; // encodes source texts (the one tokenizer, or the source one)
+    this.tokenizerFiles = []; // the tokenizer files: [one] or [source, target]
+    this.targetTokenizer = null; // decodes output ids (null: `tokenizer`)
+    this.languages = null; // Languages (manifest_records.js), or null
+    this.languageIds = {}; // languages.tokens as ids
+    this.generation = {}; // the default decoding options (JS names)
+  }
+
+  /** The tokenizer that turns output ids into text (and target texts into ids). */
+  get detokenizer() {
+    return this.targetTokenizer ?? this.tokenizer;
   }
 
   describe(name) {
@@ -288,9 +305,10 @@ export class ModelPackage {
   }
 }
 
-async function readTokenizer(pkg) {
+/** The tokenizer file `name`, of exactly `vocabSize` ids (its config field: vocabName), with the package's special
+ * tokens (runtime/manifest.py _read_tokenizer). */
+async function readTokenizer(pkg, name, vocabSize, vocabName) {
   const where = pkg.describe(MANIFEST), { manifest, config } = pkg;
-  const name = field(manifest, "tokenizer", "string", where);
   if (!Object.hasOwn(manifest.files, name)) {
     throw new ModelPackageError(`${where}: the tokenizer ${short(name)} is not listed in 'files'; ${REEXPORT}`);
   }
@@ -306,9 +324,50 @@ async function readTokenizer(pkg) {
   } catch {
     throw new ModelPackageError(`${path} is not a tokenizers JSON file (not UTF-8); ${REEXPORT}`);
   }
-  const tokenizer = new PackageTokenizer(text, path, config, { reexport: REEXPORT });
+  const tokenizer = new PackageTokenizer(text, path, { vocab_size: vocabSize, vocabName }, { reexport: REEXPORT });
   tokenizer.checkManifest(manifest, config, where, REEXPORT);
   return tokenizer;
+}
+
+/** The manifest's tokenizer: one file, or a source and a target one (Marian), each of its side's vocabulary. */
+async function readTokenizers(pkg) {
+  const where = pkg.describe(MANIFEST), { manifest, config } = pkg;
+  const KIND = { object: "a file name or an object" };
+  if (!Object.hasOwn(manifest, "tokenizer")) throw new ModelPackageError(`${where}: the field tokenizer is missing; ${REEXPORT}`);
+  const value = manifest.tokenizer;
+  if (typeof value !== "string" && !kindOf(value, "object")) {
+    throw new ModelPackageError(`${where}: the field tokenizer should be ${KIND.object}, got ${short(value)}; ${REEXPORT}`);
+  }
+  const names = tokenizerNames(value, where, REEXPORT);
+  pkg.tokenizerFiles = [...new Set([names.source, names.target])];
+  const ownSource = config.source_vocab_size !== config.vocab_size;
+  pkg.tokenizer = await readTokenizer(pkg, names.source, config.source_vocab_size, ownSource ? "src_vocab_size" : "vocab_size");
+  if (names.target !== names.source) {
+    pkg.targetTokenizer = await readTokenizer(pkg, names.target, config.vocab_size, "vocab_size");
+  } else if (ownSource) {
+    throw new ModelPackageError(`${where}: the model has a source vocabulary of its own (config.src_vocab_size) but one ` +
+      `tokenizer; ${REEXPORT}`);
+  }
+}
+
+/** languages, each of its tokens an id of the tokenizer that carries it: the source one for source tokens and Marian's
+ * target tags (they start the source), the target one for a forced first target token (runtime/manifest.py
+ * _read_languages). */
+function readLanguages(pkg) {
+  const where = pkg.describe(MANIFEST);
+  const value = field(pkg.manifest, "languages", "object", where, "languages", null);
+  if (value === null) return;
+  const langs = (pkg.languages = Languages.fromManifest(value, where, REEXPORT));
+  for (const [code, token] of Object.entries(langs.tokens)) {
+    const onTarget = langs.target.includes(code) && langs.targetToken === "forced_bos" &&
+      !(langs.source.includes(code) && langs.sourceToken);
+    const id = (onTarget ? pkg.detokenizer : pkg.tokenizer).tokenToId(token);
+    if (id === undefined) {
+      throw new ModelPackageError(`${where}: languages.tokens[${short(code)}] = ${short(token)} is not a token of the ` +
+        `${onTarget ? "target" : "source"} tokenizer; ${REEXPORT}`);
+    }
+    pkg.languageIds[code] = id;
+  }
 }
 
 /** Read and check a package (a folder in Node, a URL in the browser); see the top of this file. */
@@ -322,6 +381,8 @@ export async function readPackage(platform, source, { verify = true } = {}) {
   const crossPerSentence = readCrossPerSentence(where, manifest);
   checkDescribedFields(where, manifest);
   const pkg = new ModelPackage(platform, root, manifest, config, variants, crossPerSentence, verify);
-  pkg.tokenizer = await readTokenizer(pkg);
+  await readTokenizers(pkg);
+  readLanguages(pkg);
+  pkg.generation = readGeneration(field(manifest, "generation", "object", where, "generation", {}), where, REEXPORT);
   return pkg;
 }

@@ -109,8 +109,9 @@ function rustLike(tokenizer, json) {
 }
 
 export class PackageTokenizer {
-  /** text: the tokenizer.json text; path: names it in errors; config: the checked ModelConfig. */
-  constructor(text, path, config, { reexport }) {
+  /** text: the tokenizer.json text; path: names it in errors; vocab_size: the ids it must have (the checked config's
+   * vocab_size, or src_vocab_size for a source tokenizer of its own: vocabName names the field in errors). */
+  constructor(text, path, { vocab_size: vocabSize, vocabName = "vocab_size" }, { reexport }) {
     let json;
     try {
       json = parseTokenizerJson(text); // what Rust tokenizers (the Python runtime) refuses: tokenizer_json.js
@@ -133,8 +134,8 @@ export class PackageTokenizer {
     for (const [token, id] of this.vocab) this.tokens[id] = token;
     const size = this.vocab.size;
     const ids = [...this.vocab.values()].sort((a, b) => a - b);
-    if (size !== config.vocab_size) {
-      throw new ModelPackageError(`${path} has ${size} tokens but the model config has vocab_size ${config.vocab_size}: ` +
+    if (size !== vocabSize) {
+      throw new ModelPackageError(`${path} has ${size} tokens but the model config has ${vocabName} ${vocabSize}: ` +
         `the tokenizer does not belong to this model; ${reexport}`);
     }
     if (!ids.every((id, i) => id === i)) {

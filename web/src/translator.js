@@ -3,14 +3,18 @@
 //   const t = await Translator.load("models/numbers-en-de", { computeType: "int8" });
 //   await t.translate("three hundred and one");                                       // -> string
 //   await t.translateBatch(texts, { beamSize: 4, numHypotheses: 2, returnScores: true }); // -> [{hypotheses, scores, ...}]
+//   await t.translateBatch(texts, { sourceLang: "eng_Latn", targetLang: "deu_Latn" });  // a multilingual model
 //   for await (const piece of t.generateTokens(text, { beamSize: 4 })) ...             // streaming
 //
 // Text to ids and back as the Python runtime does (docs/CONTRACTS.md "Runtime input"):
 //   * a text with nothing but whitespace ("" included) is not translated: one empty hypothesis, score 0;
 //   * a lone surrogate becomes U+FFFD, with a warning naming the input;
-//   * source ids = the tokenizer's ids + [EOS]; a text over maxInputLength tokens is cut to it (EOS kept), with
-//     a warning; only a prefix of a long text is tokenized (tokenIds), so its length costs no memory or time;
-//   * hypotheses are decoded without EOS, special tokens skipped.
+//   * source ids = the language tokens (sourceLang / targetLang of a multilingual model), the source tokenizer's ids
+//     and EOS; a text over maxInputLength tokens is cut to it (the language tokens and EOS kept), with a warning;
+//     only a prefix of a long text is tokenized (tokenIds), so its length costs no memory or time;
+//   * hypotheses are decoded by the target tokenizer without EOS, special tokens skipped;
+//   * with no decoding options, a converted model decodes as its transformers generate() does: the package's
+//     generation defaults come first, then a target language's forced first token, then the call's options.
 import { decode, decodeSteps, commonPrefix } from "./decoding.js";
 import { SPINNING, checkOnnxruntime, openEngine, runsFewRows } from "./engine.js";
 import { ModelPackageError, Seq2OnnxError } from "./errors.js";
@@ -21,7 +25,7 @@ import { checkInt, decodingOptions, DECODING_DEFAULTS, DEFAULT_MAX_BATCH_SIZE, M
 export const COMPUTE_TYPES = { default: "fp32", float32: "fp32", int8: "int8" };
 export const BATCH_TYPES = ["examples", "tokens"];
 const TEXT_DEFAULTS = { maxBatchSize: DEFAULT_MAX_BATCH_SIZE, batchType: "examples", maxInputLength: null,
-  returnScores: false, targetPrefix: null };
+  returnScores: false, targetPrefix: null, sourceLang: null, targetLang: null };
 const ENCODE_CHUNK = 1024; // texts tokenized at once
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
 const LONE_SURROGATES = new RegExp(LONE_SURROGATE.source, "g");
@@ -147,7 +151,8 @@ export class Translator {
   constructor(pkg, variant, engine, onWarning) {
     this.package = pkg;
     this.config = pkg.config;
-    this.tokenizer = pkg.tokenizer;
+    this.tokenizer = pkg.tokenizer; // source texts -> ids
+    this.detokenizer = pkg.detokenizer; // output ids -> text, and target texts -> ids
     this.variant = variant;
     this.engine = engine; // the decoding engine (engine.js), for id-level use with decoding.js
     this.onWarning = onWarning;
@@ -174,9 +179,9 @@ export class Translator {
     });
   }
 
-  /** texts -> [source ids (+ EOS), truncated], cut to maxInputLength ids (EOS kept) with a warning naming the
-   * input (its number in `numbers`, default its position). */
-  sources(texts, maxInputLength, numbers = null) {
+  /** texts -> [source ids (prefix: language tokens, then the text's, then EOS), truncated], cut to maxInputLength ids
+   * (the prefix and EOS kept) with a warning naming the input (its number in `numbers`, default its position). */
+  sources(texts, maxInputLength, numbers = null, prefix = []) {
     const maxPositions = this.config.max_positions;
     const limit = maxInputLength ?? maxPositions;
     if (!Number.isInteger(limit) || limit < 1 || limit > maxPositions) {
@@ -185,7 +190,8 @@ export class Translator {
     const sources = [], truncated = [];
     for (let start = 0; start < texts.length; start += ENCODE_CHUNK) {
       const [ids, cut] = tokenIds(this.tokenizer, texts.slice(start, start + ENCODE_CHUNK), limit);
-      ids.forEach((x, k) => {
+      ids.forEach((text, k) => {
+        const x = [...prefix, ...text];
         const j = start + k, i = numbers === null ? j : numbers[j];
         if (x.length + 1 > limit) {
           this.onWarning(`input ${i} has ${cut[k] ? `more than ${limit}` : x.length + 1} tokens (EOS included); truncated ` +
@@ -207,17 +213,37 @@ export class Translator {
       throw new RangeError(`targetPrefix must be an array of ${n} strings (or null entries), one per input`);
     }
     const limit = this.config.max_positions; // no decoding goes further
-    const [ids] = tokenIds(this.tokenizer, this.checkTexts(targetPrefix.map((p) => p ?? "")), limit);
+    const [ids] = tokenIds(this.detokenizer, this.checkTexts(targetPrefix.map((p) => p ?? "")), limit);
     return ids.map((p) => p.slice(0, limit));
   }
 
   detokenize(ids) {
-    return this.tokenizer.decode(ids);
+    return this.detokenizer.decode(ids);
   }
 
-  /** The tokenizer's piece of each id ("▁drei", "hundert", "</s>"): labels for attention rows and columns. */
+  /** The target tokenizer's piece of each id ("▁drei", "hundert", "</s>"): labels for attention rows and columns. */
   pieces(ids) {
-    return ids.map((id) => this.tokenizer.idToToken(id));
+    return ids.map((id) => this.detokenizer.idToToken(id));
+  }
+
+  /** [the ids that start every source (NLLB's source language token, Marian's >>fra<< target tag), the decoding
+   * options the target language sets (forcedBosId: M2M100 / NLLB)], from the package's languages
+   * (runtime/translator.py _languages). */
+  languages(sourceLang, targetLang) {
+    const langs = this.package.languages, ids = this.package.languageIds;
+    if (langs === null) {
+      const given = sourceLang != null ? "sourceLang" : targetLang != null ? "targetLang" : null;
+      if (given !== null) {
+        throw new RangeError(`${given} cannot be checked: this model's package records no languages (export it with ` +
+          "--source-lang and --target-lang)");
+      }
+      return [[], {}];
+    }
+    const source = langs.pick("source", sourceLang, "sourceLang");
+    const target = langs.pick("target", targetLang, "targetLang");
+    const prefix = langs.sourceToken ? [ids[source]] : [];
+    if (langs.targetToken === "source_prefix") prefix.push(ids[target]);
+    return [prefix, langs.targetToken === "forced_bos" ? { forcedBosId: ids[target] } : {}];
   }
 
   /** The ids translateBatch decodes for `text`: its pieces, cut to maxInputLength, and EOS (the columns of its
@@ -232,9 +258,10 @@ export class Translator {
     }
   }
 
-  /** The decoding options checked (options.js), and returnAttention against this package's graphs. */
+  /** The package's generation defaults (a converted model: what its generate() does), then the call's decoding
+   * options, checked (options.js); returnAttention against this package's graphs. */
   decodingOptions(decoding) {
-    const opts = decodingOptions(decoding);
+    const opts = decodingOptions({ ...this.package.generation, ...decoding });
     if (opts.returnAttention && !this.engine.hasAttention) throw this.engine.noAttentionError();
     return opts;
   }
@@ -253,7 +280,7 @@ export class Translator {
         throw new RangeError(`a source must hold 1..${this.config.max_positions} ids, got ${s.length}`);
       }
     }
-    checkIds("sources", sources, this.config.vocab_size);
+    checkIds("sources", sources, this.config.source_vocab_size);
     const prefixes = own.targetPrefixIds;
     if (prefixes !== null) {
       if (prefixes.length !== sources.length) {
@@ -276,12 +303,14 @@ export class Translator {
    * as Python's source_unknown_tokens). Options: maxBatchSize,
    * batchType, maxInputLength, returnScores, targetPrefix and the decoding options (options.js). */
   async translateBatch(texts, options = {}) {
-    const [own, decoding] = splitOptions(options, TEXT_DEFAULTS);
+    const [own, given] = splitOptions(options, TEXT_DEFAULTS);
+    const [langPrefix, langOptions] = this.languages(own.sourceLang, own.targetLang);
+    const decoding = { ...langOptions, ...given };
     const opts = this.decodingOptions(decoding); // bad options fail before any work
     texts = this.checkTexts(texts);
     const prefixes = this.prefixes(own.targetPrefix, texts.length);
     const todo = texts.map((t, i) => i).filter((i) => !isBlank(texts[i])); // blank texts: the empty hypothesis
-    const [sources, truncated] = this.sources(todo.map((i) => texts[i]), own.maxInputLength, todo);
+    const [sources, truncated] = this.sources(todo.map((i) => texts[i]), own.maxInputLength, todo, langPrefix);
     const hyps = await this.translateIds(sources, { maxBatchSize: own.maxBatchSize, batchType: own.batchType,
       targetPrefixIds: prefixes === null ? null : todo.map((i) => prefixes[i]), ...decoding });
     const zero = own.returnScores ? [0.0] : null;
@@ -314,14 +343,15 @@ export class Translator {
   /** Stream the best translation of one text as text pieces; their concatenation is translate(text). Greedy and
    * sampling yield each token's text as it is chosen; beam search yields the prefix that every live beam and every
    * finished hypothesis share (no later step can change it), and the rest when the search ends.
-   * Options: maxInputLength, targetPrefix (one string) and the decoding options. */
+   * Options: maxInputLength, targetPrefix (one string), sourceLang, targetLang and the decoding options. */
   async *generateTokens(text, options = {}) {
-    const [own, decoding] = splitOptions(options, { maxInputLength: null, targetPrefix: null });
+    const [own, decoding] = splitOptions(options, { maxInputLength: null, targetPrefix: null, sourceLang: null, targetLang: null });
     if ((decoding.numHypotheses ?? 1) !== 1) throw new RangeError("generateTokens streams one hypothesis: numHypotheses must be 1");
-    const opts = decodingOptions(decoding);
+    const [langPrefix, langOptions] = this.languages(own.sourceLang, own.targetLang);
+    const opts = decodingOptions({ ...this.package.generation, ...langOptions, ...decoding });
     [text] = this.checkTexts([text]);
     if (isBlank(text)) return; // as translate(): the empty translation
-    const [sources] = this.sources([text], own.maxInputLength);
+    const [sources] = this.sources([text], own.maxInputLength, null, langPrefix);
     const prefixes = own.targetPrefix === null ? null : this.prefixes([own.targetPrefix], 1);
     const steps = decodeSteps(this.engine, this.config, sources, opts, prefixes);
     let emitted = "", final;

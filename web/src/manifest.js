@@ -29,16 +29,16 @@ export const MAX_TOKENIZER_BYTES = 2 ** 28;
 export const MAX_STRING_CHARS = 4096; // any string of the manifest, keys included (runtime/manifest.py)
 export const MAX_FILES = 64; // entries of 'files'
 export const MAX_VARIANTS = 32; // entries of 'variants'
-const SHA256 = /^[0-9a-f]{64}$/;
-const FILE_NAME = /^[A-Za-z0-9._+-]{1,255}$/; // names in 'files': in the folder, nothing else
-const VERSION = /^\d{1,4}(\.\d{1,4}){0,3}$/; // attention.min_onnxruntime, few_rows.min_onnxruntime: "1.22"
+export const SHA256 = /^[0-9a-f]{64}$/;
+export const FILE_NAME = /^[A-Za-z0-9._+-]{1,255}$/; // names in 'files': in the folder, nothing else
+export const VERSION = /^\d{1,4}(\.\d{1,4}){0,3}$/; // attention.min_onnxruntime, few_rows.min_onnxruntime: "1.22"
 export const MAX_FEW_ROWS = 2 ** 16; // a variant's few_rows.max_rows: any value only picks a graph
 // variant status -> why the variant was not held to the export's thresholds
 export const UNCHECKED = {
   "validation-skipped": "was exported with --skip-int8-validation",
   "unchecked-on-CUDA": "was not checked against PyTorch (no GPU at export)",
 };
-const STATUSES = ["checked", ...Object.keys(UNCHECKED)];
+export const STATUSES = ["checked", ...Object.keys(UNCHECKED)];
 const KIND_NAMES = { object: "an object", string: "a string", int: "an integer", bool: "true or false" };
 const REQUIRED = Symbol("required");
 

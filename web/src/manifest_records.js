@@ -16,7 +16,7 @@ export const MAX_LANGUAGES = 4096; // codes per side
 export const LANGUAGE_CODE = "[A-Za-z0-9_.@-]{1,32}"; // en, deu, pt_BR, eng_Latn, zh-Hant (a whole code)
 const LANGUAGE_CODE_RE = new RegExp(`^(?:${LANGUAGE_CODE})$`);
 export const TARGET_TOKEN = ["source_prefix", "forced_bos"]; // how the target language reaches the model
-const LANGUAGE_FIELDS = ["source", "target", "tokens", "source_token", "target_token", "default_source", "default_target"];
+export const LANGUAGE_FIELDS = ["source", "target", "tokens", "source_token", "target_token", "default_source", "default_target"];
 
 /** beamSize -> beam_size: the manifest's (Python's) name of a JS option. */
 export const snakeCase = (name) => name.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);

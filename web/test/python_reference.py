@@ -41,6 +41,10 @@ stdout, one result per job, so that a test pays for one interpreter start. Jobs:
          with scores within the float32 bound derived from the package's weights (int8: plus its quantization
          step), or a tie judged by this runtime teacher-forced. The rule lives there; test/compare.js asks here.
          D: the largest score difference where the ids agree
+  {"op": "schema"}
+      -> the package rules the JS reader must hold as Python holds them (test/schema.test.js): runtime/manifest.py's
+         format versions and limits, ModelConfig's fields (kinds, CHOICES, _RANGES, the format-3 fields' defaults),
+         runtime/manifest_records.py's language rules and GENERATION_FIELDS, DecodingOptions' fields and defaults
   {"op": "bench", "model": DIR, "compute_type": .., "texts": [..], "options": {..}, "repeats": N, "warmups": W}
       -> {"seconds": [..], "tokens": T}: wall time of translate_batch over the texts, N times (after W warm-up
          calls, default 1), and the tokens it generated (EOS counted), for tokens/s
@@ -218,6 +222,36 @@ def compare(job: Dict[str, Any]) -> Dict[str, Any]:
     return {"error": None, "max_diff": max_diff}
 
 
+def schema(job: Dict[str, Any]) -> Dict[str, Any]:
+    import dataclasses
+
+    from seq2onnx.runtime import config, errors, manifest, manifest_records, options
+
+    dataclass_fields = {f.name: f for f in dataclasses.fields(config.ModelConfig)}
+    return {
+        "format": manifest.FORMAT, "manifest": manifest.MANIFEST, "reexport": errors.REEXPORT,
+        "read_format_versions": list(manifest.READ_FORMAT_VERSIONS),
+        "decoder_format": {v: manifest.decoder_format(v) for v in manifest.READ_FORMAT_VERSIONS},
+        "limits": {name: getattr(manifest, name) for name in (
+            "MAX_MANIFEST_BYTES", "MAX_JSON_DEPTH", "MAX_STRING_CHARS", "MAX_FILES", "MAX_VARIANTS", "MAX_FILE_BYTES",
+            "MAX_TOKENIZER_BYTES", "MAX_FEW_ROWS")},
+        "patterns": {"SHA256": manifest.SHA256.pattern, "FILE_NAME": manifest.FILE_NAME.pattern,
+                     "VERSION": manifest.VERSION.pattern, "LANGUAGE_CODE": manifest_records.LANGUAGE_CODE.pattern},
+        "unchecked": manifest.UNCHECKED, "statuses": list(manifest.STATUSES),
+        "special_roles": list(manifest.SPECIAL_ROLES),
+        "config_fields": {name: f.type for name, f in dataclass_fields.items()},
+        "format_3_defaults": {name: dataclass_fields[name].default for name in manifest.FORMAT_3_CONFIG},
+        "choices": {k: list(v) for k, v in config.CHOICES.items()},
+        "ranges": {k: list(v) for k, v in config._RANGES.items()},
+        "max_languages": manifest_records.MAX_LANGUAGES, "target_token": list(manifest_records.TARGET_TOKEN),
+        "language_fields": [f.name for f in dataclasses.fields(manifest_records.Languages)],
+        "generation_fields": list(manifest_records.GENERATION_FIELDS),
+        "float_options": [f.name for f in dataclasses.fields(options.DecodingOptions) if f.type == "float"],
+        "decoding_defaults": {f.name: list(f.default) if isinstance(f.default, tuple) else f.default
+                              for f in dataclasses.fields(options.DecodingOptions)},
+    }
+
+
 def bench(job: Dict[str, Any]) -> Dict[str, Any]:
     tr = _translator(job["model"], job["compute_type"])
     options = job.get("options", {})
@@ -235,7 +269,7 @@ def bench(job: Dict[str, Any]) -> Dict[str, Any]:
 
 OPS = {"corpus": corpus, "numbers": numbers, "train_tokenizer": train_tokenizer, "tokenize": tokenize, "translate": translate,
        "generate_tokens": generate_tokens, "compare": compare, "check_options": check_options, "export_random": export_random, "load": load, "bench": bench,
-       "tokenizer_rules": tokenizer_rules}
+       "tokenizer_rules": tokenizer_rules, "schema": schema}
 
 
 def main() -> None:

@@ -7,6 +7,7 @@ import { cpSync, mkdtempSync, readFileSync, rmSync, symlinkSync, unlinkSync, wri
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
+import { FORMAT_3_DEFAULTS } from "../src/config.js";
 import { ModelPackageError, Translator } from "../src/index.js";
 import { hasExternalData } from "../src/onnx_bytes.js";
 import { EARLIER_CONTRACT, MODEL_DIR, runPython } from "./python.js";
@@ -14,6 +15,15 @@ import { EARLIER_CONTRACT, MODEL_DIR, runPython } from "./python.js";
 const work = mkdtempSync(path.join(tmpdir(), "seq2onnx-web-manifest-"));
 const original = JSON.parse(readFileSync(path.join(MODEL_DIR, "manifest.json"), "utf8"));
 const clone = () => structuredClone(original);
+/** The shipped manifest as format_version 3 writes it: ModelConfig's variant fields at their defaults, and `changes`. */
+const v3 = (changes = {}) => {
+  const m = clone();
+  Object.assign(m, { format_version: 3, config: { ...m.config, ...FORMAT_3_DEFAULTS } }, changes);
+  return m;
+};
+/** v3 with languages: a source language and two targets given as tokens before the source (Marian's >>nl<<). */
+const LANGUAGES = { source: ["en"], target: ["de", "nl"], tokens: { de: "▁hundred", nl: "▁and" }, target_token: "source_prefix" };
+const withLanguages = (changes) => v3({ languages: { ...LANGUAGES, ...changes } });
 const sha256 = (data) => createHash("sha256").update(data).digest("hex");
 
 /** Rewrite `name` in the package folder and its size and SHA-256 in the manifest `m`. */
@@ -137,6 +147,34 @@ const CASES = {
   "a few-rows max_rows of 0": [() => { const m = clone(); m.variants.int8.few_rows = fewRows({ max_rows: 0 }); return m; }, /\['few_rows'\]\['max_rows'\] should be in \[1, 65536\], got 0/],
   "a few-rows step without min_onnxruntime": [() => { const m = clone(); m.variants.int8.few_rows = fewRows({ min_onnxruntime: undefined }); return m; }, /the field variants\['int8'\]\['few_rows'\]\['min_onnxruntime'\] is missing/],
   "a few-rows step that is the encoder": [() => { const m = clone(); m.variants.int8.few_rows = fewRows({ decoder_step: "encoder.int8.onnx" }); return m; }, /encoder\.int8\.onnx: graph inputs\/outputs .* do not match the decoder_step contract/, { computeType: "int8" }],
+  // format_version 3 (runtime/manifest.py, manifest_records.py)
+  "format 3 with its config fields, two tokenizer names, languages and generation defaults": [() => v3({
+    tokenizer: { source: "tokenizer.json", target: "tokenizer.json" }, languages: { source: ["en"], target: ["de"] },
+    generation: { beam_size: 2, suppress_ids: [0, 1, 5] } }), null],
+  "format 3 without a config field of format 3": [() => { const m = v3(); delete m.config.sinusoid; return m; }, /the field config\.sinusoid is missing/],
+  "an activation of no choice": [() => v3({ config: { ...v3().config, activation: "tanh" } }), /activation must be one of relu, gelu, swish, got 'tanh'/],
+  "a position_offset past its range": [() => v3({ config: { ...v3().config, position_offset: -1 } }), /position_offset must be an integer in \[0, 16777216\], got -1/],
+  "embed_scale as 1": [() => v3({ config: { ...v3().config, embed_scale: 1 } }), /embed_scale must be true or false, got 1/],
+  "decoder_start_id past the vocabulary": [() => v3({ config: { ...v3().config, decoder_start_id: 200 } }), /decoder_start_id must be below vocab_size \(200\), got 200/],
+  "a source vocabulary of its own with shared embeddings": [() => v3({ config: { ...v3().config, src_vocab_size: 150 } }), /share_embeddings needs src_vocab_size == vocab_size, got 150 and 200/],
+  "a source vocabulary of its own that the tokenizer lacks": [() => v3({ config: { ...v3().config, src_vocab_size: 150, share_embeddings: false, tie_output_embedding: false } }),
+    /tokenizer\.json has 200 tokens but the model config has src_vocab_size 150/],
+  "a tokenizer object with a third key": [() => v3({ tokenizer: { source: "tokenizer.json", target: "tokenizer.json", extra: "x" } }), /the field tokenizer should be a file name or \{"source": file, "target": file\}/],
+  "a tokenizer that is a number": [() => v3({ tokenizer: 5 }), /the field tokenizer should be a file name or an object, got 5/],
+  "a target tokenizer not listed": [() => v3({ tokenizer: { source: "tokenizer.json", target: "target.json" } }), /the tokenizer 'target\.json' is not listed in 'files'/],
+  "languages as a list": [() => v3({ languages: ["en"] }), /the field languages should be an object, got \['en'\]|the field languages should be an object/],
+  "a language field this runtime does not know": [() => withLanguages({ script: "Latn" }), /the field languages\.script should be absent \(this runtime does not know it\)/],
+  "a language code with a space": [() => withLanguages({ source: ["e n"] }), /the field languages\.source should be a list of at most 4096 language codes/],
+  "a language token for a code not listed": [() => withLanguages({ tokens: { ...LANGUAGES.tokens, fr: "▁and" } }), /the field languages\.tokens should be an object from the model's language codes to tokens/],
+  "a target language without its token": [() => withLanguages({ tokens: { de: "▁hundred" } }), /languages\.tokens should be a token for each language \(none for 'nl'\)/],
+  "a language token not in the vocabulary": [() => withLanguages({ tokens: { de: "▁hundred", nl: ">>nl<<" } }), /languages\.tokens\['nl'\] = '>>nl<<' is not a token of the source tokenizer/],
+  "an unknown target_token": [() => withLanguages({ target_token: "prefix" }), /the field languages\.target_token should be null or one of source_prefix, forced_bos, got 'prefix'/],
+  "a default target not listed": [() => withLanguages({ default_target: "fr" }), /the field languages\.default_target should be null or one of languages\.target, got 'fr'/],
+  "an unknown generation field": [() => v3({ generation: { num_beams: 4 } }), /the field generation\.num_beams should be one of the decoding options \(beam_size, /],
+  "a generation beam_size of 0": [() => v3({ generation: { beam_size: 0 } }), /the field generation holds a bad decoding option \(beamSize must be an integer in \[1, 256\], got 0\)/],
+  "a generation beam_size of 4.0": [() => JSON.stringify(v3({ generation: { beam_size: 4 } })).replace('"beam_size":4', '"beam_size":4.0'), /the field generation holds a bad decoding option \(beamSize must be an integer/],
+  "a generation length_penalty of 1.0": [() => JSON.stringify(v3({ generation: { length_penalty: 1 } })).replace('"length_penalty":1', '"length_penalty":1.0'), null],
+  "generation early_stopping under seq2onnx beam rules": [() => v3({ generation: { early_stopping: true } }), /the field generation holds a bad decoding option \(earlyStopping applies to beamRules='transformers' only/],
   "no int8 variant for computeType int8": [() => { const m = clone(); delete m.variants.int8; return m; }, /has no int8 variant; it has fp32 \(float32\)/, { computeType: "int8" }],
 };
 

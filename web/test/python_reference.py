@@ -200,11 +200,14 @@ def compare(job: Dict[str, Any]) -> Dict[str, Any]:
 
     tr = _translator(job["model"], job["compute_type"])
     options = dict(job.get("options", {}))
+    # the sources and decoding options translate_batch decodes: language tokens first, the package's generation defaults
+    prefix, lang_options = tr._languages(options.get("source_lang"), options.get("target_lang"))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        sources, _ = tr._sources(job["texts"], options.get("max_input_length"))
+        sources, _ = tr._sources(job["texts"], options.get("max_input_length"), prefix=prefix)
     known = {f.name for f in fields(DecodingOptions)}          # the rest are translate_batch's own (batching, prefixes)
-    decoding = DecodingOptions.from_kwargs(**{k: v for k, v in options.items() if k in known})
+    decoding = DecodingOptions.from_kwargs(**tr._decoding({**lang_options, **{k: v for k, v in options.items()
+                                                                              if k in known}}))
     bounds = Float32Bounds.of_graph(Path(job["model"]) / "decoder_step.onnx", int8=tr.variant == "int8")
 
     def hyps(r):

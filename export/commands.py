@@ -33,7 +33,7 @@ from seq2onnx.runtime.session import onnxruntime_log_severity, onnxruntime_versi
 from seq2onnx.training.checkpoint import load_checkpoint
 from seq2onnx.training.tokenizer import SPECIAL_TOKENS, tokenizer_from_json
 
-from . import onnx_export, package, parity, quantize
+from . import graph_files, onnx_export, package, parity, quantize
 from .onnx_export import DECODER_FILE, DEFAULT_OPSET, ENCODER_FILE, GraphNames
 
 MIN_OPSET = 18   # the torch.onnx dynamo exporter writes opset 18 and newer
@@ -57,6 +57,7 @@ class ExportOptions:
     format_version: int = DECODER_FORMAT   # the decoder step contract; 1: the earlier one (graph_io.py), for comparisons
     source_lang: Optional[str] = None      # recorded in the manifest's languages (--source-lang / --target-lang)
     target_lang: Optional[str] = None
+    external_data: bool = False            # every graph's weights in a data file beside it (graph_files.py)
 
 
 @dataclass
@@ -89,12 +90,19 @@ def parse_args(argv: List[str]) -> ExportOptions:
                    help=f"the decoder step contract (default {DECODER_FORMAT}: a fixed-capacity decoder cache written in "
                         "place, and cross-attention weights); 1 writes the earlier decoder step, for comparisons")
     add_language_args(p)
+    add_external_data_arg(p)
     a = p.parse_args(argv)
     if a.skip_int8_validation and not a.int8:
         p.error("--skip-int8-validation applies to the int8 variant: add --int8")
     return ExportOptions(a.checkpoint, a.out_dir, a.int8, a.fp16, a.opset, a.overwrite, a.parity_data,
                          int8_validation=not a.skip_int8_validation, format_version=a.format_version,
-                         source_lang=a.source_lang, target_lang=a.target_lang)
+                         source_lang=a.source_lang, target_lang=a.target_lang, external_data=a.external_data)
+
+
+def add_external_data_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--external-data", action="store_true",
+                   help="write every graph's weights in a data file beside it (GRAPH.onnx.data); a graph past "
+                        "protobuf's 2 GB limit always is")
 
 
 def add_language_args(p: argparse.ArgumentParser) -> None:
@@ -167,7 +175,7 @@ def write_package(model, contents: PackageContents, opts: ExportOptions, parity_
     staging = package.make_staging(target)
     try:
         t = time.perf_counter()
-        enc, dec = onnx_export.export_graphs(model, staging, opts.opset, opts.format_version)
+        enc, dec = onnx_export.export_graphs(model, staging, opts.opset, opts.format_version, opts.external_data)
         stage_seconds["trace"] = time.perf_counter() - t
         log(f"[1/5] trace: {ENCODER_FILE} + {DECODER_FILE} at opset {opts.opset} "
             f"({stage_seconds['trace']:.1f}s)")
@@ -192,9 +200,10 @@ def write_package(model, contents: PackageContents, opts: ExportOptions, parity_
         t = time.perf_counter()
         if opts.int8:
             variants["int8"] = _int8_variant(model, staging, enc, dec, names, batches, opts.int8_validation,
-                                             opts.opset, opts.format_version)
+                                             opts.opset, opts.format_version, opts.external_data)
         if opts.fp16:
-            variants["fp16"] = _fp16_variant(model, staging, enc, dec, names, batches)
+            variants["fp16"] = _fp16_variant(model, staging, enc, dec, names, batches, opts.external_data)
+        graph_files.add_external_data_fields(staging, variants)
         stage_seconds["quantise"] = time.perf_counter() - t
         log("[4/5] quantise: " + (", ".join(_variant_line(k, v) for k, v in variants.items() if k != "fp32")
                                  or "no --int8 / --fp16 asked") + f" ({stage_seconds['quantise']:.1f}s)")
@@ -298,7 +307,7 @@ def _check_variant(fp32: Path, variant: Path, inputs: List[str], outputs: List[s
 
 def _int8_variant(model, staging: Path, enc: Path, dec: Path, names: GraphNames,
                   batches: List[parity.ParityBatch], validate: bool = True, opset: int = DEFAULT_OPSET,
-                  format_version: int = DECODER_FORMAT) -> Dict[str, Any]:
+                  format_version: int = DECODER_FORMAT, external: bool = False) -> Dict[str, Any]:
     """validate False (--skip-int8-validation): the figures are measured and recorded, the thresholds
     not applied; status "validation-skipped" instead of "checked". The graph checks always apply.
 
@@ -311,20 +320,20 @@ def _int8_variant(model, staging: Path, enc: Path, dec: Path, names: GraphNames,
     few_rows = format_version >= 2 and onnxruntime_version() >= quantize.FEW_ROWS_MIN_ONNXRUNTIME
     block = quantize.few_rows_block(model.cfg.d_model)
     if format_version >= 2:
-        source = onnx_export.export_fused_decoder(model, staging / FUSED_DECODER_FILE, opset)
+        source = onnx_export.export_fused_decoder(model, staging / FUSED_DECODER_FILE, opset, external)
         _check(source, names.decoder_inputs, names.decoder_outputs)
         fused = parity.check_fp32(parity.measure(model, parity.OnnxPair(enc, source, model.cfg), batches))
         entry["attention"] = {"ops": [f"{FUSED_ATTENTION_DOMAIN}.{op}" for op in FUSED_ATTENTION_OPS],
                               "min_onnxruntime": version_text(MIN_ONNXRUNTIME),
                               "fp32_parity": fused.to_dict()}
     try:
-        quantize.quantize_int8(enc, enc8)
-        quantize.quantize_int8(source, dec8)
+        quantize.quantize_int8(enc, enc8, external=external)
+        quantize.quantize_int8(source, dec8, external=external)
         if few_rows:
-            quantize.quantize_int8_few_rows(source, staging / FEW_ROWS_FILE, block)
+            quantize.quantize_int8_few_rows(source, staging / FEW_ROWS_FILE, block, external)
     finally:
         if source != dec:
-            source.unlink()
+            graph_files.remove_graph(source)
     _check_variant(enc, enc8, names.encoder_inputs, names.encoder_outputs)
     _check_variant(dec, dec8, names.decoder_inputs, names.decoder_outputs)
     report = _int8_parity(model, enc8, dec8, batches, validate)
@@ -368,10 +377,11 @@ def cuda_works(model_path: Path) -> bool:
 
 
 def _fp16_variant(model, staging: Path, enc: Path, dec: Path, names: GraphNames,
-                  batches: List[parity.ParityBatch]) -> Dict[str, Any]:
+                  batches: List[parity.ParityBatch], external: bool = False) -> Dict[str, Any]:
     enc16, dec16 = (staging / f for f in VARIANT_FILES["fp16"])
-    quantize.convert_fp16(enc, enc16)                                   # cross K/V out in float16
-    quantize.convert_fp16(dec, dec16, keep_float32=["log_probs", CROSS_ATTENTION])   # caches in and out in float16
+    quantize.convert_fp16(enc, enc16, external=external)                # cross K/V out in float16
+    quantize.convert_fp16(dec, dec16, keep_float32=["log_probs", CROSS_ATTENTION],   # caches in and out in float16
+                          external=external)
     layers = model.cfg.decoder_layers
     caches = [n for prefix in ("past", "present", "cross") for n in cache_names(prefix, layers)]
     _check_variant(enc, enc16, names.encoder_inputs, names.encoder_outputs, caches)   # loads on the CPU provider

@@ -42,6 +42,7 @@ from seq2onnx.runtime.graph_io import (  # noqa: F401 - the runtime owns the nam
 from seq2onnx.training.model import FixedCacheStep, Transformer
 
 from .fused_attention import FusedAttentionStep
+from .graph_files import data_file, save_graph
 
 DEFAULT_OPSET = 18
 ENCODER_FILE = "encoder.onnx"
@@ -189,14 +190,14 @@ def _export_one(module: nn.Module, args: tuple, input_names: List[str], output_n
             registration_log.setLevel(level)
     if program is None:
         raise RuntimeError("torch.onnx.export returned no program (is the dynamo exporter available?)")
-    program.save(str(path), external_data=False)
+    program.save(str(path))       # past 2 GB torch writes a data file: _fuse_projections rewrites it (graph_files.py)
 
 
 @torch.no_grad()
 def export_graphs(model: Transformer, out_dir: Path, opset: int = DEFAULT_OPSET,
-                  format_version: int = DECODER_FORMAT) -> Tuple[Path, Path]:
-    """Write encoder.onnx and decoder_step.onnx (fp32, weights inside, the decoder step of `format_version`)
-    into out_dir.
+                  format_version: int = DECODER_FORMAT, external: bool = False) -> Tuple[Path, Path]:
+    """Write encoder.onnx and decoder_step.onnx (fp32, the decoder step of `format_version`) into out_dir, their
+    weights inside, or in a data file beside each with `external` or past protobuf's limit (graph_files.py).
 
     torch.export assumes dynamic sizes are >= 2 while tracing; the graph traced at P = 3 has no
     branch on P, and parity checks run it at P = 0 and P = 1 (export/parity.py).
@@ -211,38 +212,39 @@ def export_graphs(model: Transformer, out_dir: Path, opset: int = DEFAULT_OPSET,
     enc_path = out_dir / ENCODER_FILE
     _export_one(EncoderGraph(model), enc_args, names.encoder_inputs, names.encoder_outputs, enc_shapes, opset,
                 enc_path)
-    _fuse_projections(enc_path)
-    return enc_path, _export_decoder(model, out_dir / DECODER_FILE, opset, format_version)
+    _fuse_projections(enc_path, external)
+    return enc_path, _export_decoder(model, out_dir / DECODER_FILE, opset, format_version, external=external)
 
 
 @torch.no_grad()
-def export_fused_decoder(model: Transformer, path: Path, opset: int = DEFAULT_OPSET) -> Path:
+def export_fused_decoder(model: Transformer, path: Path, opset: int = DEFAULT_OPSET, external: bool = False) -> Path:
     """The format-2 decoder step (fp32) with its attention as onnxruntime's fused CPU ops (FUSED_ATTENTION_OPS),
     written to `path`: what the int8 variant is quantised from (export/commands.py). Measured on the benchmark
     model against the plain graph (bench/ab_packages.py, same process): batch-1 greedy 1.08x int8 and 1.04x fp32,
     batch 16 beam 4 1.00x. The fp32 and fp16 variants keep the plain attention: onnxruntime's CUDA provider has
     GroupQueryAttention for float16 and bfloat16 only, and would run a float32 one on the CPU."""
-    return _export_decoder(model.float().eval(), Path(path), opset, 2, step_type=FusedAttentionStep)
+    return _export_decoder(model.float().eval(), Path(path), opset, 2, step_type=FusedAttentionStep, external=external)
 
 
 def _export_decoder(model: Transformer, path: Path, opset: int, format_version: int,
-                    step_type: type = FixedCacheStep) -> Path:
+                    step_type: type = FixedCacheStep, external: bool = False) -> Path:
     names = GraphNames.for_config(model.cfg, format_version)
     _, dec_args = trace_inputs(model.cfg, format_version=format_version)
     _, dec_shapes = _dynamic_shapes(model.cfg, format_version)
     graph = FixedCacheStepGraph(model, step_type) if format_version == 2 else STEP_GRAPHS[format_version](model)
     _export_one(graph, dec_args, names.decoder_inputs, names.decoder_outputs, dec_shapes, opset, path)
-    _fuse_projections(path)
+    _fuse_projections(path, external)
     return path
 
 
-def _fuse_projections(path: Path) -> None:
-    """Sibling projections as one MatMul, and GroupQueryAttention on its packed QKV (export/fuse.py), in place."""
+def _fuse_projections(path: Path, external: bool = False) -> None:
+    """Sibling projections as one MatMul, and GroupQueryAttention on its packed QKV (export/fuse.py), in place;
+    the graph written again as graph_files.save_graph does when it changed or has its weights outside."""
     graph = onnx.load(str(path))
     changed = fuse.fuse_sibling_projections(graph)
     changed += fuse.pack_attention_qkv(graph)
-    if changed:
-        onnx.save(graph, str(path))
+    if changed or external or data_file(path).exists():
+        save_graph(graph, path, external)
 
 
 # --- static checks of a written graph ------------------------------------------------------------------
@@ -250,7 +252,7 @@ def check_graph(path: Path, expected_inputs: List[str], expected_outputs: List[s
     """onnx.checker, the I/O names in order, no forbidden op, every float constant finite.
     Raises ValueError naming the problem."""
     model = onnx.load(str(path))
-    onnx.checker.check_model(model, full_check=True)
+    onnx.checker.check_model(str(path), full_check=True)     # by path: a model past 2 GB has its weights outside
     inputs = [i.name for i in model.graph.input]
     outputs = [o.name for o in model.graph.output]
     if inputs != expected_inputs or outputs != expected_outputs:

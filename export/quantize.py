@@ -43,6 +43,8 @@ from typing import Sequence
 
 import onnx
 
+from .graph_files import remove_graph, save_graph, too_big
+
 PER_CHANNEL = True
 REDUCE_RANGE = True                 # 7-bit weights: exact int32 sums on AVX2 as on VNNI (module docstring)
 QUANTIZED_OPS = ["MatMul"]
@@ -82,23 +84,30 @@ def untie_gemm_weights(model: onnx.ModelProto) -> int:
     return copies
 
 
-def quantize_int8(src: Path, dst: Path, per_channel: bool = PER_CHANNEL, reduce_range: bool = REDUCE_RANGE) -> None:
-    """src fp32 .onnx -> dst with int8 MatMul weights (weights inside the file)."""
+def quantize_int8(src: Path, dst: Path, per_channel: bool = PER_CHANNEL, reduce_range: bool = REDUCE_RANGE,
+                  external: bool = False) -> None:
+    """src fp32 .onnx -> dst with int8 MatMul weights, inside the file or (external, or past protobuf's limit) in
+    its data file (graph_files.save_graph). quantize_dynamic writes external data its own way (every tensor of
+    attributes too, unaligned): its output is written again by save_graph."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     model = onnx.load(str(src))
     drop_initializer_value_info(model)
     untie_gemm_weights(model)
+    external = external or too_big(model)
     fd, cleaned = tempfile.mkstemp(prefix=".cleaned.", suffix=".onnx", dir=Path(dst).parent)
     os.close(fd)
     try:
-        onnx.save(model, cleaned)
+        save_graph(model, Path(cleaned), external)
+        del model
         logging.disable(logging.WARNING)   # it advises pre-processing on the root logger, every time
         quantize_dynamic(cleaned, str(dst), op_types_to_quantize=QUANTIZED_OPS, per_channel=per_channel,
-                         weight_type=QuantType.QInt8, reduce_range=reduce_range, use_external_data_format=False)
+                         weight_type=QuantType.QInt8, reduce_range=reduce_range, use_external_data_format=external)
     finally:
         logging.disable(logging.NOTSET)
-        os.unlink(cleaned)
+        remove_graph(Path(cleaned))
+    if external:
+        save_graph(onnx.load(str(dst)), Path(dst), external)
 
 
 def gemm_as_matmul(model: onnx.ModelProto) -> int:
@@ -133,7 +142,7 @@ def few_rows_block(d_model: int) -> int:
     return max(16, min(FEW_ROWS_BLOCK, 1 << (d_model.bit_length() - 1)))
 
 
-def quantize_int8_few_rows(src: Path, dst: Path, block_size: int) -> None:
+def quantize_int8_few_rows(src: Path, dst: Path, block_size: int, external: bool = False) -> None:
     """src fp32 .onnx -> dst with every MatMul of an initializer weight as MatMulNBits (module docstring)."""
     from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, MatMulNBitsQuantizer
 
@@ -149,10 +158,10 @@ def quantize_int8_few_rows(src: Path, dst: Path, block_size: int) -> None:
         quantizer.process()
     finally:
         logging.disable(logging.NOTSET)
-    onnx.save(quantizer.model.model, str(dst))
+    save_graph(quantizer.model.model, Path(dst), external)
 
 
-def convert_fp16(src: Path, dst: Path, keep_float32: Sequence[str] = ()) -> None:
+def convert_fp16(src: Path, dst: Path, keep_float32: Sequence[str] = (), external: bool = False) -> None:
     """src fp32 .onnx -> dst with fp16 weights, activations and float inputs/outputs, except the
     inputs/outputs named in keep_float32. The KV caches stay float16 between steps: with float32 cache
     inputs and outputs the graph cast every cache tensor in and out at every step."""
@@ -164,5 +173,5 @@ def convert_fp16(src: Path, dst: Path, keep_float32: Sequence[str] = ()) -> None
     model16 = OnnxModel(float16.convert_float_to_float16(model, keep_io_types=list(keep_float32),
                                                          op_block_list=blocked))
     model16.topological_sort()          # the converter appends its input casts after their readers
-    onnx.save(model16.model, str(dst))
+    save_graph(model16.model, Path(dst), external)
 

@@ -7,8 +7,9 @@
                                  ModelConfig; the tokenizer (its SHA-256 checked, its vocab and special
                                  tokens against the config)
     package.read_graph(path)     the bytes of one graph (a variant's encoder, decoder step, few-rows step),
-                                 SHA-256 checked against the manifest, without external data: what
-                                 onnxruntime loads (the Translator reads each right before its session)
+                                 SHA-256 checked against the manifest: what onnxruntime loads (the
+                                 Translator reads each right before its session); a graph with external
+                                 data comes with its data file's checked bytes (external_data.py)
     package.read_variant(name)   read_graph of the variant's encoder and decoder step
 
 A model folder is untrusted input. Each file is read once, into memory, and its SHA-256 is checked on
@@ -35,7 +36,8 @@ from .config import ModelConfig
 from .errors import REEXPORT, ModelPackageError, checkpoints_in, first_line
 from .graph_io import DECODER_FORMATS
 from .manifest_records import Languages, Tokenizers, read_generation
-from .onnx_bytes import has_external_data
+from .external_data import MAX_DATA_BYTES, ExternalGraph, external_graph, read_variant_field
+from .onnx_bytes import external_tensors
 from .package_files import check_regular, read_regular, sha256_of  # noqa: F401 (sha256_of: the exporter's)
 from .package_tokenizer import PackageTokenizer, foreign_regex, rust_panics_as_errors, specials_as_text
 from .shipped_models import available_models, resolve_model_dir
@@ -103,6 +105,7 @@ class Variant:
     # the onnxruntime its graphs need (attention.min_onnxruntime: the int8 variant's fused attention ops); () none
     min_onnxruntime: Tuple[int, ...] = ()
     few_rows: Optional[FewRows] = None
+    external_data: Dict[str, str] = dataclasses.field(default_factory=dict)   # graph file -> its data file
 
 
 @dataclass
@@ -159,18 +162,25 @@ class ModelPackage:
         variant = self.variants[name]
         return self.read_graph(variant.encoder, verify), self.read_graph(variant.decoder_step, verify)
 
-    def read_graph(self, path: Path, verify: Optional[bool] = None) -> bytes:
-        """The bytes of one of the package's graphs (read_file), holding all its weights: a graph with external
-        data is refused (onnxruntime would read them from files no checksum covers)."""
+    def read_graph(self, path: Path, verify: Optional[bool] = None) -> Union[bytes, ExternalGraph]:
+        """The bytes of one of the package's graphs (read_file); for a graph with external data, with its weights
+        from the data file its variants name for it, read and checked the same way (external_data.py)."""
+        if self.file_bytes(path.name) > MAX_FILE_BYTES:
+            raise ModelPackageError(f"{path}: {MANIFEST} lists {self.file_bytes(path.name)} bytes, more than "
+                                    f"onnxruntime loads as one graph ({MAX_FILE_BYTES}); {REEXPORT}")
         data = self.read_file(path.name, verify)
         try:
-            external = has_external_data(data)
+            tensors = external_tensors(data)
         except ValueError as e:
             raise ModelPackageError(f"{path} is not a valid ONNX model ({e}); {REEXPORT}") from e
-        if external:
+        data_name = next((v.external_data[path.name] for v in self.variants.values()
+                          if path.name in v.external_data), None)
+        if not tensors:
+            return data
+        if data_name is None:
             raise ModelPackageError(f"{path} keeps weights in external data files, which the package's checksums "
-                                    f"do not cover: a seq2onnx graph holds all its weights; {REEXPORT}")
-        return data
+                                    f"do not cover: no variant's external_data names a data file for it; {REEXPORT}")
+        return external_graph(data, tensors, path, data_name, self.read_file(data_name, verify))
 
     def verify_variant(self, name: str) -> None:
         """read_graph, SHA-256 checked, of each graph of the variant not verified before by this package object:
@@ -334,9 +344,9 @@ def _check_files(root: Path, manifest: Dict[str, Any]) -> None:
             raise ModelPackageError(f"{where}: files[{name!r}] needs 'sha256' and 'bytes'; {REEXPORT}")
         sha256 = _field(entry, "sha256", str, where, f"files[{name!r}]['sha256']")
         size = _field(entry, "bytes", int, where, f"files[{name!r}]['bytes']")
-        if not SHA256.fullmatch(sha256) or not 0 <= size <= MAX_FILE_BYTES:
+        if not SHA256.fullmatch(sha256) or not 0 <= size <= MAX_DATA_BYTES:   # graphs: read_graph's limit
             raise ModelPackageError(f"{where}: files[{name!r}] should have a 'sha256' of 64 hex digits and 'bytes' "
-                                    f"in [0, {MAX_FILE_BYTES}], got {_short(entry)}; {REEXPORT}")
+                                    f"in [0, {MAX_DATA_BYTES}], got {_short(entry)}; {REEXPORT}")
         path = root / name
         st = check_regular(path, _missing_listed(path))
         if st.st_size != size:
@@ -347,6 +357,7 @@ def _check_files(root: Path, manifest: Dict[str, Any]) -> None:
 def _read_variants(root: Path, manifest: Dict[str, Any]) -> Dict[str, Variant]:
     where = root / MANIFEST
     variants: Dict[str, Variant] = {}
+    data_files: Dict[str, str] = {}                      # graph file -> its data file, over all variants
     for name, entry in _count(manifest, "variants", MAX_VARIANTS, where).items():
         field = f"variants[{_short(name)}]"
         if not isinstance(entry, dict):
@@ -366,8 +377,10 @@ def _read_variants(root: Path, manifest: Dict[str, Any]) -> Dict[str, Variant]:
                                     f"{_short(status)}; {REEXPORT}")
         attention = _field(entry, "attention", dict, where, f"{field}['attention']", default={})
         needs = _version(attention, where, f"{field}['attention']", default="")
-        variants[name] = Variant(name, paths[0], paths[1], precision, dict(parity), status, needs,
-                                 _read_few_rows(root, manifest, entry, field))
+        few_rows = _read_few_rows(root, manifest, entry, field)
+        graphs = [p.name for p in paths + ([few_rows.decoder_step] if few_rows else [])]
+        external = read_variant_field(entry, manifest["files"], graphs, where, field, data_files)
+        variants[name] = Variant(name, paths[0], paths[1], precision, dict(parity), status, needs, few_rows, external)
     if "fp32" not in variants:
         raise ModelPackageError(f"{where}: no 'fp32' variant; {REEXPORT}")
     return variants

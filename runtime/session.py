@@ -17,7 +17,7 @@ import os
 import threading
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 import onnxruntime as ort
@@ -25,6 +25,7 @@ import onnxruntime as ort
 from .cache_memory import Cache, CachePool, SpareMemory
 from .config import ModelConfig
 from .errors import ModelPackageError, Seq2OnnxError, graph_run_error, onnxruntime_problem
+from .external_data import ExternalGraph
 from .gather_graph import gather_model_bytes
 from .graph_io import CROSS_ATTENTION, ID_INPUTS, PAST_LENGTH, GraphNames, cache_names
 from .manifest import version_text
@@ -198,18 +199,24 @@ _CACHE_TYPES = ("tensor(float)", "tensor(float16)")       # cross K/V and caches
 SPINNING = {"encoder": "off", "decoder_step": "in_run", "few_rows": "always"}
 
 
-def open_session(path: Any, graph: str, config: ModelConfig, sc: SessionConfig, data: Optional[bytes] = None,
-                 format_version: Optional[int] = None, spinning: Optional[str] = None) -> ort.InferenceSession:
+def open_session(path: Any, graph: str, config: ModelConfig, sc: SessionConfig,
+                 data: Union[bytes, ExternalGraph, None] = None, format_version: Optional[int] = None,
+                 spinning: Optional[str] = None) -> ort.InferenceSession:
     """An InferenceSession of the graph file `path` (or of `data`, its bytes as read and checked by the
-    package: then onnxruntime reads no file), its inputs/outputs checked against the contract of
-    `format_version` (the package's; None: the decoder contract the graph's inputs show). spinning: SPINNING's mode
-    for it (None: the graph's)."""
+    package, with its external weights where it has them: then onnxruntime reads no file), its inputs/outputs
+    checked against the contract of `format_version` (the package's; None: the decoder contract the graph's inputs
+    show). spinning: SPINNING's mode for it (None: the graph's)."""
+    options = sc.session_options(spinning or SPINNING[graph])
+    weights = data if isinstance(data, ExternalGraph) else None
+    if weights is not None:
+        data = weights.model
+        weights.session_options(options)
     # On CUDA, onnxruntime warns at load for each ScatterND without reduction (a format-2 step's cache write, 2 per
     # layer) that repeated indices are unsafe: ours never repeat (one position per row and head).
     try:
         with onnxruntime_log_severity(3) if sc.device == "cuda" else nullcontext():
             sess = ort.InferenceSession(str(path) if data is None else data, providers=sc.providers(),
-                                        sess_options=sc.session_options(spinning or SPINNING[graph]))
+                                        sess_options=options)
     except Exception as e:  # noqa: BLE001 - onnxruntime raises several types for a bad file
         raise ModelPackageError(f"{path}: onnxruntime cannot load it ({onnxruntime_problem(e)}); "
                                 f"re-export the model") from e
@@ -218,6 +225,8 @@ def open_session(path: Any, graph: str, config: ModelConfig, sc: SessionConfig, 
     check_graph_io(sess, path, graph, config, graph_format(sess) if format_version is None else format_version)
     if data is not None:
         release_model_bytes(sess, data)
+    # the session computes with the weights' memory (OrtValues over the data file's bytes): it keeps them alive
+    sess._seq2onnx_external_weights = weights
     return sess
 
 
@@ -468,7 +477,7 @@ class ArrayEngine(_Graphs):
 
 
 def open_engine(encoder_path: Any, decoder_path: Any, config: ModelConfig, sc: SessionConfig,
-                cross_per_sentence: bool = False, read: Optional[Callable[[Any], bytes]] = None,
+                cross_per_sentence: bool = False, read: Optional[Callable[[Any], Union[bytes, ExternalGraph]]] = None,
                 format_version: Optional[int] = None, few_rows: Optional[Tuple[Any, int]] = None):
     """The engine for a resolved device: ArrayEngine on CPU, IoBindingEngine on CUDA. read: the package's reader of a
     graph's checked bytes (ModelPackage.read_graph), called for each graph right before its session is built, so that

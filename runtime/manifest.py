@@ -38,7 +38,7 @@ from .graph_io import DECODER_FORMATS
 from .manifest_records import Languages, Tokenizers, read_generation
 from .external_data import MAX_DATA_BYTES, ExternalGraph, external_graph, read_variant_field
 from .onnx_bytes import external_tensors
-from .package_files import check_regular, read_regular, sha256_of  # noqa: F401 (sha256_of: the exporter's)
+from .package_files import check_regular, interrupted_export, read_regular, sha256_of  # noqa: F401
 from .package_tokenizer import PackageTokenizer, foreign_regex, rust_panics_as_errors, specials_as_text
 from .shipped_models import available_models, resolve_model_dir
 
@@ -61,9 +61,6 @@ def manifest_format(decoder: int) -> int:
     """The format_version a package whose decoder step follows contract `decoder` is written with."""
     return FORMAT_VERSION if decoder == max(DECODER_FORMATS) else decoder
 MANIFEST = "manifest.json"
-# what a killed `seq2onnx export` leaves beside OUT_DIR (export/package.py): .OUT_DIR.partial-PID-XXXX (the
-# unfinished staging folder) and .OUT_DIR.old-PID-XXXX (the previous package, renamed aside for --overwrite)
-_EXPORT_LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?P<kind>partial|old)-\d+-")
 
 # Limits on what a model folder may hold (docs/SECURITY.md). A real manifest is ~10 kB and 6 levels deep, lists
 # 8 files and 3 variants (fp32, int8, fp16), and its longest string is a path of ~100 characters.
@@ -256,31 +253,8 @@ def _count(obj: Dict[str, Any], key: str, limit: int, where: Path) -> Dict[str, 
     return entries
 
 
-def _interrupted_export(root: Path) -> str:
-    """A sentence about what a killed export left at or beside `root`, or "" when nothing."""
-    m = _EXPORT_LEFTOVER.match(root.name)
-    if m and m.group("kind") == "partial":
-        return (f"{root} is the unfinished staging folder of an interrupted `seq2onnx export` to "
-                f"{root.parent / m.group('name')}: run that export again (it removes this folder)")
-    if root.exists() or not root.parent.is_dir():
-        return ""
-    left = {}
-    for p in sorted(root.parent.iterdir()):
-        m = _EXPORT_LEFTOVER.match(p.name)
-        if m and m.group("name") == root.name and p.is_dir():
-            left.setdefault(m.group("kind"), p)
-    if "old" in left:
-        return (f"{root} does not exist: an export to it was interrupted and the previous package is left aside "
-                f"at {left['old']}: run the export again with --overwrite (it puts the previous package back "
-                f"first), or rename {left['old'].name} back to {root.name}")
-    if "partial" in left:
-        return (f"{root} does not exist: an export to it was interrupted (its unfinished staging folder "
-                f"{left['partial'].name} is left): run the export again")
-    return ""
-
-
 def _read_manifest(root: Path) -> Dict[str, Any]:
-    interrupted = _interrupted_export(root)
+    interrupted = interrupted_export(root)
     if interrupted:
         raise ModelPackageError(interrupted)
     if not root.is_dir():
@@ -470,7 +444,8 @@ def _read_tokenizer(package: ModelPackage, name: str, vocab_size: int) -> Packag
     tokenizer.no_truncation()        # the runtime cuts to max_input_length itself
     size = tokenizer.get_vocab_size(with_added_tokens=True)
     if size != vocab_size or _field(manifest, "vocab_size", int, where, default=config.vocab_size) != config.vocab_size:
-        raise ModelPackageError(f"{path} has {size} tokens but the model config has {vocab_size} "
+        field = "vocab_size" if vocab_size == config.vocab_size else "src_vocab_size"
+        raise ModelPackageError(f"{path} has {size} tokens but the model config has {field} {vocab_size} "
                                 f"(manifest vocab_size {_short(manifest.get('vocab_size'))}): the "
                                 f"tokenizer does not belong to this model; {REEXPORT}")
     if sorted(tokenizer.get_vocab(with_added_tokens=True).values()) != list(range(size)):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -52,3 +53,31 @@ def read_regular(path: Path, limit: int, missing: str) -> bytes:
         if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
             raise ModelPackageError(f"{path} is not a regular file; copy the package again or {REEXPORT}")
         return f.read(limit + 1)
+
+
+# what a killed `seq2onnx export` leaves beside OUT_DIR (export/package.py): .OUT_DIR.partial-PID-XXXX (the
+# unfinished staging folder) and .OUT_DIR.old-PID-XXXX (the previous package, renamed aside for --overwrite)
+_EXPORT_LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?P<kind>partial|old)-\d+-")
+
+
+def interrupted_export(root: Path) -> str:
+    """A sentence about what a killed export left at or beside `root`, or "" when nothing."""
+    m = _EXPORT_LEFTOVER.match(root.name)
+    if m and m.group("kind") == "partial":
+        return (f"{root} is the unfinished staging folder of an interrupted `seq2onnx export` to "
+                f"{root.parent / m.group('name')}: run that export again (it removes this folder)")
+    if root.exists() or not root.parent.is_dir():
+        return ""
+    left = {}
+    for p in sorted(root.parent.iterdir()):
+        m = _EXPORT_LEFTOVER.match(p.name)
+        if m and m.group("name") == root.name and p.is_dir():
+            left.setdefault(m.group("kind"), p)
+    if "old" in left:
+        return (f"{root} does not exist: an export to it was interrupted and the previous package is left aside "
+                f"at {left['old']}: run the export again with --overwrite (it puts the previous package back "
+                f"first), or rename {left['old'].name} back to {root.name}")
+    if "partial" in left:
+        return (f"{root} does not exist: an export to it was interrupted (its unfinished staging folder "
+                f"{left['partial'].name} is left): run the export again")
+    return ""

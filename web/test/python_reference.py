@@ -41,6 +41,11 @@ stdout, one result per job, so that a test pays for one interpreter start. Jobs:
          with scores within the float32 bound derived from the package's weights (int8: plus its quantization
          step), or a tie judged by this runtime teacher-forced. The rule lives there; test/compare.js asks here.
          D: the largest score difference where the ids agree
+  {"op": "convert_hf", "kind": "marian" | "marian_separate" | "marian_multilingual" | "m2m100" | "nllb", "work": DIR,
+   "texts": N}
+      -> {"path": DIR/<kind>-package, "texts": [..]}: a tiny HF folder of that kind (tests/hf_folders.py) built in
+         DIR/<kind>, converted by `seq2onnx convert`'s own pipeline (export/hf_convert.py run_convert), and N English
+         source lines of the text its tokenizers were trained on
   {"op": "schema"}
       -> the package rules the JS reader must hold as Python holds them (test/schema.test.js): runtime/manifest.py's
          format versions and limits, ModelConfig's fields (kinds, CHOICES, _RANGES, the format-3 fields' defaults),
@@ -225,6 +230,21 @@ def compare(job: Dict[str, Any]) -> Dict[str, Any]:
     return {"error": None, "max_diff": max_diff}
 
 
+def convert_hf(job: Dict[str, Any]) -> Dict[str, Any]:
+    sys.path.insert(0, str(REPO / "tests"))
+    from hf_folders import BUILDERS, gettext_pairs
+
+    from seq2onnx.export.hf_convert import ConvertOptions, run_convert
+
+    work = Path(job["work"])
+    folder = BUILDERS[job["kind"]](work / job["kind"])
+    out = work / f"{job['kind']}-package"
+    run_convert(ConvertOptions(folder, out))
+    pairs = gettext_pairs("de")
+    step = max(1, len(pairs) // job["texts"])
+    return {"path": str(out), "texts": [source for source, _ in pairs[::step][:job["texts"]]]}
+
+
 def schema(job: Dict[str, Any]) -> Dict[str, Any]:
     import dataclasses
 
@@ -272,7 +292,7 @@ def bench(job: Dict[str, Any]) -> Dict[str, Any]:
 
 OPS = {"corpus": corpus, "numbers": numbers, "train_tokenizer": train_tokenizer, "tokenize": tokenize, "translate": translate,
        "generate_tokens": generate_tokens, "compare": compare, "check_options": check_options, "export_random": export_random, "load": load, "bench": bench,
-       "tokenizer_rules": tokenizer_rules, "schema": schema}
+       "tokenizer_rules": tokenizer_rules, "schema": schema, "convert_hf": convert_hf}
 
 
 def main() -> None:

@@ -5,8 +5,9 @@ The manifest lists each data file in `files` (so its SHA-256 covers every byte) 
 `external_data`: {graph file: its data file}. The runtime reads the data file once into memory and checks its
 SHA-256 on exactly those bytes (ModelPackage.read_file), as it does for every file. Then onnxruntime gets the
 graph's bytes and, for each initializer with external data, an OrtValue over its slice of those bytes
-(SessionOptions.add_external_initializers): no second copy of the weights is made, and onnxruntime opens no
-file (for a graph given as bytes it would look for the location relative to the working directory).
+(SessionOptions.add_external_initializers), which onnxruntime copies into the session: the runtime makes no copy
+of its own, lets go of the bytes once the session is built, and onnxruntime opens no file (for a graph given as
+bytes it would look for the location relative to the working directory).
 
 Every external tensor of the graph must be one of its main graph's initializers whose location is exactly the
 data file the manifest names for that graph, with an offset and length inside that file that hold exactly its
@@ -37,8 +38,11 @@ DTYPES = {1: np.float32, 2: np.uint8, 3: np.int8, 4: np.uint16, 5: np.int16, 6: 
 
 @dataclass
 class ExternalGraph:
-    """A graph's bytes with its external initializers as OrtValues over `weights` (the data file's checked bytes),
-    which must live as long as the session (open_session keeps this object on it)."""
+    """A graph's bytes with its external initializers as OrtValues over `weights` (the data file's checked bytes).
+    onnxruntime copies them into the session when it is built ("the data will be copied into the graph [...] the
+    user provided buffers can then be deallocated": OrtApi::AddExternalInitializers), so open_session releases them
+    then: the weights are in memory twice only while the session is built (an embedded graph's are three times:
+    its bytes, the parsed ModelProto, the session's tensors)."""
     model: bytes
     weights: bytes
     names: List[str] = field(default_factory=list)
@@ -49,6 +53,10 @@ class ExternalGraph:
         if self.names:
             options.add_external_initializers(self.names, self.values)
         return options
+
+    def release(self) -> None:
+        """Let go of the weights (once the session that copied them is built)."""
+        self.names, self.values, self.weights = [], [], b""
 
 
 def read_variant_field(entry: Dict[str, Any], files: Dict[str, Any], graphs: List[str], where: Path,

@@ -225,8 +225,8 @@ def open_session(path: Any, graph: str, config: ModelConfig, sc: SessionConfig,
     check_graph_io(sess, path, graph, config, graph_format(sess) if format_version is None else format_version)
     if data is not None:
         release_model_bytes(sess, data)
-    # the session computes with the weights' memory (OrtValues over the data file's bytes): it keeps them alive
-    sess._seq2onnx_external_weights = weights
+    if weights is not None:          # onnxruntime copied them into the session (add_external_initializers' contract)
+        weights.release()
     return sess
 
 

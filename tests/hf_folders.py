@@ -17,7 +17,7 @@ theirs:
 
 The random models are made to behave like trained ones where the converter's tests need it: their outputs
 depend on the input (a larger init std than transformers' 0.02), and most greedy outputs end with EOS
-after 3-30 tokens (an EOS bias; `greedy_lengths` measures it). Everything is seeded: a build is the same
+after 3-30 tokens (_length_signal; `greedy_lengths` measures it). Everything is seeded: a build is the same
 every run.
 
 Tests take the session fixture `hf_folders` (import it: `from hf_folders import hf_folders`) and call
@@ -44,12 +44,16 @@ PAIRS = 3000                  # parallel lines per language pair the SentencePie
 MARIAN_SPM_VOCAB = 400        # pieces of each Marian SentencePiece model (unigram, as OPUS-MT's)
 FAIRSEQ_SPM_VOCAB = 600       # pieces of the M2M100 / NLLB SentencePiece model (BPE, as theirs)
 MAX_LENGTH = 40               # generation_config max_length (the real ones: 512 / 200), small for speed
+CALIBRATION = 50              # sentences calibrate_eos decodes
 # the tiny transformer: d_model 64, 2 encoder + 2 decoder layers, 4 heads, ffn 128
 TINY = dict(d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
             decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128)
-INIT_STD = 0.2                # weights N(0, INIT_STD): outputs depend on the input (0.02 gives near-constant ones)
-MARIAN_EOS_BIAS = 3.0         # added to EOS's final_logits_bias: most greedy outputs end after 3-30 tokens
-FAIRSEQ_EOS_BIAS = 3.0        # the decoder's final LayerNorm bias along EOS's embedding (M2M100 has no logits bias)
+# How the random models are made to behave like trained ones (_length_signal), found by a search over these values
+# on 200 gettext sentences; EOS's bias is calibrated per model (calibrate_eos).
+LENGTH_FEATURE = 31      # the residual feature the length signal uses: the sinusoids' quietest (|value| < 0.01 at
+                         # positions < 64 in Marian's and fairseq's layouts alike)
+MARIAN_LENGTH = dict(init_std=0.2, marker=32.0, gain=-3.0, eos_weight=10.0, eos_scale=1.0, cross_scale=0.2)
+FAIRSEQ_LENGTH = dict(init_std=0.4, marker=16.0, gain=-24.0, eos_weight=None, eos_scale=0.2, cross_scale=1.0)
 
 MARIAN_TAGS = {"deu": ">>deu<<", "fra": ">>fra<<"}       # marian_multilingual's target languages
 KINDS = ("marian", "marian_separate", "marian_multilingual", "m2m100", "nllb")
@@ -105,12 +109,87 @@ def _seeded(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def _save_model(model, folder: Path, generation: dict) -> None:
+def _save_model(model, folder: Path, generation: dict, shift_eos: Callable[[float], None],
+                prefixes: Sequence[str] = ("",)) -> None:
+    """Calibrate EOS's logit (calibrate_eos), then save the model and its generation_config.json in folder (which
+    holds the tokenizer already)."""
     from transformers import GenerationConfig
 
     model.eval()
+    model.generation_config = GenerationConfig(**generation)
+    shift_eos(calibrate_eos(model, folder, prefixes))
     model.save_pretrained(str(folder), safe_serialization=True)
-    GenerationConfig(**generation).save_pretrained(str(folder))
+    model.generation_config.save_pretrained(str(folder))
+
+
+def calibrate_eos(model, folder: Path, prefixes: Sequence[str] = ("",)) -> float:
+    """The shift of EOS's logit that puts the most greedy lengths of CALIBRATION sentences (gettext msgids, each
+    after one of `prefixes` in turn) in 4..30 tokens. A greedy path does not depend on EOS's logit until EOS wins,
+    so one decode with EOS held back gives every step's margin of EOS over the best other token, and from it the
+    length that any shift would give."""
+    import torch
+    from transformers import AutoTokenizer
+
+    lines = [s for s, _ in gettext_pairs("de")[1::PAIRS // CALIBRATION]]
+    sources = [prefixes[i % len(prefixes)] + line for i, line in enumerate(lines)]
+    batch = AutoTokenizer.from_pretrained(str(folder))(sources, return_tensors="pt", padding=True)
+    config = model.generation_config
+    steps = config.max_length - 1
+    with torch.no_grad():
+        out = model.generate(**batch, num_beams=1, do_sample=False, min_new_tokens=steps)   # [B, 1 + steps]
+        logits = model(**batch, decoder_input_ids=out[:, :-1]).logits                          # [B, steps, V]
+    eos = config.eos_token_id
+    others = logits.clone()
+    others[..., eos] = -torch.inf
+    for (banned,) in config.bad_words_ids or []:
+        others[..., banned] = -torch.inf
+    margin = logits[..., eos] - others.max(-1).values                                            # [B, steps]
+    best, best_count = 0.0, -1
+    for shift in torch.arange(-20.0, 40.0, 0.25).tolist():
+        ends = (margin + shift > 0).float()
+        lengths = torch.where(ends.any(1), ends.argmax(1) + 1, torch.tensor(steps))
+        count = int(((lengths >= 4) & (lengths <= 30)).sum())
+        if count > best_count:
+            best, best_count = shift, count
+    return best
+
+
+def _length_signal(model, start_id: int, eos_id: int, marker: float, gain: float, eos_weight, eos_scale: float,
+                   cross_scale: float, **_) -> None:
+    """Make a random seq2seq model's greedy outputs end with EOS after a number of steps that depends on the input,
+    as a trained model's do (a random one repeats a token forever or stops at once, whatever the EOS bias).
+
+    Feature k = LENGTH_FEATURE of the decoder's residual stream is given to a length signal: only the start token's
+    embedding has it (marker); head 0 of the first decoder self-attention attends uniformly over the prefix (zero
+    queries) and reads it, so at step t it holds marker / (t + 1), and writes it back times `gain` (< 0, large
+    enough that the sum with the start token's own marker rises with t); no other sublayer writes feature k. EOS's
+    output embedding reads feature k (eos_weight; the start token's own when EOS is the start, as in M2M100), so
+    EOS's logit grows with every step at a rate that the LayerNorms make depend on the input. The cross-attention
+    is scaled by cross_scale (a random one otherwise fixes the output to one token per source), EOS's other
+    embedding features by eos_scale (a start token = EOS would otherwise predict itself)."""
+    import torch
+
+    k, decoder = LENGTH_FEATURE, model.model.decoder
+    with torch.no_grad():
+        emb = decoder.embed_tokens.weight                          # [V, D], tied to the output projection
+        emb[eos_id] *= eos_scale
+        emb[:, k] = 0
+        emb[start_id, k] = marker / model.config.d_model ** 0.5    # the embeddings are scaled by sqrt(d_model)
+        if eos_id != start_id:
+            emb[eos_id, k] = eos_weight
+        for layer in decoder.layers:
+            layer.encoder_attn.out_proj.weight.mul_(cross_scale)
+            for linear in (layer.self_attn.out_proj, layer.encoder_attn.out_proj, layer.fc2):
+                linear.weight[k] = 0                                 # [D_out, D_in]: nothing else writes k
+                linear.bias[k] = 0
+        head = decoder.layers[0].self_attn
+        d = head.head_dim
+        for linear in (head.q_proj, head.v_proj):
+            linear.weight[:d] = 0
+            linear.bias[:d] = 0
+        head.v_proj.weight[0, k] = 1
+        head.out_proj.weight[:, :d] = 0
+        head.out_proj.weight[k, 0] = gain
 
 
 def _marian_model(vocab_size: int, target_vocab_size: int, pad_id: int, eos_id: int, separate: bool):
@@ -120,14 +199,13 @@ def _marian_model(vocab_size: int, target_vocab_size: int, pad_id: int, eos_id: 
     config = MarianConfig(
         vocab_size=vocab_size, decoder_vocab_size=target_vocab_size, **TINY, activation_function="swish",
         max_position_embeddings=512, scale_embedding=True, share_encoder_decoder_embeddings=not separate,
-        dropout=0.1, attention_dropout=0.0, activation_dropout=0.0, init_std=INIT_STD,
+        dropout=0.1, attention_dropout=0.0, activation_dropout=0.0, init_std=MARIAN_LENGTH["init_std"],
         pad_token_id=pad_id, eos_token_id=eos_id, bos_token_id=eos_id, decoder_start_token_id=pad_id,
         forced_eos_token_id=eos_id)
     model = MarianMTModel(config)
-    with torch.no_grad():                       # a trained model's logits bias: random, EOS lifted
-        bias = torch.randn(1, target_vocab_size) * 0.5
-        bias[0, eos_id] += MARIAN_EOS_BIAS
-        model.final_logits_bias.copy_(bias)
+    with torch.no_grad():                       # a trained model's logits bias: random (EOS's: calibrate_eos)
+        model.final_logits_bias.copy_(torch.randn(1, target_vocab_size) * 0.5)
+    _length_signal(model, pad_id, eos_id, **MARIAN_LENGTH)
     return model
 
 
@@ -138,17 +216,30 @@ def _fairseq_model(vocab_size: int, pad_id: int, bos_id: int, eos_id: int):
     config = M2M100Config(
         vocab_size=vocab_size, **TINY, activation_function="relu", max_position_embeddings=1024,
         scale_embedding=True, dropout=0.1, attention_dropout=0.1, activation_dropout=0.0,
-        encoder_layerdrop=0.05, decoder_layerdrop=0.05, init_std=INIT_STD,
+        encoder_layerdrop=0.05, decoder_layerdrop=0.05, init_std=FAIRSEQ_LENGTH["init_std"],
         pad_token_id=pad_id, bos_token_id=bos_id, eos_token_id=eos_id, decoder_start_token_id=eos_id)
     model = M2M100ForConditionalGeneration(config)
-    with torch.no_grad():    # random LayerNorm weights, and the last one's bias leaning toward EOS's embedding
+    with torch.no_grad():                       # random LayerNorm weights, as a trained model's
         for module in model.modules():
             if isinstance(module, torch.nn.LayerNorm):
                 module.weight.copy_(1 + 0.1 * torch.randn_like(module.weight))
                 module.bias.copy_(0.1 * torch.randn_like(module.bias))
-        eos = model.model.shared.weight[eos_id]
-        model.model.decoder.layer_norm.bias.add_(FAIRSEQ_EOS_BIAS * eos / eos.norm() ** 2)
+    _length_signal(model, eos_id, eos_id, **FAIRSEQ_LENGTH)
     return model
+
+
+def _shift_marian_eos(model, eos_id: int) -> Callable[[float], None]:
+    def shift(by: float) -> None:
+        model.final_logits_bias.data[0, eos_id] += by
+    return shift
+
+
+def _shift_fairseq_eos(model, eos_id: int) -> Callable[[float], None]:
+    """M2M100 has no logits bias: the final LayerNorm's bias on the length feature, which only EOS reads."""
+    def shift(by: float) -> None:
+        decoder = model.model.decoder
+        decoder.layer_norm.bias.data[LENGTH_FEATURE] += by / decoder.embed_tokens.weight[eos_id, LENGTH_FEATURE].item()
+    return shift
 
 
 MARIAN_GENERATION = dict(num_beams=4, renormalize_logits=True, max_length=MAX_LENGTH)
@@ -213,7 +304,9 @@ def build_marian(folder, separate_vocabs: bool = False, multilingual: bool = Fal
     model = _marian_model(len(src_vocab), len(tgt_vocab), pad, eos, separate_vocabs)
     _save_model(model, folder, dict(MARIAN_GENERATION, bad_words_ids=[[pad]], forced_eos_token_id=eos,
                                     bos_token_id=eos, eos_token_id=eos, pad_token_id=pad,
-                                    decoder_start_token_id=pad))
+                                    decoder_start_token_id=pad),
+                _shift_marian_eos(model, eos),
+                prefixes=[tag + " " for tag in MARIAN_TAGS.values()] if multilingual else ("",))
     return folder
 
 
@@ -253,7 +346,8 @@ def build_m2m100(folder) -> Path:
     _seeded(SEED + 2)
     model = _fairseq_model(size, vocab["<pad>"], vocab["<s>"], vocab["</s>"])
     _save_model(model, folder, dict(M2M100_GENERATION, bos_token_id=vocab["<s>"], eos_token_id=vocab["</s>"],
-                                    pad_token_id=vocab["<pad>"], decoder_start_token_id=vocab["</s>"]))
+                                    pad_token_id=vocab["<pad>"], decoder_start_token_id=vocab["</s>"]),
+                _shift_fairseq_eos(model, vocab["</s>"]))
     return folder
 
 
@@ -277,7 +371,8 @@ def build_nllb(folder) -> Path:
     _seeded(SEED + 3)
     model = _fairseq_model(len(tokenizer), ids["<pad>"], ids["<s>"], ids["</s>"])
     _save_model(model, folder, dict(max_length=MAX_LENGTH, bos_token_id=ids["<s>"], eos_token_id=ids["</s>"],
-                                    pad_token_id=ids["<pad>"], decoder_start_token_id=ids["</s>"]))
+                                    pad_token_id=ids["<pad>"], decoder_start_token_id=ids["</s>"]),
+                _shift_fairseq_eos(model, ids["</s>"]))
     return folder
 
 

@@ -1,0 +1,204 @@
+"""Packages whose graphs keep their weights in a data file beside them (ONNX external data, for models past
+protobuf's 2 GB limit; issue 32 "Big models"), tested on the tiny model forced to it (--external-data).
+
+The export writes one data file per graph, lists it in `files` and names it in the variant's external_data; the
+package translates exactly as the same export without external data (fp32 and int8). A data file that is changed,
+truncated, missing or a link, and a graph whose initializer points elsewhere (outside the folder, another file,
+past the end), is one ModelPackageError line, raised before onnxruntime sees the graph; nothing outside the
+folder is opened.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from seq2onnx.export.commands import ExportOptions, run_export
+from seq2onnx.export.graph_files import ALIGNMENT
+from seq2onnx.runtime.errors import ModelPackageError
+from seq2onnx.runtime.manifest import read_package, sha256_of
+from seq2onnx.runtime.onnx_bytes import external_tensors
+from seq2onnx.runtime.translator import Translator
+from test_manifest import edit_manifest
+from test_reliability_packages import relist
+
+SOURCES = 24          # validation sentences translated by each variant, greedy and beam 4
+
+_opened: list = []    # paths Python opened while _watching (sys.addaudithook: a hook cannot be removed)
+_watching = [False]
+
+
+def _audit(event: str, args: tuple) -> None:
+    if _watching[0] and event in ("open", "os.open") and isinstance(args[0], (str, bytes, os.PathLike)):
+        _opened.append(os.path.realpath(os.fsdecode(args[0])))
+
+
+sys.addaudithook(_audit)
+
+
+@pytest.fixture(scope="module")
+def external_package(tiny_checkpoint, tiny_data_dir, tmp_path_factory) -> Path:
+    """The tiny checkpoint exported as tiny_package is (fp32 + int8, the same parity data), forced to external data."""
+    out = tmp_path_factory.mktemp("external") / "model"
+    run_export(ExportOptions(checkpoint=tiny_checkpoint, out_dir=out, int8=True,
+                             parity_data=tiny_data_dir / "valid.tsv", external_data=True))
+    return out
+
+
+@pytest.fixture
+def ext(external_package, tmp_path) -> Path:
+    copy = tmp_path / "pkg"
+    shutil.copytree(external_package, copy)
+    return copy
+
+
+def _graphs(variant: dict) -> list:
+    return [variant["encoder"], variant["decoder_step"]] + (
+        [variant["few_rows"]["decoder_step"]] if variant.get("few_rows") else [])
+
+
+def test_every_graph_has_its_own_data_file_listed_and_hashed(external_package, tiny_package):
+    manifest = json.loads((external_package / "manifest.json").read_text())
+    assert set(manifest["variants"]) == {"fp32", "int8"}
+    for name, variant in manifest["variants"].items():
+        assert variant["external_data"] == {g: g + ".data" for g in _graphs(variant)}, name
+        for graph, data in variant["external_data"].items():
+            entry = manifest["files"][data]
+            assert entry == {"sha256": sha256_of(external_package / data),
+                             "bytes": (external_package / data).stat().st_size}
+            tensors = external_tensors((external_package / graph).read_bytes())
+            assert tensors and all(t.initializer for t in tensors)
+            entries = [dict(t.entries) for t in tensors]
+            assert {e["location"] for e in entries} == {data}
+            assert all(int(e["offset"]) % ALIGNMENT == 0 for e in entries)
+            # the same weights as the export without external data, the graph itself a small part of them
+            inline = {t.name: onnx.numpy_helper.to_array(t)
+                      for t in onnx.load(str(tiny_package / graph)).graph.initializer}
+            weights = {t.name: onnx.numpy_helper.to_array(t)
+                       for t in onnx.load(str(external_package / graph)).graph.initializer}
+            assert inline.keys() == weights.keys()
+            assert all(np.array_equal(inline[k], weights[k]) for k in inline), graph
+            assert (external_package / graph).stat().st_size < entry["bytes"]
+
+
+@pytest.mark.parametrize("compute_type", ["float32", "int8"])
+def test_translates_exactly_as_the_export_without_external_data(external_package, tiny_package, tiny_data_dir,
+                                                                 compute_type):
+    lines = (tiny_data_dir / "valid.tsv").read_text(encoding="utf-8").splitlines()[:SOURCES]
+    sources = [line.split("\t")[0] for line in lines]
+    got, want = (Translator(p, device="cpu", compute_type=compute_type, intra_threads=1)
+                 for p in (external_package, tiny_package))
+    for beam in (1, 4):
+        mine = got.translate_batch(sources, beam_size=beam, num_hypotheses=beam, return_scores=True)
+        theirs = want.translate_batch(sources, beam_size=beam, num_hypotheses=beam, return_scores=True)
+        assert [(r.token_ids, r.scores) for r in mine] == [(r.token_ids, r.scores) for r in theirs]
+        assert [r.hypotheses for r in mine] == [r.hypotheses for r in theirs]
+
+
+def refused(pkg: Path, match: str, load=lambda p: Translator(p, device="cpu", compute_type="int8")) -> str:
+    """Loading `pkg` raises one ModelPackageError line matching `match`; nothing outside the folder is opened by
+    Python (onnxruntime gets bytes only)."""
+    _opened.clear()
+    _watching[0] = True
+    try:
+        with pytest.raises(ModelPackageError, match=match) as e:
+            load(pkg)
+    finally:
+        _watching[0] = False
+    assert "\n" not in str(e.value)
+    root = os.path.realpath(pkg)
+    outside = [p for p in _opened if os.path.dirname(p) != root and (p.endswith(".data") or "outside" in p)]
+    assert not outside, outside
+    return str(e.value)
+
+
+def test_a_changed_data_file_is_refused(ext):
+    data = ext / "decoder_step.int8.onnx.data"
+    blob = bytearray(data.read_bytes())
+    blob[len(blob) // 2] ^= 1
+    data.write_bytes(bytes(blob))
+    message = refused(ext, "its SHA-256 does not match manifest.json")
+    assert message.startswith(f"{data}: ")
+
+
+def test_a_truncated_data_file_is_refused(ext):
+    data = ext / "encoder.onnx.data"
+    os.truncate(data, data.stat().st_size - 1)
+    refused(ext, rf"^{data} has \d+ bytes, manifest.json says \d+ \(truncated or changed\)", load=read_package)
+
+
+def test_a_missing_data_file_is_refused(ext):
+    (ext / "encoder.int8.onnx.data").unlink()
+    refused(ext, r"encoder.int8.onnx.data is missing \(listed in manifest.json\)", load=read_package)
+
+
+def test_a_data_file_that_is_a_link_is_refused(ext, tmp_path):
+    data = ext / "encoder.onnx.data"
+    outside = tmp_path / "outside.data"
+    data.rename(outside)
+    data.symlink_to(outside)
+    refused(ext, "is a symbolic link: the runtime reads nothing outside the package folder", load=read_package)
+
+
+def _point(pkg: Path, graph: str, **entries: str) -> None:
+    """Rewrite every external initializer's external_data entries of `graph` (e.g. location="../x") and list the
+    graph's new checksum: a consistent, hostile package."""
+    model = onnx.load(str(pkg / graph), load_external_data=False)
+    for tensor in model.graph.initializer:
+        for entry in tensor.external_data:
+            if entry.key in entries:
+                entry.value = entries[entry.key]
+    onnx.save_model(model, str(pkg / graph))
+    relist(pkg, graph)
+
+
+@pytest.mark.parametrize("where", ["parent", "absolute", "other-graph's"])
+def test_a_graph_pointing_outside_its_data_file_is_refused(ext, tmp_path, monkeypatch, where):
+    """The location is a copy of the right bytes where onnxruntime would find it (beside the folder, at an absolute
+    path, and relative to the working directory), or another listed data file: the graph would load if the runtime
+    let onnxruntime read it."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    shutil.copy(ext / "encoder.int8.onnx.data", outside / "encoder.int8.onnx.data")
+    location = {"parent": "../outside/encoder.int8.onnx.data",
+                "absolute": str(outside / "encoder.int8.onnx.data"),
+                "other-graph's": "encoder.onnx.data"}[where]
+    _point(ext, "encoder.int8.onnx", location=location)
+    monkeypatch.chdir(ext)
+    message = refused(ext, f"names the external data file {re.escape(repr(location[:80]))}, but the manifest's data "
+                           "file for this graph is 'encoder.int8.onnx.data'")
+    assert message.startswith(f"{ext / 'encoder.int8.onnx'}: its tensor ")
+
+
+def test_an_offset_past_the_end_of_the_data_file_is_refused(ext):
+    size = (ext / "decoder_step.int8.onnx.data").stat().st_size
+    _point(ext, "decoder_step.int8.onnx", offset=str(size))
+    refused(ext, rf"lies at bytes {size}\.\.\d+ of decoder_step.int8.onnx.data, which has {size}: past its end")
+
+
+def test_a_length_that_is_not_the_tensor_size_is_refused(ext):
+    _point(ext, "encoder.onnx", length="4")
+    refused(ext, r"\(\d+ bytes\) but external_data length 4", load=lambda p: Translator(p, device="cpu"))
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda v: v["external_data"].update({"encoder.onnx": "nowhere.data"}),
+     r"variants\['fp32'\]\['external_data'\]\['encoder.onnx'\] = 'nowhere.data' is not a data file listed in 'files'"),
+    (lambda v: v["external_data"].update({"encoder.onnx": "decoder_step.onnx"}),
+     r"= 'decoder_step.onnx' is not a data file listed in 'files'"),
+    (lambda v: v["external_data"].update({"tokenizer.json": "encoder.onnx.data"}),
+     r"names 'tokenizer.json', not a graph of this variant"),
+    (lambda v: v.update(encoder="encoder.int8.onnx", external_data={"encoder.int8.onnx": "encoder.onnx.data"}),
+     r"variants\['int8'\]\['external_data'\] gives 'encoder.int8.onnx' the data file 'encoder.int8.onnx.data', "
+     r"another variant 'encoder.onnx.data': a graph has one data file"),
+])
+def test_the_manifest_field_is_checked(ext, change, message):
+    edit_manifest(ext, lambda m: change(m["variants"]["fp32"]))
+    refused(ext, message, load=read_package)

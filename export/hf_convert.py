@@ -250,13 +250,13 @@ def check_log_probs(hf_model: Any, model: Transformer, sources: List[List[int]])
     return worst
 
 
-def _hf_tokens(sequences: torch.Tensor, cfg: ModelConfig) -> List[List[int]]:
+def hf_tokens(sequences: torch.Tensor, eos_id: int) -> List[List[int]]:
     """generate()'s sequences -> the generated ids: without the decoder start, the EOS and the padding after."""
     out = []
     for row in sequences.tolist():
         row = row[1:]
-        if cfg.eos_id in row:
-            row = row[:row.index(cfg.eos_id)]
+        if eos_id in row:
+            row = row[:row.index(eos_id)]
         out.append(row)
     return out
 
@@ -282,7 +282,7 @@ def compare_generate(hf_model: Any, package_dir: Path, sources: List[List[int]],
                                 max_length=max_length + 1, num_return_sequences=1, do_sample=False,
                                 output_scores=True, return_dict_in_generate=True,
                                 **({} if forced_bos is None else {"forced_bos_token_id": forced_bos}))
-        theirs = _hf_tokens(out.sequences, cfg)[0]
+        theirs = hf_tokens(out.sequences, cfg.eos_id)[0]
         mine = list(hyps[0].tokens)
         if beam_size > 1:
             diff = abs(float(out.sequences_scores[0]) - hyps[0].normalized_score)

@@ -309,7 +309,7 @@ def plot_block(tr: Any, block: Sequence[Tuple[int, str]], results: Sequence[Any]
         rows = np.array(r.attention[0], dtype=np.float64).reshape(len(r.token_ids[0]), len(source) + 1)
         with signals_held():
             try:
-                messages = plot_attention(path, rows, tr.pieces(source), tr.pieces(r.token_ids[0]), text,
+                messages = plot_attention(path, rows, tr.pieces(source, source=True), tr.pieces(r.token_ids[0]), text,
                                           r.hypotheses[0])
             except OSError as e:
                 messages = [f"cannot write {path} ({e.strerror or e}): the picture is skipped"

@@ -294,9 +294,10 @@ class Translator:
     def detokenize(self, ids: Sequence[int]) -> str:
         return self._detokenizer.decode(list(ids))
 
-    def pieces(self, ids: Sequence[int]) -> List[str]:
-        """The target tokenizer's piece of each id ("▁drei", "hundert", "</s>")."""
-        return [self._detokenizer.id_to_token(int(i)) for i in ids]
+    def pieces(self, ids: Sequence[int], source: bool = False) -> List[str]:
+        """The target tokenizer's piece of each id ("▁drei", "hundert", "</s>"); source=True: the source one's."""
+        tokenizer = self._tokenizer if source else self._detokenizer
+        return [tokenizer.id_to_token(int(i)) for i in ids]
 
     def _languages(self, source_lang: Optional[str], target_lang: Optional[str]) -> Tuple[List[int], Dict[str, Any]]:
         """The ids that start every source (NLLB's source language token, Marian's >>fra<< target tag) and the
@@ -438,7 +439,7 @@ class Translator:
         if attention:
             result.attention = [r.tolist() for r in rows]
         if alignment:
-            src = self.pieces(source[:-1])                                         # the EOS column is not a word
+            src = self.pieces(source[:-1], source=True)                            # the EOS column is not a word
             result.alignment = [hard_alignment(r, src, self.pieces(h.tokens)) for r, h in zip(rows, hyps)]
 
     def score_ids(self, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]],

@@ -21,6 +21,7 @@
 // A format-2 engine steps with the variant's few-rows decoder step (manifest few_rows: the int8 variant's second
 // step, faster at 1-4 rows) whenever a step has at most its maxRows rows, as runtime/session.py does.
 import { ModelPackageError, printable, Seq2OnnxError } from "./errors.js";
+import { ExternalGraph } from "./external_data.js";
 
 export function cacheNames(prefix, layers) {
   const names = [];
@@ -218,9 +219,14 @@ export function decoderFormat(formatVersion) {
   return Math.min(formatVersion, Math.max(...ENGINES.keys()));
 }
 
-async function openSession(ort, bytes, where, sessionOptions) {
+/** A session of a graph as the package read it: its bytes, or an ExternalGraph (external_data.js), whose data file's
+ * bytes onnxruntime gets with them. */
+async function openSession(ort, graph, where, sessionOptions) {
   try {
-    return await ort.InferenceSession.create(bytes, sessionOptions);
+    // onnxruntime copies the data file's weights into the session (test/external_data.test.js checks it), so the
+    // caller lets go of them once it is built, as runtime/session.py does
+    return await ort.InferenceSession.create(...(graph instanceof ExternalGraph
+      ? [graph.model, graph.sessionOptions(sessionOptions)] : [graph, sessionOptions]));
   } catch (e) {
     throw new ModelPackageError(`${where}: onnxruntime cannot load it (${printable(String(e.message).split("\n")[0])}); ${REEXPORT}`);
   }

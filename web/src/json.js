@@ -20,17 +20,35 @@ export function numberValue(value) {
   return null;
 }
 
-/** Python's repr of a JSON value, cut to 60 characters (runtime/manifest.py _short). */
-export function short(value) {
+/** Python's repr of a string: single quotes unless it holds ' and no ", backslash escapes, \xNN / \uNNNN /
+ * \UNNNNNNNN for what str.isprintable() calls unprintable (Unicode's C and Z categories but the space). */
+export function pyRepr(text) {
+  const quote = text.includes("'") && !text.includes('"') ? '"' : "'";
+  const named = { "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", [quote]: `\\${quote}` };
+  let out = "";
+  for (const c of text) {
+    const code = c.codePointAt(0);
+    if (Object.hasOwn(named, c)) out += named[c];
+    else if (c === " " || !/[\p{C}\p{Z}]/u.test(c)) out += c;
+    else if (code < 0x100) out += `\\x${code.toString(16).padStart(2, "0")}`;
+    else if (code < 0x10000) out += `\\u${code.toString(16).padStart(4, "0")}`;
+    else out += `\\U${code.toString(16).padStart(8, "0")}`;
+  }
+  return quote + out + quote;
+}
+
+/** Python's repr of a JSON value, cut to 60 characters: [:keep] and "..." past them (runtime/manifest.py _short
+ * keeps 57; runtime/manifest_records.py _bad 60). */
+export function short(value, keep = 57) {
   let text;
   if (value === null || value === undefined) text = "None";
   else if (value === true) text = "True";
   else if (value === false) text = "False";
   else if (value instanceof JsonFloat) text = `${value.valueOf()}.0`;
-  else if (typeof value === "string") text = `'${value}'`;
+  else if (typeof value === "string") text = pyRepr(value);
   else if (typeof value === "number") text = Number.isNaN(value) ? "nan" : Number.isFinite(value) ? String(value) : value > 0 ? "inf" : "-inf";
   else text = JSON.stringify(value, (k, v) => (v instanceof JsonFloat ? v.valueOf() : v));
-  return text.length <= 60 ? text : `${text.slice(0, 57)}...`;
+  return text.length <= 60 ? text : `${text.slice(0, keep)}...`;
 }
 
 export class JsonDepthError extends Error {}

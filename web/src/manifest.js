@@ -7,8 +7,9 @@
 //                                   tokenizer, or the source and the target one (each's SHA-256 checked, its vocab
 //                                   and special tokens against the config); languages and generation defaults
 //                                   (format_version 3: manifest_records.js)
-//   pkg.readVariant(name)           the bytes of the variant's two graphs, SHA-256 checked, without external data:
-//                                   what onnxruntime loads (pkg.readGraph(file): one of them, or a few-rows step)
+//   pkg.readVariant(name)           the bytes of the variant's two graphs, SHA-256 checked: what onnxruntime loads
+//                                   (pkg.readGraph(file): one of them, or a few-rows step); a graph with external
+//                                   data comes with its data file's checked bytes (external_data.js)
 // A model folder is untrusted input. Each file is read once and its SHA-256 checked on exactly the bytes that
 // are then used. Every failure is one ModelPackageError line naming the file, the field and the fix.
 import { configFromObject, CONFIG_FIELDS, FORMAT_3_DEFAULTS } from "./config.js";
@@ -16,7 +17,8 @@ import { decoderFormat, READ_FORMAT_VERSIONS } from "./engine.js";
 import { ModelPackageError } from "./errors.js";
 import { isInteger, JsonDepthError, parseJson, short } from "./json.js";
 import { Languages, readGeneration, tokenizerNames } from "./manifest_records.js";
-import { hasExternalData } from "./onnx_bytes.js";
+import { externalGraph, MAX_DATA_BYTES, readVariantField } from "./external_data.js";
+import { externalTensors } from "./onnx_bytes.js";
 import { PackageTokenizer } from "./tokenizer.js";
 
 export const FORMAT = "seq2onnx-model";
@@ -24,7 +26,8 @@ export const MANIFEST = "manifest.json";
 export const REEXPORT = "re-export the model with `seq2onnx export`";
 export const MAX_MANIFEST_BYTES = 2 ** 20;
 export const MAX_JSON_DEPTH = 32;
-export const MAX_FILE_BYTES = 2 ** 31 - 1; // protobuf's limit: onnxruntime loads no larger graph
+export const MAX_FILE_BYTES = 2 ** 31 - 1; // protobuf's limit: onnxruntime loads no larger graph (without external data)
+export { MAX_DATA_BYTES }; // any listed file: a graph's data file may be larger (external_data.js)
 export const MAX_TOKENIZER_BYTES = 2 ** 28;
 export const MAX_STRING_CHARS = 4096; // any string of the manifest, keys included (runtime/manifest.py)
 export const MAX_FILES = 64; // entries of 'files'
@@ -154,9 +157,9 @@ async function checkFiles(platform, root, where, manifest) {
     if (!kindOf(entry, "object")) throw new ModelPackageError(`${where}: files['${name}'] needs 'sha256' and 'bytes'; ${REEXPORT}`);
     const sha256 = field(entry, "sha256", "string", where, `files['${name}']['sha256']`);
     const size = field(entry, "bytes", "int", where, `files['${name}']['bytes']`);
-    if (!SHA256.test(sha256) || !(size >= 0 && size <= MAX_FILE_BYTES)) {
+    if (!SHA256.test(sha256) || !(size >= 0 && size <= MAX_DATA_BYTES)) { // graphs: readGraph's limit
       throw new ModelPackageError(`${where}: files['${name}'] should have a 'sha256' of 64 hex digits and 'bytes' in ` +
-        `[0, ${MAX_FILE_BYTES}], got ${short(entry)}; ${REEXPORT}`);
+        `[0, ${MAX_DATA_BYTES}], got ${short(entry)}; ${REEXPORT}`);
     }
   }
   // present, regular, of the listed size (the browser: present, and of that size where the server says)
@@ -171,6 +174,7 @@ async function checkFiles(platform, root, where, manifest) {
 
 function readVariants(where, manifest) {
   const variants = {};
+  const dataFiles = {}; // graph file -> its data file, over all variants
   for (const [name, entry] of Object.entries(count(manifest, "variants", MAX_VARIANTS, where))) {
     const label = `variants[${short(name)}]`;
     if (!kindOf(entry, "object")) throw new ModelPackageError(`${where}: ${label} is not an object; ${REEXPORT}`);
@@ -191,8 +195,11 @@ function readVariants(where, manifest) {
     // the onnxruntime its graphs need (the int8 variant's fused attention ops); [] none
     const attention = field(entry, "attention", "object", where, `${label}['attention']`, {});
     const minOnnxruntime = readVersion(attention, where, `${label}['attention']`, "");
+    const fewRows = readFewRows(where, manifest, entry, label);
+    const files = [graphs.encoder, graphs.decoder_step, ...(fewRows ? [fewRows.decoderStep] : [])];
+    const externalData = readVariantField(entry, manifest.files, files, where, label, dataFiles, REEXPORT);
     variants[name] = Object.freeze({ name, encoder: graphs.encoder, decoderStep: graphs.decoder_step, precision, parity, status,
-      minOnnxruntime, fewRows: readFewRows(where, manifest, entry, label) });
+      minOnnxruntime, fewRows, externalData });
   }
   if (!Object.hasOwn(variants, "fp32")) throw new ModelPackageError(`${where}: no 'fp32' variant; ${REEXPORT}`);
   return variants;
@@ -287,21 +294,28 @@ export class ModelPackage {
     return Promise.all([variant.encoder, variant.decoderStep].map((file) => this.readGraph(file, verify)));
   }
 
-  /** The bytes of one of the package's graphs (readFile), holding all its weights: a graph with external data is
-   * refused (onnxruntime would read files no checksum covers). */
+  /** The bytes of one of the package's graphs (readFile); for a graph with external data, an ExternalGraph: its bytes
+   * with the data file its variants name for it, read and checked the same way (external_data.js). */
   async readGraph(file, verify = this.verify) {
+    const size = this.manifest.files[file].bytes;
+    if (size > MAX_FILE_BYTES) {
+      throw new ModelPackageError(`${this.describe(file)}: ${MANIFEST} lists ${size} bytes, more than onnxruntime loads ` +
+        `as one graph (${MAX_FILE_BYTES}); ${REEXPORT}`);
+    }
     const data = await this.readFile(file, verify);
-    let external;
+    let tensors;
     try {
-      external = hasExternalData(data);
+      tensors = externalTensors(data);
     } catch (e) {
       throw new ModelPackageError(`${this.describe(file)} is not a valid ONNX model (${e.message}); ${REEXPORT}`);
     }
-    if (external) {
+    const dataName = Object.values(this.variants).find((v) => Object.hasOwn(v.externalData, file))?.externalData[file];
+    if (!tensors.length) return data;
+    if (dataName === undefined) {
       throw new ModelPackageError(`${this.describe(file)} keeps weights in external data files, which the package's ` +
-        `checksums do not cover: a seq2onnx graph holds all its weights; ${REEXPORT}`);
+        `checksums do not cover: no variant's external_data names a data file for it; ${REEXPORT}`);
     }
-    return data;
+    return externalGraph(data, tensors, this.describe(file), dataName, await this.readFile(dataName, verify), REEXPORT);
   }
 }
 
@@ -324,7 +338,7 @@ async function readTokenizer(pkg, name, vocabSize, vocabName) {
   } catch {
     throw new ModelPackageError(`${path} is not a tokenizers JSON file (not UTF-8); ${REEXPORT}`);
   }
-  const tokenizer = new PackageTokenizer(text, path, { vocab_size: vocabSize, vocabName }, { reexport: REEXPORT });
+  const tokenizer = new PackageTokenizer(text, path, { vocab_size: vocabSize, vocabName, manifestVocabSize: manifest.vocab_size }, { reexport: REEXPORT });
   tokenizer.checkManifest(manifest, config, where, REEXPORT);
   return tokenizer;
 }

@@ -34,8 +34,9 @@ const KINDS = {
   string: (v) => typeof v === "string",
 };
 
+/** runtime/manifest_records.py _bad: the value shown cut at 60 characters (manifest.js's messages cut at 57). */
 function bad(where, name, should, got, reexport) {
-  return new ModelPackageError(`${where}: the field ${name} should be ${should}, got ${short(got)}; ${reexport}`);
+  return new ModelPackageError(`${where}: the field ${name} should be ${should}, got ${short(got, 60)}; ${reexport}`);
 }
 
 /** The manifest's "tokenizer" (a file name, or an object) -> {source, target} file names. */

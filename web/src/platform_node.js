@@ -3,6 +3,7 @@
 // point anywhere on the disk, a FIFO or device could block or never end), opened without following links,
 // checked again on the open descriptor, and read once up to a limit.
 import { createHash } from "node:crypto";
+import { constants as bufferConstants } from "node:buffer";
 import { constants, promises as fs } from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -107,6 +108,10 @@ export const nodePlatform = {
   async readFile(root, name, limit, missing) {
     const file = path.join(root, name);
     await checkRegular(file, missing);
+    if (limit + 1 > bufferConstants.MAX_LENGTH) { // a data file of a big model (external_data.js) past Node's buffers
+      throw new ModelPackageError(`${file} has ${limit} bytes, more than one Node buffer holds ` +
+        `(${bufferConstants.MAX_LENGTH - 1}): the JS runtime cannot load this package; use the Python runtime`);
+    }
     let handle;
     try {
       handle = await fs.open(file, OPEN_FLAGS);

@@ -110,8 +110,9 @@ function rustLike(tokenizer, json) {
 
 export class PackageTokenizer {
   /** text: the tokenizer.json text; path: names it in errors; vocab_size: the ids it must have (the checked config's
-   * vocab_size, or src_vocab_size for a source tokenizer of its own: vocabName names the field in errors). */
-  constructor(text, path, { vocab_size: vocabSize, vocabName = "vocab_size" }, { reexport }) {
+   * vocab_size, or src_vocab_size for a source tokenizer of its own: vocabName names the field in errors);
+   * manifestVocabSize: the manifest's vocab_size field, which that error shows as Python's does. */
+  constructor(text, path, { vocab_size: vocabSize, vocabName = "vocab_size", manifestVocabSize }, { reexport }) {
     let json;
     try {
       json = parseTokenizerJson(text); // what Rust tokenizers (the Python runtime) refuses: tokenizer_json.js
@@ -135,8 +136,8 @@ export class PackageTokenizer {
     const size = this.vocab.size;
     const ids = [...this.vocab.values()].sort((a, b) => a - b);
     if (size !== vocabSize) {
-      throw new ModelPackageError(`${path} has ${size} tokens but the model config has ${vocabName} ${vocabSize}: ` +
-        `the tokenizer does not belong to this model; ${reexport}`);
+      throw new ModelPackageError(`${path} has ${size} tokens but the model config has ${vocabName} ${vocabSize} ` +
+        `(manifest vocab_size ${short(manifestVocabSize)}): the tokenizer does not belong to this model; ${reexport}`);
     }
     if (!ids.every((id, i) => id === i)) {
       throw new ModelPackageError(`${path}: its token ids are not exactly 0..${size - 1}, one per token: the tokenizer ` +

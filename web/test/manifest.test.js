@@ -169,6 +169,7 @@ const CASES = {
   "a target language without its token": [() => withLanguages({ tokens: { de: "▁hundred" } }), /languages\.tokens should be a token for each language \(none for 'nl'\)/],
   "a language token not in the vocabulary": [() => withLanguages({ tokens: { de: "▁hundred", nl: ">>nl<<" } }), /languages\.tokens\['nl'\] = '>>nl<<' is not a token of the source tokenizer/],
   "an unknown target_token": [() => withLanguages({ target_token: "prefix" }), /the field languages\.target_token should be null or one of source_prefix, forced_bos, got 'prefix'/],
+  "a target_token of 80 characters": [() => withLanguages({ target_token: "p".repeat(80) }), /the field languages\.target_token should be null or one of source_prefix, forced_bos, got 'p{59}\.\.\.;/],
   "a default target not listed": [() => withLanguages({ default_target: "fr" }), /the field languages\.default_target should be null or one of languages\.target, got 'fr'/],
   "an unknown generation field": [() => v3({ generation: { num_beams: 4 } }), /the field generation\.num_beams should be one of the decoding options \(beam_size, /],
   "a generation beam_size of 0": [() => v3({ generation: { beam_size: 0 } }), /the field generation holds a bad decoding option \(beamSize must be an integer in \[1, 256\], got 0\)/],
@@ -178,6 +179,9 @@ const CASES = {
   "no int8 variant for computeType int8": [() => { const m = clone(); delete m.variants.int8; return m; }, /has no int8 variant; it has fp32 \(float32\)/, { computeType: "int8" }],
 };
 
+// the cases whose JS line must be Python's, word for word (the value cut as runtime/manifest_records.py _bad cuts it;
+// the tokenizer size line with the manifest's vocab_size, as runtime/manifest.py _read_tokenizer writes it)
+const EXACT = ["a target_token of 80 characters", "a tokenizer of another vocabulary"];
 let python;
 const dirs = {};
 
@@ -209,6 +213,7 @@ for (const [name, [, want, options = {}]] of Object.entries(CASES)) {
       assert.ok(e instanceof ModelPackageError, `${e.name}: ${e.message}`);
       assert.match(e.message, want);
       assert.ok(!e.message.includes("\n"), "one line");
+      if (EXACT.includes(name)) assert.equal(e.message, python[name]);
       return true;
     });
     assert.notEqual(python[name], null, "the Python runtime loaded what the JS runtime refused");

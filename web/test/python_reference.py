@@ -46,6 +46,12 @@ stdout, one result per job, so that a test pays for one interpreter start. Jobs:
       -> {"path": DIR/<kind>-package, "texts": [..]}: a tiny HF folder of that kind (tests/hf_folders.py) built in
          DIR/<kind>, converted by `seq2onnx convert`'s own pipeline (export/hf_convert.py run_convert), and N English
          source lines of the text its tokenizers were trained on
+  {"op": "external_data", "model": DIR, "out": DIR2, "point": {GRAPH: {KEY: VALUE}}}
+      -> {"path": DIR2}: a copy of the package DIR with every graph written by the exporter's own writer with its
+         weights in a data file beside it (export/graph_files.py save_graph(external=True), as `seq2onnx export
+         --external-data` writes them), each variant's external_data and every file listed anew; "point" (optional):
+         then every external initializer of GRAPH gets those external_data entries (e.g. location "../x"), the
+         graph listed anew: a consistent, hostile package
   {"op": "schema"}
       -> the package rules the JS reader must hold as Python holds them (test/schema.test.js): runtime/manifest.py's
          format versions and limits, ModelConfig's fields (kinds, CHOICES, _RANGES, the format-3 fields' defaults),
@@ -245,10 +251,41 @@ def convert_hf(job: Dict[str, Any]) -> Dict[str, Any]:
     return {"path": str(out), "texts": [source for source, _ in pairs[::step][:job["texts"]]]}
 
 
+def external_data(job: Dict[str, Any]) -> Dict[str, Any]:
+    import shutil
+
+    import onnx
+
+    from seq2onnx.export.graph_files import add_external_data_fields, data_file, save_graph
+    from seq2onnx.runtime.manifest import MANIFEST, sha256_of
+
+    out = Path(job["out"])
+    shutil.copytree(job["model"], out)
+    manifest = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
+    graphs = sorted({g for v in manifest["variants"].values()
+                     for g in [v["encoder"], v["decoder_step"]] + ([v["few_rows"]["decoder_step"]] if v.get("few_rows") else [])})
+    for graph in graphs:
+        save_graph(onnx.load(str(out / graph)), out / graph, external=True)
+    for graph, entries in job.get("point", {}).items():
+        model = onnx.load(str(out / graph), load_external_data=False)
+        for tensor in model.graph.initializer:
+            for entry in tensor.external_data:
+                if entry.key in entries:
+                    entry.value = entries[entry.key]
+        onnx.save_model(model, str(out / graph))
+    add_external_data_fields(out, manifest["variants"])
+    for name in list(manifest["files"]) + [data_file(out / g).name for g in graphs]:
+        manifest["files"][name] = {"sha256": sha256_of(out / name), "bytes": (out / name).stat().st_size}
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+    return {"path": str(out)}
+
+
 def schema(job: Dict[str, Any]) -> Dict[str, Any]:
     import dataclasses
 
-    from seq2onnx.runtime import config, errors, manifest, manifest_records, options
+    import numpy as np
+
+    from seq2onnx.runtime import config, errors, external_data, manifest, manifest_records, options
 
     dataclass_fields = {f.name: f for f in dataclasses.fields(config.ModelConfig)}
     return {
@@ -257,7 +294,10 @@ def schema(job: Dict[str, Any]) -> Dict[str, Any]:
         "decoder_format": {v: manifest.decoder_format(v) for v in manifest.READ_FORMAT_VERSIONS},
         "limits": {name: getattr(manifest, name) for name in (
             "MAX_MANIFEST_BYTES", "MAX_JSON_DEPTH", "MAX_STRING_CHARS", "MAX_FILES", "MAX_VARIANTS", "MAX_FILE_BYTES",
-            "MAX_TOKENIZER_BYTES", "MAX_FEW_ROWS")},
+            "MAX_TOKENIZER_BYTES", "MAX_FEW_ROWS", "MAX_DATA_BYTES")},
+        "external_data": {"field": external_data.FIELD, "keys": list(external_data.KEYS),
+                          "dtypes": {k: [np.dtype(v).name, np.dtype(v).itemsize] for k, v in external_data.DTYPES.items()},
+                          "number": external_data._NUMBER.pattern},
         "patterns": {"SHA256": manifest.SHA256.pattern, "FILE_NAME": manifest.FILE_NAME.pattern,
                      "VERSION": manifest.VERSION.pattern, "LANGUAGE_CODE": manifest_records.LANGUAGE_CODE.pattern},
         "unchecked": manifest.UNCHECKED, "statuses": list(manifest.STATUSES),
@@ -292,7 +332,7 @@ def bench(job: Dict[str, Any]) -> Dict[str, Any]:
 
 OPS = {"corpus": corpus, "numbers": numbers, "train_tokenizer": train_tokenizer, "tokenize": tokenize, "translate": translate,
        "generate_tokens": generate_tokens, "compare": compare, "check_options": check_options, "export_random": export_random, "load": load, "bench": bench,
-       "tokenizer_rules": tokenizer_rules, "schema": schema, "convert_hf": convert_hf}
+       "tokenizer_rules": tokenizer_rules, "schema": schema, "convert_hf": convert_hf, "external_data": external_data}
 
 
 def main() -> None:

@@ -1,10 +1,11 @@
 // One manifest schema: the constants the JS reader checks a package by (src/config.js, manifest.js,
-// manifest_records.js, engine.js, tokenizer.js, options.js) against the Python runtime's own, read from it in this run
+// manifest_records.js, external_data.js, engine.js, tokenizer.js, options.js) against the Python runtime's own, read from it in this run
 // (test/python_reference.py "schema"): a rule changed on one side only fails here.
 import assert from "node:assert/strict";
 import { before, test } from "node:test";
 import { CHOICES, CONFIG_FIELDS, FORMAT_3_DEFAULTS, RANGES } from "../src/config.js";
 import { decoderFormat, READ_FORMAT_VERSIONS } from "../src/engine.js";
+import { DTYPES, FIELD, KEYS, NUMBER } from "../src/external_data.js";
 import * as manifest from "../src/manifest.js";
 import { FLOAT_OPTIONS, GENERATION_FIELDS, LANGUAGE_CODE, LANGUAGE_FIELDS, MAX_LANGUAGES, snakeCase,
   TARGET_TOKEN } from "../src/manifest_records.js";
@@ -55,4 +56,13 @@ test("generation: GENERATION_FIELDS, the float options, and the decoding options
   assert.deepEqual(FLOAT_OPTIONS, py.float_options);
   const js = Object.fromEntries(Object.entries(DECODING_DEFAULTS).map(([k, v]) => [snakeCase(k), v]));
   assert.deepEqual(js, py.decoding_defaults);
+});
+
+test("external data: MAX_DATA_BYTES, the variant field, the external_data keys, the data types and their sizes", () => {
+  assert.equal(manifest.MAX_DATA_BYTES, py.limits.MAX_DATA_BYTES);
+  assert.equal(FIELD, py.external_data.field);
+  assert.deepEqual(KEYS, py.external_data.keys);
+  assert.deepEqual(DTYPES, py.external_data.dtypes);
+  assert.equal(NUMBER.source, `^${py.external_data.number}$`); // Python fullmatches (re.ASCII: JS's \d is ASCII)
+  assert.equal(NUMBER.flags, "");
 });

@@ -18,7 +18,13 @@ THOUSANDS = r"(?<=\d)(?=(?:\d{3})+(?!\d))"
 # and decoders and Split pre-tokenizers): the ones seq2onnx's trainer writes. Any other could backtrack for minutes
 # on a short text: Oniguruma's retry limit stops one match, not the thousands of matches on a long line (and
 # JavaScript's RegExp has no limit at all). web/src/tokenizer_json.js holds the same list (a web test compares them).
-ALLOWED_REGEXES = (THOUSANDS,)
+# Converted SentencePiece tokenizers (export/hf_tokenizers.py; transformers' NLLB tokenizer has the first too): a
+# run of spaces (-> one space: remove_extra_whitespaces), and the spaces at either end of a text (-> none: the same
+# on the normalized text, and the slow tokenizers' strip() of the decoded text). Both linear: the lookbehind tries
+# each run of spaces from its start only.
+COLLAPSE_SPACES = " {2,}"
+EDGE_SPACES = "^ +|(?<! ) +$"
+ALLOWED_REGEXES = (THOUSANDS, COLLAPSE_SPACES, EDGE_SPACES)
 REGEX_COMPONENTS = ("normalizer", "pre_tokenizer", "decoder")     # the parts of a tokenizer.json that run patterns
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 import io
 import json
+import random
 import sys
 from collections import Counter
 from pathlib import Path
@@ -78,7 +79,12 @@ def gettext_pairs(lang: str, n: int = PAIRS) -> Tuple[Tuple[str, str], ...]:
 def train_spm(lines: Sequence[str], model_type: str, vocab_size: int) -> bytes:
     """A SentencePiece model trained on lines (serialized ModelProto): nmt_nfkc normalization (the default,
     as OPUS-MT's and fairseq's), default character coverage 0.9995 (rare characters are left out, as in
-    real models), pieces <unk>=0, <s>=1, </s>=2."""
+    real models), pieces <unk>=0, <s>=1, </s>=2. The same lines give the same model (trained once a process)."""
+    return _train_spm(tuple(lines), model_type, vocab_size)
+
+
+@functools.lru_cache(maxsize=None)
+def _train_spm(lines: Tuple[str, ...], model_type: str, vocab_size: int) -> bytes:
     import sentencepiece as spm
 
     out = io.BytesIO()
@@ -109,15 +115,20 @@ def _seeded(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def _save_model(model, folder: Path, generation: dict, shift_eos: Callable[[float], None],
-                prefixes: Sequence[str] = ("",)) -> None:
-    """Calibrate EOS's logit (calibrate_eos), then save the model and its generation_config.json in folder (which
-    holds the tokenizer already)."""
+def _save_model(folder: Path, config, make_model: Callable, seed: int, shift_eos: Callable, generation: dict,
+                prefixes: Sequence[str] = ("",), weights: bool = True) -> None:
+    """The random model of `config` (make_model(config) after seeding torch with `seed`), EOS's logit calibrated
+    (calibrate_eos: shift_eos(model) -> how to shift it), saved in folder (which holds the tokenizer already) with
+    its generation_config.json; weights=False: config.json alone (what the tokenizer tests read), in no time."""
     from transformers import GenerationConfig
 
-    model.eval()
+    if not weights:
+        config.save_pretrained(str(folder))
+        return
+    _seeded(seed)
+    model = make_model(config).eval()
     model.generation_config = GenerationConfig(**generation)
-    shift_eos(calibrate_eos(model, folder, prefixes))
+    shift_eos(model)(calibrate_eos(model, folder, prefixes))
     model.save_pretrained(str(folder), safe_serialization=True)
     model.generation_config.save_pretrained(str(folder))
 
@@ -192,50 +203,64 @@ def _length_signal(model, start_id: int, eos_id: int, marker: float, gain: float
         head.out_proj.weight[k, 0] = gain
 
 
-def _marian_model(vocab_size: int, target_vocab_size: int, pad_id: int, eos_id: int, separate: bool):
-    import torch
-    from transformers import MarianConfig, MarianMTModel
+def _marian_config(vocab_size: int, target_vocab_size: int, pad_id: int, eos_id: int, separate: bool):
+    from transformers import MarianConfig
 
-    config = MarianConfig(
+    return MarianConfig(
         vocab_size=vocab_size, decoder_vocab_size=target_vocab_size, **TINY, activation_function="swish",
         max_position_embeddings=512, scale_embedding=True, share_encoder_decoder_embeddings=not separate,
         dropout=0.1, attention_dropout=0.0, activation_dropout=0.0, init_std=MARIAN_LENGTH["init_std"],
         pad_token_id=pad_id, eos_token_id=eos_id, bos_token_id=eos_id, decoder_start_token_id=pad_id,
         forced_eos_token_id=eos_id)
+
+
+def _marian_model(config):
+    import torch
+    from transformers import MarianMTModel
+
     model = MarianMTModel(config)
     with torch.no_grad():                       # a trained model's logits bias: random (EOS's: calibrate_eos)
-        model.final_logits_bias.copy_(torch.randn(1, target_vocab_size) * 0.5)
-    _length_signal(model, pad_id, eos_id, **MARIAN_LENGTH)
+        model.final_logits_bias.copy_(torch.randn(1, config.decoder_vocab_size) * 0.5)
+    _length_signal(model, config.decoder_start_token_id, config.eos_token_id, **MARIAN_LENGTH)
     return model
 
 
-def _fairseq_model(vocab_size: int, pad_id: int, bos_id: int, eos_id: int):
-    import torch
-    from transformers import M2M100Config, M2M100ForConditionalGeneration
+def _fairseq_config(vocab_size: int, pad_id: int, bos_id: int, eos_id: int):
+    from transformers import M2M100Config
 
-    config = M2M100Config(
+    return M2M100Config(
         vocab_size=vocab_size, **TINY, activation_function="relu", max_position_embeddings=1024,
         scale_embedding=True, dropout=0.1, attention_dropout=0.1, activation_dropout=0.0,
         encoder_layerdrop=0.05, decoder_layerdrop=0.05, init_std=FAIRSEQ_LENGTH["init_std"],
         pad_token_id=pad_id, bos_token_id=bos_id, eos_token_id=eos_id, decoder_start_token_id=eos_id)
+
+
+def _fairseq_model(config):
+    import torch
+    from transformers import M2M100ForConditionalGeneration
+
     model = M2M100ForConditionalGeneration(config)
     with torch.no_grad():                       # random LayerNorm weights, as a trained model's
         for module in model.modules():
             if isinstance(module, torch.nn.LayerNorm):
                 module.weight.copy_(1 + 0.1 * torch.randn_like(module.weight))
                 module.bias.copy_(0.1 * torch.randn_like(module.bias))
-    _length_signal(model, eos_id, eos_id, **FAIRSEQ_LENGTH)
+    _length_signal(model, config.eos_token_id, config.eos_token_id, **FAIRSEQ_LENGTH)
     return model
 
 
-def _shift_marian_eos(model, eos_id: int) -> Callable[[float], None]:
+def _shift_marian_eos(model) -> Callable[[float], None]:
+    eos_id = model.config.eos_token_id
+
     def shift(by: float) -> None:
         model.final_logits_bias.data[0, eos_id] += by
     return shift
 
 
-def _shift_fairseq_eos(model, eos_id: int) -> Callable[[float], None]:
+def _shift_fairseq_eos(model) -> Callable[[float], None]:
     """M2M100 has no logits bias: the final LayerNorm's bias on the length feature, which only EOS reads."""
+    eos_id = model.config.eos_token_id
+
     def shift(by: float) -> None:
         decoder = model.model.decoder
         decoder.layer_norm.bias.data[LENGTH_FEATURE] += by / decoder.embed_tokens.weight[eos_id, LENGTH_FEATURE].item()
@@ -280,19 +305,17 @@ def write_marian_tokenizer(folder: Path, src_spm: bytes, tgt_spm: bytes, separat
     return src_vocab, tgt_vocab
 
 
-def build_marian(folder, separate_vocabs: bool = False, multilingual: bool = False) -> Path:
+def build_marian(folder, separate_vocabs: bool = False, multilingual: bool = False, weights: bool = True) -> Path:
     """An OPUS-MT folder at `folder` (created): English -> German, or -> German and French (multilingual,
     tags >>deu<< >>fra<<); the model's ids are vocab.json's (target ones target_vocab.json's if separate)."""
     if separate_vocabs and multilingual:
         raise ValueError("build_marian: a multilingual folder has a joint vocabulary")
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    de = gettext_pairs("de")
-    targets = [t for _, t in de]
-    if multilingual:
-        fr = gettext_pairs("fr")
-        targets += [t for _, t in fr]
-    sources = [s for s, _ in de] + ([s for s, _ in fr] if multilingual else [])
+    pairs = gettext_pairs("de")
+    if multilingual:                           # half German, half French: as many lines as the others
+        pairs = pairs[::2] + gettext_pairs("fr")[1::2]
+    sources, targets = [s for s, _ in pairs], [t for _, t in pairs]
     src_spm = train_spm(sources, "unigram", MARIAN_SPM_VOCAB)
     tgt_spm = train_spm(targets, "unigram", MARIAN_SPM_VOCAB)
     src_vocab, tgt_vocab = write_marian_tokenizer(
@@ -300,13 +323,11 @@ def build_marian(folder, separate_vocabs: bool = False, multilingual: bool = Fal
         target_lang=None if multilingual else "de")
 
     pad, eos = tgt_vocab["<pad>"], tgt_vocab["</s>"]
-    _seeded(SEED + 1)
-    model = _marian_model(len(src_vocab), len(tgt_vocab), pad, eos, separate_vocabs)
-    _save_model(model, folder, dict(MARIAN_GENERATION, bad_words_ids=[[pad]], forced_eos_token_id=eos,
-                                    bos_token_id=eos, eos_token_id=eos, pad_token_id=pad,
-                                    decoder_start_token_id=pad),
-                _shift_marian_eos(model, eos),
-                prefixes=[tag + " " for tag in MARIAN_TAGS.values()] if multilingual else ("",))
+    config = _marian_config(len(src_vocab), len(tgt_vocab), pad, eos, separate_vocabs)
+    _save_model(folder, config, _marian_model, SEED + 1, _shift_marian_eos,
+                dict(MARIAN_GENERATION, bad_words_ids=[[pad]], forced_eos_token_id=eos, bos_token_id=eos,
+                     eos_token_id=eos, pad_token_id=pad, decoder_start_token_id=pad),
+                prefixes=[tag + " " for tag in MARIAN_TAGS.values()] if multilingual else ("",), weights=weights)
     return folder
 
 
@@ -321,7 +342,7 @@ def _fairseq_spm(folder: Path) -> Tuple[bytes, List[str]]:
     return model, lines
 
 
-def build_m2m100(folder) -> Path:
+def build_m2m100(folder, weights: bool = True) -> Path:
     """An M2M100 folder (language_codes "wmt21": en ha is ja cs ru zh de; default en -> de): vocab.json is
     fairseq's dictionary (<s> <pad> </s> <unk>, then the pieces by their frequency in the training lines),
     the 8 language tokens and 8 made-up words follow it in the model's vocabulary."""
@@ -343,15 +364,14 @@ def build_m2m100(folder) -> Path:
     tokenizer.save_pretrained(str(folder))
 
     size = len(vocab) + len(tokenizer.lang_code_to_id) + tokenizer.num_madeup_words
-    _seeded(SEED + 2)
-    model = _fairseq_model(size, vocab["<pad>"], vocab["<s>"], vocab["</s>"])
-    _save_model(model, folder, dict(M2M100_GENERATION, bos_token_id=vocab["<s>"], eos_token_id=vocab["</s>"],
-                                    pad_token_id=vocab["<pad>"], decoder_start_token_id=vocab["</s>"]),
-                _shift_fairseq_eos(model, vocab["</s>"]))
+    config = _fairseq_config(size, vocab["<pad>"], vocab["<s>"], vocab["</s>"])
+    _save_model(folder, config, _fairseq_model, SEED + 2, _shift_fairseq_eos,
+                dict(M2M100_GENERATION, bos_token_id=vocab["<s>"], eos_token_id=vocab["</s>"],
+                     pad_token_id=vocab["<pad>"], decoder_start_token_id=vocab["</s>"]), weights=weights)
     return folder
 
 
-def build_nllb(folder) -> Path:
+def build_nllb(folder, weights: bool = True) -> Path:
     """An NLLB-200 folder: sentencepiece.bpe.model and what transformers' NllbTokenizer converts it to
     (tokenizer.json: <s> <pad> </s> <unk>, the pieces with fairseq's offset of 1, the 202 language codes,
     <mask>), default source eng_Latn. Its generation_config is NLLB's: greedy, max_length only."""
@@ -368,21 +388,120 @@ def build_nllb(folder) -> Path:
     tokenizer.save_pretrained(str(folder))
 
     ids = {t: tokenizer.convert_tokens_to_ids(t) for t in ("<s>", "<pad>", "</s>")}
-    _seeded(SEED + 3)
-    model = _fairseq_model(len(tokenizer), ids["<pad>"], ids["<s>"], ids["</s>"])
-    _save_model(model, folder, dict(max_length=MAX_LENGTH, bos_token_id=ids["<s>"], eos_token_id=ids["</s>"],
-                                    pad_token_id=ids["<pad>"], decoder_start_token_id=ids["</s>"]),
-                _shift_fairseq_eos(model, ids["</s>"]))
+    config = _fairseq_config(len(tokenizer), ids["<pad>"], ids["<s>"], ids["</s>"])
+    _save_model(folder, config, _fairseq_model, SEED + 3, _shift_fairseq_eos,
+                dict(max_length=MAX_LENGTH, bos_token_id=ids["<s>"], eos_token_id=ids["</s>"],
+                     pad_token_id=ids["<pad>"], decoder_start_token_id=ids["</s>"]), weights=weights)
     return folder
 
 
-BUILDERS: Dict[str, Callable[[Path], Path]] = {
+BUILDERS: Dict[str, Callable[..., Path]] = {           # kind -> builder(folder, weights=True)
     "marian": build_marian,
-    "marian_separate": lambda folder: build_marian(folder, separate_vocabs=True),
-    "marian_multilingual": lambda folder: build_marian(folder, multilingual=True),
+    "marian_separate": lambda folder, **kw: build_marian(folder, separate_vocabs=True, **kw),
+    "marian_multilingual": lambda folder, **kw: build_marian(folder, multilingual=True, **kw),
     "m2m100": build_m2m100,
     "nllb": build_nllb,
 }
+
+
+# --- texts for the tokenizer tests (tests/test_hf_tokenizers.py; write_converted for the JS tests) --------------
+TEXTS = 5000
+RANDOM_ID_SEQUENCES = 500
+RANDOM_SEED = 32
+
+# what the generated texts are made of
+PUNCTUATION = list(".,;:!?-–—'\"()[]{}/\\@#$%^&*+=_~`|«»„“”‘’…·•") + ["...", "?!", "--"]
+WHITESPACE = [" ", "  ", "   ", "\t", "\n", "\r\n", "\u00a0", "\u3000", "\u2009", "\u200b", "\u2028", "\x85", "\u1680"]
+EMOJI = ["😀", "👍🏽", "❤️", "🇩🇪", "👨‍👩‍👧", "🤖", "✨", "🎉"]
+FOREIGN = ["日本語", "中文字", "Москва", "Ελληνικά", "العربية", "עברית", "한국어", "ไทย", "ß", "ø", "ł", "ğ", "Ω", "∑", "€",
+           "©", "™", "°", "µ", "\u0301", "e\u0301", "\ufffd", "\U0001d54f"]
+NFKC = ["Ｈｅｌｌｏ", "ＡＢＣ１２３", "ﬁle", "ﬂow", "ﬀ", "x²", "H₂O", "½", "①②", "Ⅻ", "ｶﾀｶﾅ", "㎏", "℡", "ℌ", "ǅ",
+        "\u212b", "ﾟ", "…", "‥", "™"]
+
+
+def _word(rng: random.Random, words: Sequence[str]) -> str:
+    word = rng.choice(words)
+    change = rng.random()
+    if change < 0.15:
+        word = word.upper()
+    elif change < 0.3:
+        word = word.title()
+    elif change < 0.4:
+        word = word.swapcase()
+    return word
+
+
+def generated_text(rng: random.Random, words: Sequence[str]) -> str:
+    """A few words of gettext text mixed with digits, punctuation, odd whitespace, emoji, foreign and NFKC-changing
+    characters; sometimes leading or trailing whitespace."""
+    parts: List[str] = []
+    for _ in range(rng.randint(1, 8)):
+        kind = rng.random()
+        if kind < 0.45:
+            parts.append(_word(rng, words))
+        elif kind < 0.55:
+            parts.append(str(rng.randint(0, 10 ** rng.randint(1, 9))))
+        elif kind < 0.68:
+            parts.append(rng.choice(PUNCTUATION))
+        elif kind < 0.76:
+            parts.append(rng.choice(EMOJI))
+        elif kind < 0.88:
+            parts.append(rng.choice(FOREIGN))
+        else:
+            parts.append(rng.choice(NFKC))
+        parts.append(rng.choice(WHITESPACE) if rng.random() < 0.25 else (" " if rng.random() < 0.7 else ""))
+    text = "".join(parts)
+    if rng.random() < 0.1:
+        text = rng.choice(WHITESPACE) + text
+    if rng.random() < 0.15:
+        text = text.rstrip() if rng.random() < 0.5 else text + rng.choice(WHITESPACE)
+    return text
+
+
+def tokenizer_texts(n: int = TEXTS) -> List[str]:
+    """n strings: gettext msgids, German and French msgstrs (2/5), generated ones (the rest), and a few edge cases."""
+    rng = random.Random(RANDOM_SEED)
+    de, fr = gettext_pairs("de"), gettext_pairs("fr")
+    real = [s for s, _ in de[::3]] + [t for _, t in de[1::5]] + [t for _, t in fr[2::7]]
+    real = real[: 2 * n // 5]
+    words = sorted({w for line in real for w in line.split()})
+    edge = ["", " ", "   ", "\t\n", "a", "A", "1", ".", "x  y", " leading", "trailing ", "ÄÖÜäöüß", "😀😀😀",
+            "日本語のテキスト", "Ｆｕｌｌ ｗｉｄｔｈ", "ﬁﬂﬀ ligatures", "e\u0301te\u0301", "\u200b", "a\u00a0b", "12,345.67"]
+    out = edge + real
+    while len(out) < n:
+        out.append(generated_text(rng, words))
+    return [t for t in out if not _holds_special(t)][:n]
+
+
+def _holds_special(text: str) -> bool:
+    return any(s in text for s in ("<s>", "</s>", "<pad>", "<unk>", "<mask>", ">>")) or text.lstrip().startswith(">>")
+
+
+
+# Where a converted tokenizer cannot equal a SentencePiece-based transformers tokenizer (export/hf_tokenizers.py says
+# why), each for a reason `explained` names; all together they may explain at most MAX_EXPLAINED of the texts.
+MAX_EXPLAINED = 0.02
+
+
+def explained(text: str, ours: List[int], theirs: List[int], sp, normalizer) -> Optional[str]:
+    """Why ours differs from transformers' ids on text, if for a known reason: "tie" (the same pieces in another
+    order: SentencePiece's Viterbi adds float32 scores, tokenizers' float64), "unknown run" (SentencePiece makes a
+    run of characters it does not know one piece, looked up whole in the vocabulary; the converted Unigram / BPE
+    model looks up the characters it has), "grapheme" (tokenizers' Precompiled normalizer maps a grapheme cluster
+    by its first characters and drops the rest, SentencePiece maps them all)."""
+    if sorted(ours) == sorted(theirs):
+        return "tie"
+    if any(len(p) > 1 and sp.piece_to_id(p) == sp.unk_id() for p in sp.encode(text, out_type=str)):
+        return "unknown run"
+    normalized = normalizer.normalize_str(text)
+    if sp.normalize(text) != ("\u2581" + normalized.replace(" ", "\u2581") if normalized else ""):
+        return "grapheme"
+    return None
+
+
+def random_ids(rng: random.Random, vocab_size: int, n: int = RANDOM_ID_SEQUENCES) -> List[List[int]]:
+    return [[rng.randrange(vocab_size) for _ in range(rng.randint(0, 12))] for _ in range(n)]
+
 
 
 # --- checks and the fixture -------------------------------------------------------------------------------
@@ -405,18 +524,26 @@ def greedy_lengths(folder, sources: Sequence[str], **tokenizer_kwargs) -> List[i
 
 
 class HFFolders:
-    """The folders of one test session, each built on first use under `root`."""
+    """The folders of one test session, each built on first use under `root`: get(kind) a whole folder,
+    tokenizer_folder(kind) one with the tokenizer files and config.json (the whole one if built already)."""
 
     def __init__(self, root: Path):
         self.root = root
-        self._built: Dict[str, Path] = {}
+        self._built: Dict[Tuple[str, bool], Path] = {}
 
     def get(self, kind: str) -> Path:
+        return self._build(kind, weights=True)
+
+    def tokenizer_folder(self, kind: str) -> Path:
+        return self._built.get((kind, True)) or self._build(kind, weights=False)
+
+    def _build(self, kind: str, weights: bool) -> Path:
         if kind not in BUILDERS:
             raise KeyError(f"no HF folder kind {kind!r}: one of {', '.join(KINDS)}")
-        if kind not in self._built:
-            self._built[kind] = BUILDERS[kind](self.root / kind)
-        return self._built[kind]
+        if (kind, weights) not in self._built:
+            folder = self.root / (kind if weights else f"{kind}-tokenizer")
+            self._built[kind, weights] = BUILDERS[kind](folder, weights=weights)
+        return self._built[kind, weights]
 
 
 @pytest.fixture(scope="session")
@@ -424,13 +551,76 @@ def hf_folders(tmp_path_factory) -> HFFolders:
     return HFFolders(tmp_path_factory.mktemp("hf_folders"))
 
 
+def transformers_tokenizer(folder: Path):
+    """transformers' own tokenizer of a folder (MarianTokenizer, M2M100Tokenizer or NllbTokenizer)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(folder))
+
+
+def write_converted(folder, out) -> Dict[str, Path]:
+    """export/hf_tokenizers.py's files for the HF folder `folder`, written into `out` (created), and out/expected.json:
+    what transformers' tokenizer gives on tokenizer_texts(), for the JS runtime's tests -> name -> path.
+
+    expected.json: {"texts": [str], "source_ids": [[int]] (transformers' ids, no special tokens), "target_ids":
+    [[int]] (Marian: as a target text; else = source_ids), "decode_ids": [[int]] (target_ids, then random id
+    sequences), "decoded": [str] (transformers' decode, skip_special_tokens=True), "explained": {"source"|"target":
+    {index: reason}} (texts where the converted tokenizer differs from transformers for a reason `explained` names;
+    the Python converter's output, compare with that on those), "tokenizer": the manifest's tokenizer field}."""
+    import sentencepiece
+    from tokenizers import Tokenizer
+
+    from seq2onnx.export import hf_tokenizers
+    from seq2onnx.runtime.package_tokenizer import specials_as_text
+
+    folder, out = Path(folder), Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    converted = hf_tokenizers.convert(folder, config)
+    written = {}
+    for name, text in converted.files.items():
+        (out / name).write_text(text, encoding="utf-8")
+        written[name] = out / name
+    hf = transformers_tokenizer(folder)
+    texts = tokenizer_texts()
+    source_ids = [hf(t, add_special_tokens=False).input_ids for t in texts]
+    marian = config["model_type"] == "marian"
+    target_ids = [hf(text_target=t, add_special_tokens=False).input_ids for t in texts] if marian else source_ids
+    decode_ids = target_ids + random_ids(random.Random(RANDOM_SEED), config.get("decoder_vocab_size")
+                                         or config["vocab_size"])
+    spm_files = {"source": "source.spm", "target": "target.spm"} if marian else \
+        {"source": "sentencepiece.bpe.model"} if (folder / "vocab.json").is_file() else {}
+    names = {"source": "source_tokenizer.json", "target": "target_tokenizer.json"} if marian else \
+        {"source": "tokenizer.json"}
+    reasons: Dict[str, Dict[int, str]] = {}
+    for side, ids in (("source", source_ids), ("target", target_ids)):
+        if side not in spm_files:
+            continue
+        ours = specials_as_text(Tokenizer.from_str(converted.files[names[side]]))
+        sp = sentencepiece.SentencePieceProcessor(model_file=str(folder / spm_files[side]))
+        mine = [e.ids for e in ours.encode_batch(texts)]
+        reasons[side] = {i: explained(t, a, b, sp, ours.normalizer) or "unexplained"
+                         for i, (t, a, b) in enumerate(zip(texts, mine, ids)) if a != b}
+    expected = {"texts": texts, "source_ids": source_ids, "target_ids": target_ids, "decode_ids": decode_ids,
+                "decoded": [hf.decode(ids, skip_special_tokens=True) for ids in decode_ids], "explained": reasons,
+                "tokenizer": converted.field}
+    (out / "expected.json").write_text(json.dumps(expected, ensure_ascii=False), encoding="utf-8")
+    written["expected.json"] = out / "expected.json"
+    return written
+
+
 def main(argv: Sequence[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python -m tests.hf_folders OUT_DIR   (builds every kind into OUT_DIR/<kind>)", file=sys.stderr)
+    if len(argv) not in (1, 2) or (len(argv) == 2 and argv[1] != "--tokenizers"):
+        print("usage: python -m tests.hf_folders OUT_DIR [--tokenizers]\n  builds every kind into OUT_DIR/<kind>; "
+              "--tokenizers: tokenizer files and config.json only (no weights), and OUT_DIR/<kind>.converted/ (the "
+              "converted tokenizer files and expected.json: write_converted)", file=sys.stderr)
         return 2
-    out = Path(argv[0])
+    out, tokenizers_only = Path(argv[0]), len(argv) == 2
     for kind in KINDS:
-        print(f"{kind}: {BUILDERS[kind](out / kind)}")
+        folder = BUILDERS[kind](out / kind, weights=not tokenizers_only)
+        print(f"{kind}: {folder}")
+        if tokenizers_only:
+            print(f"{kind}: {', '.join(str(p) for p in write_converted(folder, out / f'{kind}.converted').values())}")
     return 0
 
 

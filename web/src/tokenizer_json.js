@@ -12,7 +12,13 @@ export const THOUSANDS = String.raw`(?<=\d)(?=(?:\d{3})+(?!\d))`;
 // The only regular expressions a tokenizer.json may hold ({"Regex": ...} patterns): the trainer's, as
 // runtime/package_tokenizer.py ALLOWED_REGEXES (the same list; a test compares them). Any other could backtrack
 // for minutes on a short text: JavaScript's RegExp has no backtracking limit, and Oniguruma's stops one match only.
-export const ALLOWED_REGEXES = [THOUSANDS];
+// Converted SentencePiece tokenizers (export/hf_tokenizers.py; transformers' NLLB tokenizer has the first too): a
+// run of spaces (-> one space: remove_extra_whitespaces), and the spaces at either end of a text (-> none: the same
+// on the normalized text, and the slow tokenizers' strip() of the decoded text). Both linear: the lookbehind tries
+// each run of spaces from its start only.
+export const COLLAPSE_SPACES = " {2,}";
+export const EDGE_SPACES = "^ +|(?<! ) +$";
+export const ALLOWED_REGEXES = [THOUSANDS, COLLAPSE_SPACES, EDGE_SPACES];
 export const REGEX_COMPONENTS = ["normalizer", "pre_tokenizer", "decoder"]; // the parts of a tokenizer.json with patterns
 export const SERDE_DEPTH = 128; // serde_json's recursion limit: Rust refuses a file nested deeper
 const TOP_LEVEL = ["version", "truncation", "padding", "added_tokens", "normalizer", "pre_tokenizer", "model",

@@ -27,7 +27,7 @@ from seq2onnx.runtime.cli import OneLineParser
 from seq2onnx.runtime.errors import Seq2OnnxError, checkpoints_in
 from seq2onnx.runtime.graph_io import (CROSS_ATTENTION, DECODER_FORMAT, DECODER_FORMATS, FUSED_ATTENTION_DOMAIN, FUSED_ATTENTION_OPS,
                                        MIN_ONNXRUNTIME, cache_names)
-from seq2onnx.runtime.manifest import version_text
+from seq2onnx.runtime.manifest import STAGED, version_text
 from seq2onnx.runtime.manifest_records import LANGUAGE_CODE, Languages
 from seq2onnx.runtime.session import onnxruntime_log_severity, onnxruntime_version
 from seq2onnx.training.checkpoint import load_checkpoint
@@ -222,7 +222,11 @@ def write_package(model, contents: PackageContents, opts: ExportOptions, parity_
             extra=contents.extra)
         manifest = package.finish_package(staging, manifest)
         if contents.gate is not None:
-            log(contents.gate(staging, manifest))
+            token = STAGED.set(staging)
+            try:
+                log(contents.gate(staging, manifest))
+            finally:
+                STAGED.reset(token)
         package.publish(staging, target, opts.overwrite)
         stage_seconds["write"] = time.perf_counter() - t
         log(f"[5/5] write: {target} ({len(manifest['files']) + 1} files, {stage_seconds['write']:.1f}s)")

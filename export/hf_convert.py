@@ -72,6 +72,7 @@ def load_hf_model(folder: Path) -> Any:
     """The transformers model of the folder, in float32 and eval mode, read from the folder alone."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
+        import transformers
         from transformers import AutoModelForSeq2SeqLM
     except ImportError:
         raise Seq2OnnxError("seq2onnx convert needs transformers: pip install \"seq2onnx[convert]\" (in a checkout: "
@@ -80,6 +81,7 @@ def load_hf_model(folder: Path) -> Any:
                                                        "model.safetensors.index.json", "pytorch_model.bin.index.json")):
         raise Seq2OnnxError(f"{folder} has no weights (model.safetensors or pytorch_model.bin): download the "
                             "whole model folder")
+    transformers.logging.disable_progress_bar()          # the CLI's progress is its own stage lines
     try:
         model = AutoModelForSeq2SeqLM.from_pretrained(str(folder), local_files_only=True, dtype=torch.float32)
     except Exception as e:  # noqa: BLE001 - transformers raises many kinds
@@ -262,36 +264,53 @@ def hf_tokens(sequences: torch.Tensor, eos_id: int) -> List[List[int]]:
 
 
 @torch.no_grad()
+def hf_generate(hf_model: Any, sources: List[List[int]], batch_size: int = 8,
+                **options: Any) -> List[Tuple[List[int], float]]:
+    """transformers' generate() on id sources, in batches of sources of similar length (right-padded as its
+    tokenizers pad) -> per source (the generated ids without the decoder start and EOS, the hypothesis's score as
+    generate() ranks it: sequences_scores with beams, the sum of the chosen tokens' processed log-probs without)."""
+    pad, eos = hf_model.config.pad_token_id, hf_model.generation_config.eos_token_id
+    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+    out: List[Any] = [None] * len(sources)
+    for start in range(0, len(order), batch_size):
+        batch = order[start:start + batch_size]
+        width = max(len(sources[i]) for i in batch)
+        ids = torch.tensor([sources[i] + [pad] * (width - len(sources[i])) for i in batch])
+        mask = torch.tensor([[1] * len(sources[i]) + [0] * (width - len(sources[i])) for i in batch])
+        got = hf_model.generate(input_ids=ids, attention_mask=mask, output_scores=True, return_dict_in_generate=True,
+                                do_sample=False, num_return_sequences=1, **options)
+        if getattr(got, "sequences_scores", None) is not None:
+            scores = got.sequences_scores.tolist()
+        else:
+            steps = hf_model.compute_transition_scores(got.sequences, got.scores, normalize_logits=False)
+            scores = torch.where(torch.isfinite(steps), steps, torch.zeros_like(steps)).sum(-1).tolist()
+        for i, tokens, score in zip(batch, hf_tokens(got.sequences, eos), scores):
+            out[i] = (tokens, float(score))
+    return out
+
+
 def compare_generate(hf_model: Any, package_dir: Path, sources: List[List[int]], beam_size: int, max_length: int,
                      forced_bos: Optional[int]) -> Dict[str, Any]:
     """The package's runtime (its generation defaults, beam_size and max_decoding_length set) against
-    transformers' generate() (its generation_config, num_beams and max_length set alike) on `sources`, one at a
-    time -> {sentences, identical, ties, max_score_diff}. A different hypothesis whose score is within
-    SCORE_TOLERANCE of transformers' is a tie (two hypotheses the same up to float32 rounding), counted apart."""
+    transformers' generate() (its generation_config, num_beams and max_length set alike) on `sources` ->
+    {sentences, identical, ties, max_score_diff}. A different hypothesis whose score is within SCORE_TOLERANCE of
+    transformers' is a tie (two hypotheses the same up to float32 rounding), counted apart."""
     from seq2onnx.runtime.translator import Translator
     translator = Translator(package_dir, device="cpu", compute_type="float32")
-    cfg = translator.config
     extra = {} if forced_bos is None else {"forced_bos_id": forced_bos}
     ours = translator.translate_ids(sources, max_batch_size=8, beam_size=beam_size,
                                     max_decoding_length=max_length, **extra)
+    theirs = hf_generate(hf_model, sources, num_beams=beam_size, max_length=max_length + 1,
+                         **({} if forced_bos is None else {"forced_bos_token_id": forced_bos}))
     identical = ties = 0
     worst = 0.0
-    for src, hyps in zip(sources, ours):
-        ids = torch.tensor([src])
-        out = hf_model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), num_beams=beam_size,
-                                max_length=max_length + 1, num_return_sequences=1, do_sample=False,
-                                output_scores=True, return_dict_in_generate=True,
-                                **({} if forced_bos is None else {"forced_bos_token_id": forced_bos}))
-        theirs = hf_tokens(out.sequences, cfg.eos_id)[0]
-        mine = list(hyps[0].tokens)
-        if beam_size > 1:
-            diff = abs(float(out.sequences_scores[0]) - hyps[0].normalized_score)
-        else:
-            diff = 0.0
-        if mine == theirs:
+    for hyps, (tokens, score) in zip(ours, theirs):
+        mine = hyps[0].normalized_score if beam_size > 1 else hyps[0].score
+        diff = abs(score - mine)
+        if list(hyps[0].tokens) == tokens:
             identical += 1
             worst = max(worst, diff)
-        elif beam_size > 1 and diff <= SCORE_TOLERANCE:
+        elif diff <= SCORE_TOLERANCE:
             ties += 1
     return {"sentences": len(sources), "identical": identical, "ties": ties, "max_score_diff": worst}
 
@@ -313,7 +332,7 @@ def transformers_gate(hf_model: Any, sources: List[List[int]], defaults: Dict[st
                     f"({got['ties']} ties), score diff {got['max_score_diff']:.3g}; the package was not written")
         manifest["source_model"]["parity"] = figures
         package.write_text(staging / MANIFEST, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
-        return (f"[5/5] gate vs transformers {getattr(sys.modules.get('transformers'), '__version__', '?')}: "
+        return (f"      gate vs transformers {getattr(sys.modules.get('transformers'), '__version__', '?')}: "
                 + ", ".join(f"{k} {v['identical']}/{v['sentences']} identical ({v['ties']} ties)"
                             for k, v in figures.items() if isinstance(v, dict))
                 + f", log-probs max diff {log_probs_diff:.2g}")

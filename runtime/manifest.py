@@ -21,6 +21,7 @@ skips it. Every failure is one ModelPackageError line naming the file, the field
 """
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import hashlib
 import json
@@ -253,8 +254,13 @@ def _count(obj: Dict[str, Any], key: str, limit: int, where: Path) -> Dict[str, 
     return entries
 
 
+# the staging folder an export checks before it publishes it (export/commands.py write_package's gate): read as the
+# package it is, not refused as an interrupted export's leftover
+STAGED: "contextvars.ContextVar[Optional[Path]]" = contextvars.ContextVar("staged_package", default=None)
+
+
 def _read_manifest(root: Path) -> Dict[str, Any]:
-    interrupted = interrupted_export(root)
+    interrupted = "" if STAGED.get() == root else interrupted_export(root)
     if interrupted:
         raise ModelPackageError(interrupted)
     if not root.is_dir():

@@ -271,7 +271,7 @@ def step_train(work: Path, minutes: float, force: bool) -> None:
 
 
 # --- 3. convert -------------------------------------------------------------------------------------------
-def step_convert(work: Path, force: bool) -> None:
+def step_convert(work: Path, force: bool, int8_validation: bool = True) -> None:
     from seq2onnx.export.commands import summary
     from seq2onnx.export.hf_convert import ConvertOptions, run_convert
 
@@ -281,8 +281,8 @@ def step_convert(work: Path, force: bool) -> None:
         return
     parity = work / "parity_sources.txt"
     parity.write_text("".join(s + "\n" for s, _ in read_split(work, "valid")[:64]), encoding="utf-8")
-    result = run_convert(ConvertOptions(p["model"], p["package"], int8=True, overwrite=True, parity_data=parity),
-                         log=log)
+    result = run_convert(ConvertOptions(p["model"], p["package"], int8=True, overwrite=True, parity_data=parity,
+                                        int8_validation=int8_validation), log=log)
     log(summary(result))
 
 
@@ -374,17 +374,17 @@ def step_quality(work: Path, n: int) -> Dict[str, Any]:
     return out
 
 
-def write_quality(out: Dict[str, Any]) -> None:
+def write_quality(out: Dict[str, Any], results: Path) -> None:
     import transformers
 
     import seq2onnx.runtime as rt
     out["versions"] = {"transformers": transformers.__version__, "seq2onnx": rt.__version__}
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "hf_marian_convert_quality.json").write_text(json.dumps(out, indent=2, ensure_ascii=False) + "\n",
+    results.mkdir(parents=True, exist_ok=True)
+    (results / "hf_marian_convert_quality.json").write_text(json.dumps(out, indent=2, ensure_ascii=False) + "\n",
                                                              encoding="utf-8")
-    (RESULTS / "hf_marian_convert_quality.md").write_text(quality_markdown(out) + "\n", encoding="utf-8")
+    (results / "hf_marian_convert_quality.md").write_text(quality_markdown(out) + "\n", encoding="utf-8")
     log(quality_markdown(out))
-    log(f"quality -> {RESULTS / 'hf_marian_convert_quality.json'} and .md")
+    log(f"quality -> {results / 'hf_marian_convert_quality.json'} and .md")
 
 
 def quality_markdown(out: Dict[str, Any]) -> str:
@@ -393,7 +393,7 @@ def quality_markdown(out: Dict[str, Any]) -> str:
     lines = [f"# A trained MarianMTModel through `seq2onnx convert`: tokens and scores against transformers", "",
              f"gettext en->de (training/gettext_data.py), MarianMTModel d_model {cfg['d_model']}, "
              f"{cfg['encoder_layers']}+{cfg['decoder_layers']} layers, FFN {cfg['encoder_ffn_dim']}, "
-             f"{cfg['activation_function']}, SentencePiece unigram {m['spm_vocab']} + {m['spm_vocab']} (OPUS-MT "
+             f"{cfg['activation_function']}, SentencePiece unigram {m.get('spm_vocab')} + {m.get('spm_vocab')} (OPUS-MT "
              f"layout), trained {m['steps']} steps ({m['minutes']:.0f} min on 2 cores shared with other work; final "
              f"validation loss {m['valid'][-1]['valid_loss']:.3f}). {n} test sentences (every k-th of the split), "
              f"transformers {out['versions']['transformers']} generate() one sentence at a time at the model's "
@@ -649,11 +649,13 @@ def main(argv: Sequence[str] = ()) -> int:
     ap.add_argument("--minutes", type=float, default=25.0, help="training wall-clock budget (default 25)")
     ap.add_argument("--test-sentences", type=int, default=TEST_SENTENCES)
     ap.add_argument("--force", action="store_true", help="redo the step even if its output exists")
+    ap.add_argument("--skip-int8-validation", action="store_true",
+                    help="convert: keep the int8 variant when it fails its quality gate (seq2onnx convert's flag)")
     ap.add_argument("--rounds", type=int, default=5, help="speed: timed rounds per case")
     ap.add_argument("--systems", nargs="+", choices=SPEED_SYSTEMS, help="speed: a subset of the systems")
     ap.add_argument("--speed-sentences", type=int, default=SPEED_SENTENCES,
                     help="speed: test sources each case decodes per round (default %(default)s)")
-    ap.add_argument("--results", type=Path, default=RESULTS, help="speed: where hf_marian_convert.{json,md} go")
+    ap.add_argument("--results", type=Path, default=RESULTS, help="quality and speed: where their .json and .md go (default bench/results)")
     a = ap.parse_args(list(argv) or None)
     work = a.work.absolute()
     work.mkdir(parents=True, exist_ok=True)
@@ -662,9 +664,9 @@ def main(argv: Sequence[str] = ()) -> int:
     if a.step in ("train", "all"):
         step_train(work, a.minutes, a.force)
     if a.step in ("convert", "all"):
-        step_convert(work, a.force)
+        step_convert(work, a.force, not a.skip_int8_validation)
     if a.step in ("quality", "all"):
-        write_quality(step_quality(work, a.test_sentences))
+        write_quality(step_quality(work, a.test_sentences), a.results)
     if a.step == "speed":
         run_speed(work, a.speed_sentences, a.rounds, a.systems, a.results)
     return 0

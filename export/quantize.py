@@ -111,18 +111,25 @@ def quantize_int8(src: Path, dst: Path, per_channel: bool = PER_CHANNEL, reduce_
 
 
 def gemm_as_matmul(model: onnx.ModelProto) -> int:
-    """Each Gemm of an initializer weight (B transposed, alpha 1, no C: the output projection) -> a MatMul of
-    its own transposed copy, which MatMulNBitsQuantizer quantises. -> how many."""
+    """Each Gemm of an initializer weight (B transposed, alpha 1: the output projection) -> a MatMul of its own
+    transposed copy, which MatMulNBitsQuantizer quantises, then an Add of its C (beta 1) when it has one (HF
+    Marian's final_logits_bias). -> how many."""
     from onnx import helper, numpy_helper
 
     initializers = {t.name: t for t in model.graph.initializer}
-    rewritten = 0
-    for node in model.graph.node:
+    rewritten, adds = 0, []
+    for position, node in enumerate(model.graph.node):
         if node.op_type != "Gemm" or len(node.input) < 2 or node.input[1] not in initializers:
             continue
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-        if (len(node.input) > 2 and node.input[2]) or attrs.get("transA", 0) or attrs.get("alpha", 1.0) != 1.0:
-            raise ValueError(f"{node.name}: a Gemm other than x @ W^T; the exporter changed")
+        bias = node.input[2] if len(node.input) > 2 and node.input[2] else None
+        if attrs.get("transA", 0) or attrs.get("alpha", 1.0) != 1.0 or (bias and attrs.get("beta", 1.0) != 1.0):
+            raise ValueError(f"{node.name}: a Gemm other than x @ W^T (+ C); the exporter changed")
+        if bias:
+            out = node.output[0]
+            node.output[0] = f"{out}.matmul"
+            adds.append((position + 1, helper.make_node("Add", [node.output[0], bias], [out],
+                                                        name=f"{node.name or 'gemm'}.bias")))
         weight = numpy_helper.to_array(initializers[node.input[1]])
         name = f"{node.input[1]}.{node.name or 'gemm'}.matmul"
         model.graph.initializer.append(numpy_helper.from_array(weight.T.copy() if attrs.get("transB", 0) else weight,
@@ -133,6 +140,8 @@ def gemm_as_matmul(model: onnx.ModelProto) -> int:
         del node.input[:]
         node.input.extend(inputs)
         rewritten += 1
+    for position, add in reversed(adds):             # after its MatMul: the graph stays topologically sorted
+        model.graph.node.insert(position, add)
     return rewritten
 
 

@@ -135,7 +135,7 @@ def _save_model(folder: Path, config, make_model: Callable, seed: int, shift_eos
 
 def calibrate_eos(model, folder: Path, prefixes: Sequence[str] = ("",)) -> float:
     """The shift of EOS's logit that puts the most greedy lengths of CALIBRATION sentences (gettext msgids, each
-    after one of `prefixes` in turn) in 4..30 tokens. A greedy path does not depend on EOS's logit until EOS wins,
+    after one of `prefixes` in turn; the prefix with the fewest) in 4..30 tokens. A greedy path does not depend on EOS's logit until EOS wins,
     so one decode with EOS held back gives every step's margin of EOS over the best other token, and from it the
     length that any shift would give."""
     import torch
@@ -155,11 +155,13 @@ def calibrate_eos(model, folder: Path, prefixes: Sequence[str] = ("",)) -> float
     for (banned,) in config.bad_words_ids or []:
         others[..., banned] = -torch.inf
     margin = logits[..., eos] - others.max(-1).values                                            # [B, steps]
+    group = torch.arange(len(sources)) % len(prefixes)                                           # [B]: its prefix
     best, best_count = 0.0, -1
     for shift in torch.arange(-20.0, 40.0, 0.25).tolist():
         ends = (margin + shift > 0).float()
         lengths = torch.where(ends.any(1), ends.argmax(1) + 1, torch.tensor(steps))
-        count = int(((lengths >= 4) & (lengths <= 30)).sum())
+        good = (lengths >= 4) & (lengths <= 30)
+        count = min(int(good[group == g].sum()) for g in range(len(prefixes)))      # the worst prefix's
         if count > best_count:
             best, best_count = shift, count
     return best
@@ -324,7 +326,8 @@ def build_marian(folder, separate_vocabs: bool = False, multilingual: bool = Fal
 
     pad, eos = tgt_vocab["<pad>"], tgt_vocab["</s>"]
     config = _marian_config(len(src_vocab), len(tgt_vocab), pad, eos, separate_vocabs)
-    _save_model(folder, config, _marian_model, SEED + 1, _shift_marian_eos,
+    seed = SEED + (5 if multilingual else 1)   # multilingual: of the seeds 1..5, the one whose lengths vary most
+    _save_model(folder, config, _marian_model, seed, _shift_marian_eos,
                 dict(MARIAN_GENERATION, bad_words_ids=[[pad]], forced_eos_token_id=eos, bos_token_id=eos,
                      eos_token_id=eos, pad_token_id=pad, decoder_start_token_id=pad),
                 prefixes=[tag + " " for tag in MARIAN_TAGS.values()] if multilingual else ("",), weights=weights)

@@ -44,7 +44,8 @@ from tokenizers.models import BPE, Unigram
 
 from seq2onnx.runtime.errors import Seq2OnnxError
 from seq2onnx.runtime.manifest_records import Languages, Tokenizers
-from seq2onnx.runtime.package_tokenizer import ALLOWED_REGEXES, COLLAPSE_SPACES, EDGE_SPACES, foreign_regex, specials_as_text
+from seq2onnx.runtime.package_tokenizer import (ALLOWED_REGEXES, COLLAPSE_SPACES, EDGE_SPACES, foreign_regex,
+                                                specials_as_text)
 
 SPACE = "\u2581"                   # SentencePiece's whitespace symbol
 MARKER = SPACE * 2                 # starts the text of a vocabulary entry that can never match (see above)
@@ -53,7 +54,7 @@ SPM_UNIGRAM, SPM_BPE = 1, 2        # ModelProto.TrainerSpec.model_type
 SPM_NORMAL = 1                     # ModelProto.SentencePiece.type of an ordinary piece
 MADEUP_WORD = "madeupword{:04d}"   # fairseq's fillers after M2M100's language tokens
 FILLER = "<seq2onnx_unused_{}>"    # ids of the model's vocabulary that its tokenizer does not name (NLLB-200)
-MARIAN_TAG = ("\u003e\u003e", "\u003c\u003c")   # >>fra<<
+MARIAN_TAG = (">>", "<<")          # Marian's target language tags: >>fra<<
 
 
 @dataclass
@@ -83,7 +84,8 @@ class ConvertedTokenizers:
 
     def language_id(self, code: str, side: str) -> int:
         """The id of language `code`'s token (side "source": in the source tokenizer, else the target one)."""
-        assert self.languages is not None and code in self.languages.tokens, code
+        if self.languages is None or code not in self.languages.tokens:
+            raise Seq2OnnxError(f"the model has no language token for {code!r}")
         tokenizer = self.source_tokenizer() if side == "source" else self.target_tokenizer()
         return tokenizer.token_to_id(self.languages.tokens[code])
 
@@ -271,12 +273,15 @@ def convert_m2m100(folder: Path, hf_config: Mapping[str, Any]) -> ConvertedToken
     spm_path, vocab_path = folder / "sentencepiece.bpe.model", folder / "vocab.json"
     proto = _spm_proto(spm_path, SPM_BPE)
     vocab = _vocab_ids(vocab_path)
-    slow = M2M100Tokenizer.from_pretrained(str(folder))           # the language codes and defaults it was saved with
+    slow = M2M100Tokenizer.from_pretrained(str(folder))           # the language codes it was saved with
+    config = _read_json(folder / "tokenizer_config.json") if (folder / "tokenizer_config.json").is_file() else {}
     pieces = [p.piece for p in proto.pieces if p.type == SPM_NORMAL]
     _check_words(spm_path, dict.fromkeys(pieces))
-    merges = [m for m in _spm_merges(spm_path) if "".join(m) in vocab]
-    absent = next((p for p in pieces if p not in vocab and any(len(q) > 1 and p in q for q in vocab)), None)
-    notes = [f"{spm_path.name}: piece {absent!r} is not in vocab.json; M2M100Tokenizer gives it <unk>"] if absent else []
+    merges = [m for m in _spm_merges(spm_path) if m[0] in vocab and m[1] in vocab and "".join(m) in vocab]
+    missing = [p for p in pieces if p not in vocab]
+    notes = [f"{spm_path.name}: {len(missing)} of its pieces are not in vocab.json (e.g. {missing[0]!r}); "
+             "M2M100Tokenizer gives them <unk>, the converted tokenizer segments the text without them"] \
+        if missing else []
     roles = {"pad": str(slow.pad_token), "bos": str(slow.bos_token), "eos": str(slow.eos_token),
              "unk": str(slow.unk_token)}
     model = BPE(vocab=dict(vocab), merges=merges, unk_token=roles["unk"], fuse_unk=True, byte_fallback=False,
@@ -292,7 +297,7 @@ def convert_m2m100(folder: Path, hf_config: Mapping[str, Any]) -> ConvertedToken
     tokenizer = _fill(tokenizer, int(hf_config["vocab_size"]), folder)
     languages = Languages(source=tuple(lang_tokens), target=tuple(lang_tokens), tokens=lang_tokens,
                           source_token=True, target_token="forced_bos",
-                          default_source=slow.src_lang, default_target=slow.tgt_lang)
+                          default_source=config.get("src_lang"), default_target=config.get("tgt_lang"))
     return _single(tokenizer, roles, languages, specials, notes)
 
 
@@ -310,7 +315,8 @@ def _fill(tokenizer: Tokenizer, vocab_size: int, folder: Path) -> Tokenizer:
 def _single(tokenizer: Tokenizer, roles: Dict[str, str], languages: Optional[Languages], specials: Sequence[str],
             notes: List[str]) -> ConvertedTokenizers:
     vocab = tokenizer.get_vocab(with_added_tokens=True)
-    ids = sorted({vocab[t] for t in specials} | {i for t, i in vocab.items() if t.startswith("<seq2onnx_unused_")})
+    filler = FILLER.split("{")[0]
+    ids = sorted({vocab[t] for t in specials} | {i for t, i in vocab.items() if t.startswith(filler)})
     return ConvertedTokenizers({"tokenizer.json": tokenizer.to_str()}, Tokenizers("tokenizer.json",
                                "tokenizer.json").to_manifest(), roles, {r: vocab[t] for r, t in roles.items()},
                                languages, ids, notes)
@@ -337,7 +343,7 @@ def convert_nllb(folder: Path, hf_config: Mapping[str, Any]) -> ConvertedTokeniz
     config = _read_json(folder / "tokenizer_config.json") if (folder / "tokenizer_config.json").is_file() else {}
     languages = Languages(source=tuple(codes), target=tuple(codes), tokens={c: c for c in codes},
                           source_token=True, target_token="forced_bos",
-                          default_source=config.get("src_lang") or hf.src_lang, default_target=config.get("tgt_lang"))
+                          default_source=config.get("src_lang"), default_target=config.get("tgt_lang"))
     specials = [str(t) for t in hf.all_special_tokens] + codes
     return _single(tokenizer, roles, languages, specials, [])
 

@@ -135,9 +135,9 @@ def _save_model(folder: Path, config, make_model: Callable, seed: int, shift_eos
 
 def calibrate_eos(model, folder: Path, prefixes: Sequence[str] = ("",)) -> float:
     """The shift of EOS's logit that puts the most greedy lengths of CALIBRATION sentences (gettext msgids, each
-    after one of `prefixes` in turn; the prefix with the fewest) in 4..30 tokens. A greedy path does not depend on EOS's logit until EOS wins,
-    so one decode with EOS held back gives every step's margin of EOS over the best other token, and from it the
-    length that any shift would give."""
+    after one of `prefixes` in turn; counted for the prefix with the fewest) in 4..30 tokens. A greedy path does not
+    depend on EOS's logit until EOS wins, so one decode with EOS held back gives every step's margin of EOS over the
+    best other token, and from it the length that any shift would give."""
     import torch
     from transformers import AutoTokenizer
 

@@ -44,7 +44,14 @@ KINDS = ("marian", "m2m_100")
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "swish", "silu": "swish"}
 GATE_SENTENCES = 24            # synthetic sources of the gate against transformers, besides --parity-data lines
 GATE_MAX_LENGTH = 48           # generated tokens the gate lets each run (the model's max_length if lower)
-SCORE_TOLERANCE = 1e-4         # |our score - transformers' sequences_score| of one hypothesis, fp32
+SCORE_TOLERANCE = 1e-4         # |our score - transformers'| of one hypothesis, fp32: per token of a greedy sum
+
+
+def score_tolerance(beam: bool, length: int) -> float:
+    """How far our score of a hypothesis may be from transformers': beam search compares the normalized score
+    (sum / length ** length_penalty, generate()'s sequences_scores) within SCORE_TOLERANCE; greedy decoding the sum
+    of the log-probs of `length` tokens and EOS, whose float32 rounding grows with the length."""
+    return SCORE_TOLERANCE if beam else SCORE_TOLERANCE * (length + 1)
 
 
 # --- load ------------------------------------------------------------------------------------------------
@@ -279,12 +286,13 @@ def hf_generate(hf_model: Any, sources: List[List[int]], batch_size: int = 8,
         mask = torch.tensor([[1] * len(sources[i]) + [0] * (width - len(sources[i])) for i in batch])
         got = hf_model.generate(input_ids=ids, attention_mask=mask, output_scores=True, return_dict_in_generate=True,
                                 do_sample=False, num_return_sequences=1, **options)
+        generated = hf_tokens(got.sequences, eos)
         if getattr(got, "sequences_scores", None) is not None:
             scores = got.sequences_scores.tolist()
-        else:
-            steps = hf_model.compute_transition_scores(got.sequences, got.scores, normalize_logits=False)
-            scores = torch.where(torch.isfinite(steps), steps, torch.zeros_like(steps)).sum(-1).tolist()
-        for i, tokens, score in zip(batch, hf_tokens(got.sequences, eos), scores):
+        else:   # greedy (its scores are the processed logits): the chosen tokens' log-probs, up to and with the EOS
+            steps = hf_model.compute_transition_scores(got.sequences, got.scores, normalize_logits=True)
+            scores = [float(row[:len(tokens) + 1].sum()) for row, tokens in zip(steps, generated)]
+        for i, tokens, score in zip(batch, generated, scores):
             out[i] = (tokens, float(score))
     return out
 
@@ -293,8 +301,8 @@ def compare_generate(hf_model: Any, package_dir: Path, sources: List[List[int]],
                      forced_bos: Optional[int]) -> Dict[str, Any]:
     """The package's runtime (its generation defaults, beam_size and max_decoding_length set) against
     transformers' generate() (its generation_config, num_beams and max_length set alike) on `sources` ->
-    {sentences, identical, ties, max_score_diff}. A different hypothesis whose score is within SCORE_TOLERANCE of
-    transformers' is a tie (two hypotheses the same up to float32 rounding), counted apart."""
+    {sentences, identical, ties, max_score_diff (greedy: per token)}. A different hypothesis whose score is within
+    score_tolerance of transformers' is a tie (two hypotheses the same up to float32 rounding), counted apart."""
     from seq2onnx.runtime.translator import Translator
     translator = Translator(package_dir, device="cpu", compute_type="float32")
     extra = {} if forced_bos is None else {"forced_bos_id": forced_bos}
@@ -306,7 +314,7 @@ def compare_generate(hf_model: Any, package_dir: Path, sources: List[List[int]],
     worst = 0.0
     for hyps, (tokens, score) in zip(ours, theirs):
         mine = hyps[0].normalized_score if beam_size > 1 else hyps[0].score
-        diff = abs(score - mine)
+        diff = abs(score - mine) / score_tolerance(beam_size > 1, len(tokens)) * SCORE_TOLERANCE
         if list(hyps[0].tokens) == tokens:
             identical += 1
             worst = max(worst, diff)

@@ -202,7 +202,7 @@ def translate_main(argv: List[str]) -> int:
     if args.plot_attention is not None:
         from .attention_plot import check_folder
         check_folder(args.plot_attention)              # made by _check_attention, once the run will proceed
-    from .translator import max_source_chars
+    from .text_input import max_source_chars
     return _run_lines(args, lambda tr, limit: (UTF8_MAX_BYTES * max_source_chars(limit), None),
                       lambda tr, limit, block, out: _translate_and_plot(tr, block, decoding, args, limit, out),
                       check=lambda tr: _check_attention(tr, args) if args.alignment or args.plot_attention is not None
@@ -409,7 +409,7 @@ def score_main(argv: List[str]) -> int:
     args = p.parse_args(argv)
     PROG["name"] = "seq2onnx score"
     _check_options(args, length_penalty=args.length_penalty)
-    from .translator import max_source_chars
+    from .text_input import max_source_chars
 
     def max_bytes(tr: Any, limit: int) -> Tuple[int, int]:      # a source; a target of at most max_positions
         return UTF8_MAX_BYTES * max_source_chars(limit), UTF8_MAX_BYTES * max_source_chars(tr.config.max_positions)

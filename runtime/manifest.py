@@ -491,19 +491,8 @@ def read_package(model_dir: Union[str, os.PathLike], verify: bool = True) -> Mod
 
 
 def _read_languages(package: ModelPackage) -> None:
-    """languages, each of its tokens an id of the tokenizer that carries it: the source one for source tokens and
-    Marian's target tags (they start the source), the target one for a forced first target token."""
-    where, manifest = package.root / MANIFEST, package.manifest
-    value = _field(manifest, "languages", dict, where, default=None)
-    if value is None:
-        return
-    langs = package.languages = Languages.from_manifest(value, where)
-    for code, token in langs.tokens.items():
-        on_target = code in langs.target and langs.target_token == "forced_bos" \
-            and not (code in langs.source and langs.source_token)
-        tokenizer = package.detokenizer if on_target else package.tokenizer
-        token_id = tokenizer.token_to_id(token)
-        if token_id is None:
-            raise ModelPackageError(f"{where}: languages.tokens[{_short(code)}] = {_short(token)} is not a token of "
-                                    f"the {'target' if on_target else 'source'} tokenizer; {REEXPORT}")
-        package.language_ids[code] = token_id
+    where = package.root / MANIFEST
+    value = _field(package.manifest, "languages", dict, where, default=None)
+    if value is not None:
+        package.languages = Languages.from_manifest(value, where)
+        package.language_ids = package.languages.token_ids(package.tokenizer, package.detokenizer, where)

@@ -27,6 +27,12 @@ TARGET_TOKEN = ("source_prefix", "forced_bos")           # how the target langua
 GENERATION_FIELDS = tuple(f.name for f in fields(DecodingOptions) if f.name not in ("seed", "return_attention"))
 
 
+def _shown(value: Any) -> str:
+    """A value in a message as runtime/manifest.py's _short shows it."""
+    from .manifest import _short
+    return _short(value)
+
+
 def _bad(where: Path, name: str, should: str, got: Any) -> ModelPackageError:
     text = repr(got)
     return ModelPackageError(f"{where}: the field {name} should be {should}, got "
@@ -108,6 +114,20 @@ class Languages:
             defaults[side] = d
         return cls(tuple(codes["source"]), tuple(codes["target"]), dict(tokens), source_token, target_token,
                    defaults["source"], defaults["target"])
+
+    def token_ids(self, source_tokenizer: Any, target_tokenizer: Any, where: Path) -> Dict[str, int]:
+        """code -> the id of its token, in the tokenizer that carries it: the source one for source tokens and
+        Marian's target tags (they start the source), the target one for a forced first target token."""
+        ids = {}
+        for code, token in self.tokens.items():
+            on_target = code in self.target and self.target_token == "forced_bos" \
+                and not (code in self.source and self.source_token)
+            token_id = (target_tokenizer if on_target else source_tokenizer).token_to_id(token)
+            if token_id is None:
+                raise ModelPackageError(f"{where}: languages.tokens[{_shown(code)}] = {_shown(token)} is not a token "
+                                        f"of the {'target' if on_target else 'source'} tokenizer; {REEXPORT}")
+            ids[code] = token_id
+        return ids
 
     def pick(self, side: str, code: Optional[str], arg: str) -> Optional[str]:
         """The language of `side` a call asks for (arg: its keyword, source_lang / target_lang), or the default;

@@ -36,6 +36,7 @@ from .results import ScoringResult, TranslationResult
 from .options import (DEFAULT_MAX_BATCH_SIZE, MAX_CHARS_PER_TOKEN, Arg, DecodingOptions, OptionError, OptionTypeError,
                       OptionWarning, check_ids, check_text)
 from .session import SessionConfig, check_onnxruntime, onnxruntime_version, open_engine, resolve_device
+from .text_input import is_blank, max_source_chars, split_batches, token_ids  # noqa: F401 (callers import them here)
 
 log = logging.getLogger("seq2onnx.runtime")
 
@@ -44,27 +45,6 @@ COMPUTE_TYPES = {"default": None, "float32": "fp32", "int8": "int8", "float16": 
 BATCH_TYPES = ("examples", "tokens")
 MAX_THREADS = 4 * (os.cpu_count() or 1)     # intra/inter-op threads: more only thrash (10**6 hangs onnxruntime)
 _SURROGATE = re.compile("[\ud800-\udfff]")
-ENCODE_CHUNK = 1024             # texts tokenized at once: their Encodings (~2 kB each) are never all held
-
-
-def split_batches(lengths: Sequence[int], max_batch_size: int, batch_type: str) -> List[List[int]]:
-    """Indices sorted by length (ascending, stable), cut into batches of at most max_batch_size
-    examples, or of at most max_batch_size padded source tokens (batch_type "tokens"); 0 = one batch.
-    An example alone over the token budget still forms a batch."""
-    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-    if max_batch_size == 0:
-        return [order] if order else []
-    batches: List[List[int]] = []
-    current: List[int] = []
-    for i in order:
-        size = len(current) + 1 if batch_type == "examples" else (len(current) + 1) * lengths[i]
-        if current and size > max_batch_size:
-            batches.append(current)
-            current = []
-        current.append(i)
-    if current:
-        batches.append(current)
-    return batches
 
 
 def pick_variant(package: ModelPackage, compute_type: str, device: str) -> str:
@@ -94,37 +74,6 @@ def _check_count(name: str, value: Any, low: int, high: Optional[int] = None) ->
 def _check_choice(name: str, value: Any, choices: Sequence[str]) -> None:
     if not isinstance(value, str) or value not in choices:
         raise OptionError(Arg(name), f" must be one of {', '.join(choices)}, got {value!r}")
-
-
-def is_blank(text: str) -> bool:
-    """Nothing to translate: empty or whitespace only (str.isspace), the empty hypothesis."""
-    return not text or text.isspace()                   # no copy of a long text
-
-
-def max_source_chars(max_input_length: int) -> int:
-    """The most characters of one text that `token_ids` reads for max_input_length tokens."""
-    return max_input_length * MAX_CHARS_PER_TOKEN
-
-
-def token_ids(tokenizer: Any, texts: Sequence[str], limit: int) -> Tuple[List[List[int]], List[bool]]:
-    """(ids, cut) per text: the ids of a prefix of it that holds its first `limit` tokens, and whether
-    the prefix is shorter than the text. The prefix starts at `limit` characters and doubles until it
-    yields 2 x limit tokens (the pieces its cut splits lie past the first `limit`, so these are the
-    whole text's), or holds the whole text, or max_source_chars(limit) characters."""
-    ids: List[List[int]] = [[] for _ in texts]
-    cut = [False] * len(texts)
-    todo, size = list(range(len(texts))), limit
-    while todo:
-        longer = []
-        for start in range(0, len(todo), ENCODE_CHUNK):
-            chunk = todo[start:start + ENCODE_CHUNK]
-            for i, enc in zip(chunk, tokenizer.encode_batch([texts[i][:size] for i in chunk])):
-                if len(texts[i]) > size and len(enc.ids) < 2 * limit and size < max_source_chars(limit):
-                    longer.append(i)
-                else:
-                    ids[i], cut[i] = enc.ids, len(texts[i]) > size
-        todo, size = longer, 2 * size
-    return ids, cut
 
 
 def _check_per_source(name: str, value: Any, n: int, entry: str, per: str = "source") -> None:

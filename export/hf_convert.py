@@ -42,7 +42,7 @@ from .commands import ExportOptions, ExportResult, PackageContents
 # model_type of config.json -> how its names map (NLLB's is m2m_100, with its own tokenizer)
 KINDS = ("marian", "m2m_100")
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "swish", "silu": "swish"}
-GATE_SENTENCES = 24            # synthetic sources of the gate against transformers, besides --parity-data lines
+GATE_SENTENCES = 16            # synthetic sources of the gate against transformers, besides --parity-data lines
 GATE_MAX_LENGTH = 48           # generated tokens the gate lets each run (the model's max_length if lower)
 SCORE_TOLERANCE = 1e-4         # |our score - transformers'| of one hypothesis, fp32: per token of a greedy sum
 

@@ -35,8 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # the checkout, w
 from seq2onnx.export import onnx_export, parity                  # noqa: E402
 from seq2onnx.export.commands import _parity_sources             # noqa: E402
 from seq2onnx.runtime.errors import Seq2OnnxError                # noqa: E402
-from seq2onnx.runtime.manifest import read_package              # noqa: E402
+from seq2onnx.runtime.manifest import decoder_format, read_package   # noqa: E402
 from seq2onnx.training.checkpoint import make_checkpoint, save_checkpoint  # noqa: E402
+from seq2onnx.training.tokenizer import tokenizer_from_json      # noqa: E402
 from seq2onnx.training.model import Transformer                  # noqa: E402
 
 GRAPHS = ("encoder", "decoder_step")
@@ -137,14 +138,15 @@ def recover(package_dir: Path, out: Path, parity_data: Optional[Path] = None) ->
     pkg.verify_variant("fp32")                      # the graphs' sha256
     manifest = pkg.manifest
     cfg = pkg.config
-    state = recover_state(package_dir, int(manifest["opset"]), int(manifest.get("format_version", 1)), cfg)
+    state = recover_state(package_dir, int(manifest["opset"]), decoder_format(int(manifest.get("format_version", 1))),
+                          cfg)
     tokenizer_json = (package_dir / manifest["tokenizer"]).read_text(encoding="utf-8")
     source = manifest.get("source_checkpoint") or {}
     meta = dict(source.get("train_meta") or {})
     ckpt = make_checkpoint(cfg, state, tokenizer_json, int(meta.get("step", 0)), int(meta.get("epoch", 0)),
                            meta.get("metrics", {}), meta.get("args", {}))
     model = onnx_export.model_from_checkpoint(ckpt)
-    batches = parity.parity_batches(cfg, _parity_sources(parity_data, tokenizer_json, cfg))
+    batches = parity.parity_batches(cfg, _parity_sources(parity_data, tokenizer_from_json(tokenizer_json), cfg))
     pair = parity.OnnxPair(package_dir / "encoder.onnx", package_dir / "decoder_step.onnx", cfg)
     report = parity.check_fp32(parity.measure(model, pair, batches), "recovered checkpoint vs the package's fp32")
     meta["recovered_from"] = {"package_created": manifest.get("created"),

@@ -239,8 +239,8 @@ def test_beam_options_follow_the_reference(fp32_pair, tiny_model, tiny_ckpt):
 def test_failed_parity_writes_nothing(tiny_checkpoint, tmp_path, monkeypatch, capsys):
     real_export = onnx_export.export_graphs
 
-    def export_then_corrupt(model, out_dir, opset=onnx_export.DEFAULT_OPSET, format_version=2):
-        enc, dec = real_export(model, out_dir, opset, format_version)
+    def export_then_corrupt(model, out_dir, opset=onnx_export.DEFAULT_OPSET, format_version=2, external=False):
+        enc, dec = real_export(model, out_dir, opset, format_version, external)
         graph = onnx.load(str(dec))
         weight = next(t for t in graph.graph.initializer if "output_projection" in t.name)
         values = onnx.numpy_helper.to_array(weight).copy()

@@ -293,7 +293,7 @@ BEYOND = [
     (dict(no_repeat_ngram_size=-1), "no_repeat_ngram_size must be an integer >= 0, got -1"),
     (dict(seed=-1), "seed must be an integer >= 0, got -1"),
     (dict(beam_size=4, sampling_topk=0), "sampling (sampling_topk=0) needs beam_size=1, got beam_size=4"),
-    (dict(beam_szie=4), "unknown decoding option(s) beam_szie; known: beam_size, "),
+    (dict(beam_szie=4), "unknown decoding option(s) beam_szie; known: beam_rules, beam_size, "),
     (dict(max_batch_size=-1), "max_batch_size must be an integer >= 0, got -1"),
     (dict(batch_type="sentences"), "batch_type must be one of examples, tokens, got 'sentences'"),
     (dict(max_input_length=0), "max_input_length must be an integer in [1, 512] (the model's max_positions), got 0"),

@@ -39,12 +39,18 @@ install-dev: $(DEV_VENV)/bin/python
 install-runtime: $(RT_VENV)/bin/python
 	$(RT_VENV)/bin/pip install $(PIP_FLAGS) -c $(LOCK) .
 
+# The Python suite and the web suite run at once: each keeps about one core busy, and CI has two. The web
+# suite's output follows the Python suite's; the target fails if either fails.
 test: install-dev
 	@$(PYTHON) scripts/versions.py $(DEV_VENV)
-	$(call PYTEST,$(DEV_VENV))
-	$(WEB_TEST)
+	cd web && npm ci
+	@log=$$(mktemp); ( $(WEB_RUN) ) > $$log 2>&1 & web=$$!; \
+	  ( $(call PYTEST,$(DEV_VENV)) ); py=$$?; wait $$web; w=$$?; \
+	  echo "--- web/: npm test (exit $$w) ---"; cat $$log; rm -f $$log; \
+	  test $$py -eq 0 && test $$w -eq 0
 
 # the JS package in web/ (Node, and the demo page in headless Chromium) against the Python runtime of this checkout
+WEB_RUN = cd web && SEQ2ONNX_PYTHON=$(abspath $(DEV_VENV))/bin/python npm test
 WEB_TEST = cd web && npm ci && SEQ2ONNX_PYTHON=$(abspath $(DEV_VENV))/bin/python npm test
 .PHONY: test-web
 test-web: install-dev

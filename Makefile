@@ -39,20 +39,25 @@ install-dev: $(DEV_VENV)/bin/python
 install-runtime: $(RT_VENV)/bin/python
 	$(RT_VENV)/bin/pip install $(PIP_FLAGS) -c $(LOCK) .
 
-# The Python suite and the web suite run at once: each keeps about one core busy, and CI has two. The web
-# suite's output follows the Python suite's; the target fails if either fails.
-test: install-dev
+# Three streams at once, as CI has two cores and each stream keeps about one busy: the Python suite; the web
+# suite, then the converter's Python tests (CONVERT_TESTS: they need no trained model). The other streams' output
+# follows the Python suite's; the target fails if any fails. `make test-suites` runs them without installing.
+CONVERT_TESTS = test_hf_convert.py test_hf_tokenizers.py test_beam_rules.py
+test: install-dev test-suites
+
+test-suites:
 	@$(PYTHON) scripts/versions.py $(DEV_VENV)
 	cd web && npm ci
-	@log=$$(mktemp); ( $(WEB_RUN) ) > $$log 2>&1 & web=$$!; \
-	  ( $(call PYTEST,$(DEV_VENV)) ); py=$$?; wait $$web; w=$$?; \
-	  echo "--- web/: npm test (exit $$w) ---"; cat $$log; rm -f $$log; \
-	  test $$py -eq 0 && test $$w -eq 0
+	@log=$$(mktemp); ( ( $(WEB_RUN) ); w=$$?; ( $(call PYTEST,$(DEV_VENV)) $(CONVERT_TESTS) ); c=$$?; \
+	    echo "--- web/: npm test exit $$w; tests/: $(CONVERT_TESTS) exit $$c ---"; test $$w -eq 0 && test $$c -eq 0 \
+	  ) > $$log 2>&1 & other=$$!; \
+	  ( $(call PYTEST,$(DEV_VENV)) $(addprefix --ignore=,$(CONVERT_TESTS)) ); py=$$?; wait $$other; o=$$?; \
+	  cat $$log; rm -f $$log; test $$py -eq 0 && test $$o -eq 0
 
 # the JS package in web/ (Node, and the demo page in headless Chromium) against the Python runtime of this checkout
 WEB_RUN = cd web && SEQ2ONNX_PYTHON=$(abspath $(DEV_VENV))/bin/python npm test
 WEB_TEST = cd web && npm ci && SEQ2ONNX_PYTHON=$(abspath $(DEV_VENV))/bin/python npm test
-.PHONY: test-web
+.PHONY: test-web test-suites
 test-web: install-dev
 	$(WEB_TEST)
 

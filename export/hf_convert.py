@@ -27,7 +27,6 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 import torch
 
-from seq2onnx.runtime import __version__
 from seq2onnx.runtime.cli import OneLineParser
 from seq2onnx.runtime.config import ModelConfig
 from seq2onnx.runtime.errors import Seq2OnnxError
@@ -122,7 +121,7 @@ def model_config(hf: Dict[str, Any]) -> ModelConfig:
     pad, eos = hf["pad_token_id"], hf["eos_token_id"]
     start = hf.get("decoder_start_token_id", pad if marian else eos)
     separate = marian and not hf.get("share_encoder_decoder_embeddings", True)
-    vocab = hf.get("decoder_vocab_size") or hf["vocab_size"] if marian else hf["vocab_size"]
+    vocab = (hf.get("decoder_vocab_size") if marian else None) or hf["vocab_size"]   # the target side's
     try:
         return ModelConfig(
             vocab_size=vocab, d_model=hf["d_model"], n_heads=heads, d_ff=d_ff, encoder_layers=hf["encoder_layers"],

@@ -444,7 +444,8 @@ class Translator:
 
         Greedy and sampling yield each token's text as it is chosen. Beam search yields the
         prefix that every live beam and every finished hypothesis share (no later step can change
-        it), and the rest when the search ends.
+        it), and the rest when the search ends. The generator's return value (StopIteration.value) is
+        the Hypothesis streamed (tokens, scores, finished; None for a blank text): `seq2onnx serve`'s result.
         """
         if decoding.get("num_hypotheses", 1) != 1:
             raise OptionError("generate_tokens streams one hypothesis: ", Arg("num_hypotheses"), " must be 1")
@@ -465,7 +466,8 @@ class Translator:
             try:
                 search = next(steps)
             except StopIteration as stop:
-                final = self.detokenize(stop.value[0][0].tokens)
+                best = stop.value[0][0]
+                final = self.detokenize(best.tokens)
                 break
             shown = self.detokenize(common_prefix(search.candidates(0)))
             # hold back a piece that ends inside a character, or that a later token rewrote
@@ -474,3 +476,4 @@ class Translator:
                 emitted = shown
         if final.startswith(emitted) and len(final) > len(emitted):
             yield final[len(emitted):]
+        return best

@@ -88,7 +88,8 @@ def parse_args(argv: List[str]) -> ExportOptions:
                         f"the first {PARITY_LINES} are used besides the synthetic sources")
     p.add_argument("--format-version", type=int, choices=DECODER_FORMATS, default=DECODER_FORMAT,
                    help=f"the decoder step contract (default {DECODER_FORMAT}: a fixed-capacity decoder cache written in "
-                        "place, and cross-attention weights); 1 writes the earlier decoder step, for comparisons")
+                        "place, one past_length per row, and cross-attention weights); 2 and 1 write the earlier "
+                        "decoder steps (one past_length for all rows; a growing cache), for comparisons")
     add_language_args(p)
     add_external_data_arg(p)
     a = p.parse_args(argv)
@@ -315,7 +316,7 @@ def _int8_variant(model, staging: Path, enc: Path, dec: Path, names: GraphNames,
     """validate False (--skip-int8-validation): the figures are measured and recorded, the thresholds
     not applied; status "validation-skipped" instead of "checked". The graph checks always apply.
 
-    Format 2: the decoder step is quantised from a trace whose attention is onnxruntime's fused CPU ops
+    Formats 2 and 3: the decoder step is quantised from a trace whose attention is onnxruntime's fused CPU ops
     (onnx_export.export_fused_decoder), which first passes the fp32 parity gate as the fp32 graph does; the same
     trace is quantised a second time as the few-rows step (quantize.quantize_int8_few_rows), which passes the
     same checks and int8 gate as the step itself (not written where this onnxruntime is older than its ops)."""
@@ -324,7 +325,7 @@ def _int8_variant(model, staging: Path, enc: Path, dec: Path, names: GraphNames,
     few_rows = format_version >= 2 and onnxruntime_version() >= quantize.FEW_ROWS_MIN_ONNXRUNTIME
     block = quantize.few_rows_block(model.cfg.d_model)
     if format_version >= 2:
-        source = onnx_export.export_fused_decoder(model, staging / FUSED_DECODER_FILE, opset, external)
+        source = onnx_export.export_fused_decoder(model, staging / FUSED_DECODER_FILE, opset, external, format_version)
         _check(source, names.decoder_inputs, names.decoder_outputs)
         fused = parity.check_fp32(parity.measure(model, parity.OnnxPair(enc, source, model.cfg), batches))
         entry["attention"] = {"ops": [f"{FUSED_ATTENTION_DOMAIN}.{op}" for op in FUSED_ATTENTION_OPS],

@@ -4,9 +4,10 @@ training/model.py's FixedCacheStep is the PyTorch reference: an index_put into t
 attention equation. This step type traces the same attention as onnxruntime's contrib ops
 (runtime/graph_io.py FUSED_ATTENTION_OPS, docs/CONTRACTS.md), and the export's parity gate checks the graph
 against the reference (export/commands.py `attention.fp32_parity`):
-  self-attention   GroupQueryAttention over the fixed-capacity cache: seqlens_k = past_length per row (int32 [R]),
-                   total_sequence_length = past_length + 1; it writes the cache in place when present_i is bound to
-                   past_i's memory and reads only positions 0 .. past_length (the other output positions are unspecified)
+  self-attention   GroupQueryAttention over the fixed-capacity cache: seqlens_k = past_length (int32 [R], one per row:
+                   rows may differ), total_sequence_length = max(past_length) + 1 (int32, 0-d); it writes row r's K/V
+                   at position past_length[r], in place when present_i is bound to past_i's memory, and row r reads
+                   only its positions 0 .. past_length[r] (the other output positions are unspecified)
   cross-attention  MultiHeadAttention: the G rows of a sentence as G queries [B, G, D] over its cross K/V [B, H, S, Dh]
                    (BNSH, already projected), key_padding_mask [B, S] int32 (1 = token). A masked key gets onnxruntime's
                    mask_filter_value (-10000) instead of the most negative float: both weigh exactly 0 after the
@@ -30,8 +31,10 @@ class FusedAttentionStep(FixedCacheStep):
             raise RuntimeError("the fused attention ops exist only in the ONNX export: decode_step_fixed with the "
                                "default step_type computes the same in PyTorch")
         self.cross_bias = padding_bias(src_mask, dtype)                                   # [B, 1, 1, S] (last layer)
-        self.seqlens_k = past_length.to(torch.int32).reshape(1).expand(rows)              # [R]
-        self.total_length = (past_length + 1).to(torch.int32)                             # 0-d
+        # GroupQueryAttention: row r's past is seqlens_k[r] positions (its new K/V go to that position); every row's
+        # query attends to its own 0 .. seqlens_k[r] only. total_sequence_length: the longest row's, + 1
+        self.seqlens_k = past_length.to(torch.int32)                                      # [R]
+        self.total_length = (past_length.max() + 1).to(torch.int32)                       # 0-d
         self.key_padding_mask = src_mask.to(torch.int32)                                  # [B, S]
 
     def self_attention(self, attn: MultiHeadAttention, x: torch.Tensor, cache: KV) -> Tuple[torch.Tensor, KV]:

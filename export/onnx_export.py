@@ -1,11 +1,12 @@
 """Trace a Transformer into the two ONNX graphs of docs/CONTRACTS.md.
 
     encoder.onnx       input_ids, attention_mask [B, S]  ->  cross_key_i, cross_value_i [B, H, S, Dh]
-    decoder_step.onnx  format 2 (the default): input_ids [R, 1], encoder_attention_mask [B, S],
-                       past_length (int64, 0-d), past_key_i, past_value_i [R, H, C, Dh],
+    decoder_step.onnx  format 3 (the default): input_ids [R, 1], encoder_attention_mask [B, S],
+                       past_length (int64 [R], one per row), past_key_i, past_value_i [R, H, C, Dh],
                        cross_key_i, cross_value_i [B, H, S, Dh]
                        ->  log_probs [R, V], present_key_i, present_value_i [R, H, C, Dh], cross_attention [R, S]
-                       (training/model.py decode_step_fixed: a fixed-capacity cache written at past_length)
+                       (training/model.py decode_step_fixed: a fixed-capacity cache, row r written at past_length[r])
+                       format 2: the same with one past_length (int64, 0-d) for every row
                        format 1: no past_length; past [R, H, P, Dh] -> present [R, H, P+1, Dh] (decode_step:
                        the cache grows by a Concat each step); no cross_attention
 
@@ -16,8 +17,8 @@ G = K beams share their sentence's cross K/V (training/model.py, forward_per_sen
 
 The cut follows the model's own encode + cross_kv / decode_step methods. Both graphs are exported
 with the torch.onnx dynamo exporter from `.eval()` at a batch of 2 sentences, 10 decoder rows and
-distinct lengths (S=7, P=3), so that no axis is specialised; batch (encoder), rows, sentences,
-src_len and past_len are named dynamic axes. Weights are stored inside the .onnx files (no
+distinct lengths (S=7, P=3; in format 3 the rows' past_length differ: TRACE_PAST_LENGTHS), so that no axis is
+specialised; batch (encoder), rows, sentences, src_len and past_len are named dynamic axes. Weights are stored inside the .onnx files (no
 external .data file). Projections that read one tensor (Q, K, V; the encoder's cross K/V of every decoder
 layer) are then fused into one MatMul each (export/fuse.py), before the graphs are checked against PyTorch.
 """
@@ -50,7 +51,8 @@ DECODER_FILE = "decoder_step.onnx"
 # trace sizes: batch >= 2 and sizes that differ from each other and from 0/1
 TRACE_BATCH, TRACE_SRC_LEN, TRACE_PAST_LEN = 2, 7, 3
 TRACE_ROWS_PER_SENTENCE = 5     # decoder step: rows = TRACE_BATCH sentences x 5 (beams)
-TRACE_CAPACITY = 6              # format 2: cache capacity, past_length = TRACE_PAST_LEN
+TRACE_CAPACITY = 6              # formats 2, 3: cache capacity; format 2: past_length = TRACE_PAST_LEN
+TRACE_PAST_LENGTHS = (3, 0, 5, 1, 2)   # format 3: the rows' past_length, repeated over the rows (unequal, < capacity)
 # ops that would mean the exporter took a path the runtime does not expect (the decoder step's fused attention is
 # onnxruntime's: FUSED_ATTENTION_OPS in FUSED_ATTENTION_DOMAIN, graph_io.py)
 FORBIDDEN_OPS = {"Attention", "MultiHeadAttention", "GroupQueryAttention", "ScaledDotProductAttention", "If", "Loop"}
@@ -89,7 +91,7 @@ class DecoderStepGraph(nn.Module):
 
 
 class FixedCacheStepGraph(DecoderStepGraph):
-    """Format 2: (input_ids [R, 1], encoder_attention_mask [B, S], past_length (0-d int64), *past (2L x [R, H, C, Dh]),
+    """Format 3: (input_ids [R, 1], encoder_attention_mask [B, S], past_length (int64 [R]), *past (2L x [R, H, C, Dh]),
     *cross (2L x [B, H, S, Dh])) -> (log_probs [R, V], *present (2L x [R, H, C, Dh]), cross_attention [R, S]).
     step_type: how the layers attend (FixedCacheStep; FusedAttentionStep, onnxruntime's GroupQueryAttention /
     MultiHeadAttention: the int8 variant's graph, see export_fused_decoder)."""
@@ -98,17 +100,29 @@ class FixedCacheStepGraph(DecoderStepGraph):
         super().__init__(model)
         self.step_type = step_type
 
+    def row_lengths(self, past_length: torch.Tensor, rows: int) -> torch.Tensor:
+        """The graph's past_length input -> int64 [R]: in format 3 it is one per row already."""
+        return past_length
+
     def forward(self, input_ids: torch.Tensor, encoder_attention_mask: torch.Tensor, past_length: torch.Tensor,
                 *caches: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         n = self.layers
         past = [(caches[2 * i], caches[2 * i + 1]) for i in range(n)]
         cross = [(caches[2 * n + 2 * i], caches[2 * n + 2 * i + 1]) for i in range(n)]
-        log_probs, present, weights = self.model.decode_step_fixed(input_ids, encoder_attention_mask, past_length,
+        lengths = self.row_lengths(past_length, input_ids.shape[0])                          # [R]
+        log_probs, present, weights = self.model.decode_step_fixed(input_ids, encoder_attention_mask, lengths,
                                                                    past, cross, self.step_type)
         return (log_probs,) + tuple(t for kv in present for t in kv) + (weights,)
 
 
-STEP_GRAPHS = {1: DecoderStepGraph, 2: FixedCacheStepGraph}
+class SharedLengthStepGraph(FixedCacheStepGraph):
+    """Format 2: FixedCacheStepGraph with one past_length (int64, 0-d) for every row."""
+
+    def row_lengths(self, past_length: torch.Tensor, rows: int) -> torch.Tensor:
+        return past_length.reshape(1).expand(rows)                                          # [R]
+
+
+STEP_GRAPHS = {1: DecoderStepGraph, 2: SharedLengthStepGraph, 3: FixedCacheStepGraph}
 
 
 # --- model from a checkpoint -------------------------------------------------------------------------
@@ -132,8 +146,9 @@ def trace_inputs(cfg: ModelConfig, batch: int = TRACE_BATCH, src_len: int = TRAC
                  past_len: int = TRACE_PAST_LEN, rows_per_sentence: int = TRACE_ROWS_PER_SENTENCE,
                  format_version: int = DECODER_FORMAT) -> Tuple[tuple, tuple]:
     """Example inputs of (encoder, decoder_step) at the given sizes; the second source row is padded.
-    The decoder step gets `batch` sentences (mask, cross) and batch * rows_per_sentence rows; in format 2
-    a cache of TRACE_CAPACITY positions, past_len of them written."""
+    The decoder step gets `batch` sentences (mask, cross) and batch * rows_per_sentence rows; in formats 2 and 3
+    a cache of TRACE_CAPACITY positions, past_len of them written (format 3: each row's from TRACE_PAST_LENGTHS,
+    with past_len among them)."""
     g = torch.Generator().manual_seed(0)
     n_special = 1 + max(cfg.pad_id, cfg.bos_id, cfg.eos_id, cfg.unk_id)
     ids = torch.randint(n_special, max(cfg.vocab_size, n_special + 1), (batch, src_len), generator=g)
@@ -143,10 +158,13 @@ def trace_inputs(cfg: ModelConfig, batch: int = TRACE_BATCH, src_len: int = TRAC
     h, dh, n = cfg.n_heads, cfg.head_dim, cfg.decoder_layers
     rows = batch * rows_per_sentence
     capacity = past_len if format_version == 1 else max(TRACE_CAPACITY, past_len + 1)
+    row_lengths = [TRACE_PAST_LENGTHS[r % len(TRACE_PAST_LENGTHS)] % capacity for r in range(rows)]
+    row_lengths[0] = past_len
     past = [torch.randn(rows, h, capacity, dh, generator=g) for _ in range(2 * n)]
     cross = [torch.randn(batch, h, src_len, dh, generator=g) for _ in range(2 * n)]
     last = ids[:, :1].repeat_interleave(rows_per_sentence, 0)                       # [rows, 1]
-    length = () if format_version == 1 else (torch.tensor(past_len, dtype=torch.long),)
+    length = {1: (), 2: (torch.tensor(past_len, dtype=torch.long),),
+              3: (torch.tensor(row_lengths, dtype=torch.long),)}[format_version]        # format 3: [rows]
     return (ids, mask), (last, mask, *length, *past, *cross)
 
 
@@ -159,15 +177,15 @@ def _dynamic_shapes(cfg: ModelConfig, format_version: int) -> Tuple[dict, tuple]
     # decoder step: `rows` (input_ids, past, present, log_probs) = `sentences` (encoder_attention_mask,
     # cross) x G; G = rows / sentences is computed inside the graph
     rows, sentences = Dim("rows", min=1), Dim("sentences", min=1)
-    # format 2: the cache's capacity; past_length < capacity <= max_positions
+    # formats 2, 3: the cache's capacity; past_length < capacity <= max_positions
     capacity = Dim("capacity", min=1, max=cfg.max_positions)
     n = cfg.decoder_layers
     encoder = {"input_ids": {0: batch, 1: src_len}, "attention_mask": {0: batch, 1: src_len}}
     if format_version == 1:
         decoder = ({0: rows}, {0: sentences, 1: src_len},
                    tuple([{0: rows, 2: past_len}] * (2 * n) + [{0: sentences, 2: src_len}] * (2 * n)))
-    else:
-        decoder = ({0: rows}, {0: sentences, 1: src_len}, None,
+    else:                                   # past_length: 0-d (format 2) or one per row (format 3)
+        decoder = ({0: rows}, {0: sentences, 1: src_len}, None if format_version == 2 else {0: rows},
                    tuple([{0: rows, 2: capacity}] * (2 * n) + [{0: sentences, 2: src_len}] * (2 * n)))
     return encoder, decoder
 
@@ -217,13 +235,15 @@ def export_graphs(model: Transformer, out_dir: Path, opset: int = DEFAULT_OPSET,
 
 
 @torch.no_grad()
-def export_fused_decoder(model: Transformer, path: Path, opset: int = DEFAULT_OPSET, external: bool = False) -> Path:
-    """The format-2 decoder step (fp32) with its attention as onnxruntime's fused CPU ops (FUSED_ATTENTION_OPS),
+def export_fused_decoder(model: Transformer, path: Path, opset: int = DEFAULT_OPSET, external: bool = False,
+                         format_version: int = DECODER_FORMAT) -> Path:
+    """The decoder step of `format_version` (2 or 3; fp32) with its attention as onnxruntime's fused CPU ops (FUSED_ATTENTION_OPS),
     written to `path`: what the int8 variant is quantised from (export/commands.py). Measured on the benchmark
     model against the plain graph (bench/ab_packages.py, same process): batch-1 greedy 1.08x int8 and 1.04x fp32,
     batch 16 beam 4 1.00x. The fp32 and fp16 variants keep the plain attention: onnxruntime's CUDA provider has
     GroupQueryAttention for float16 and bfloat16 only, and would run a float32 one on the CPU."""
-    return _export_decoder(model.float().eval(), Path(path), opset, 2, step_type=FusedAttentionStep, external=external)
+    return _export_decoder(model.float().eval(), Path(path), opset, format_version, step_type=FusedAttentionStep,
+                           external=external)
 
 
 def _export_decoder(model: Transformer, path: Path, opset: int, format_version: int,
@@ -231,7 +251,7 @@ def _export_decoder(model: Transformer, path: Path, opset: int, format_version: 
     names = GraphNames.for_config(model.cfg, format_version)
     _, dec_args = trace_inputs(model.cfg, format_version=format_version)
     _, dec_shapes = _dynamic_shapes(model.cfg, format_version)
-    graph = FixedCacheStepGraph(model, step_type) if format_version == 2 else STEP_GRAPHS[format_version](model)
+    graph = STEP_GRAPHS[format_version](model, step_type) if format_version >= 2 else STEP_GRAPHS[1](model)
     _export_one(graph, dec_args, names.decoder_inputs, names.decoder_outputs, dec_shapes, opset, path)
     _fuse_projections(path, external)
     return path

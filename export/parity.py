@@ -9,7 +9,11 @@ random pieces (fixed seed) in batches of 1, 3 and 4, right-padded, 1 to 64 token
     (past lengths 0 .. STEPS-1), each step fed the reference's argmax token (top1_agreement: the share of
     steps whose argmax agrees); then BEAM_STEPS chained steps shaped as beam search, BEAM_SIZE rows per
     sentence fed different tokens, the ONNX graph given one cross K/V and mask per sentence and PyTorch
-    a copy per row (an independent computation of the same numbers)   -> the same two figures
+    a copy per row (an independent computation of the same numbers)   -> the same two figures;
+    and where the graph takes a past_length per row (contract 3), RAGGED_STEPS chained steps whose rows stand
+    at different lengths (row r joins at step r % RAGGED_SPREAD, at length 0 until then, as a server adds
+    sentences to a running batch), against training/model.py decode_step_fixed at the same lengths
+    (tests/test_row_lengths.py checks that against decode_step per row)  -> the same two figures
   * decoding: greedy and beam-4 (4 hypotheses) by the runtime's own decoding loop (runtime/decoding.py,
     over an engine on the graphs just written) versus training/reference.py's greedy_search / beam_search,
     the independent PyTorch oracle                                      -> greedy_token_match, beam4_token_match
@@ -63,6 +67,8 @@ BEAM_STEPS = 4                 # chained decoder steps compared with BEAM_SIZE r
 MAX_LENGTH = 24                # max_length of the greedy / beam comparisons
 BEAM_SIZE = 4
 SPARE_CAPACITY = 3             # format 2 graph checks: cache positions after the written ones, filled with noise
+RAGGED_SPREAD = 3              # contract 3: rows join at steps 0 .. RAGGED_SPREAD-1, so their past_length differ
+RAGGED_STEPS = BEAM_STEPS + RAGGED_SPREAD
 
 
 class ParityError(Seq2OnnxError):
@@ -185,9 +191,17 @@ class OnnxPair:
             cache = rng.standard_normal((*x.shape[:2], p + 1 + SPARE_CAPACITY, x.shape[3])).astype(x.dtype)
             cache[:, :, :p] = x
             caches.append(cache)
-        feed = dict(zip(self.names.decoder_inputs, [tokens, mask, np.array(p, dtype=np.int64)] + caches + list(cross)))
+        log_probs, present = self.step_fixed(tokens, mask, np.full(tokens.shape[0], p, dtype=np.int64), caches, cross)
+        return log_probs, [c[:, :, :p + 1] for c in present]
+
+    def step_fixed(self, tokens: np.ndarray, mask: np.ndarray, lengths: np.ndarray, caches: List[np.ndarray],
+                   cross: List[np.ndarray]) -> Tuple[np.ndarray, List[np.ndarray]]:
+        """Formats 2, 3: tokens [R, 1], lengths int64 [R] (format 2: all alike, fed as one 0-d past_length), caches
+        2L x [R, H, C, Dh] -> log_probs [R, V], present 2L x [R, H, C, Dh]."""
+        past_length = lengths if self.format_version >= 3 else np.array(lengths[0], dtype=np.int64)
+        feed = dict(zip(self.names.decoder_inputs, [tokens, mask, past_length] + list(caches) + list(cross)))
         out = self.decoder.run(self.names.decoder_outputs[:-1], feed)
-        return out[0], [c[:, :, :p + 1] for c in out[1:]]
+        return out[0], out[1:]
 
     def empty_cache(self, batch: int) -> List[np.ndarray]:
         """In the dtype of the graph's past inputs (float16 in the fp16 variant)."""
@@ -272,8 +286,11 @@ def compare_graphs(model: Transformer, pair: OnnxPair, batch: ParityBatch,
         agree += int((onnx_masked.argmax(axis=-1) == best.numpy()).sum())
         tokens = best[:, None]
     beam_logp_diff, beam_cache_diff = compare_beam_steps(model, pair, mask, cross, onnx_cross)
-    return (enc_diff, max(logp_diff, beam_logp_diff), max(cache_diff, beam_cache_diff), agree,
-            b * min(steps, cfg.max_positions))
+    logp_diff, cache_diff = max(logp_diff, beam_logp_diff), max(cache_diff, beam_cache_diff)
+    if pair.format_version >= 3:
+        ragged_logp_diff, ragged_cache_diff = compare_ragged_steps(model, pair, mask, cross, onnx_cross)
+        logp_diff, cache_diff = max(logp_diff, ragged_logp_diff), max(cache_diff, ragged_cache_diff)
+    return enc_diff, logp_diff, cache_diff, agree, b * min(steps, cfg.max_positions)
 
 
 @torch.no_grad()
@@ -302,6 +319,45 @@ def compare_beam_steps(model: Transformer, pair: OnnxPair, mask: torch.Tensor, c
         ranked[:, [cfg.pad_id, cfg.bos_id]] = -math.inf
         order = ranked.argsort(dim=-1, descending=True, stable=True)              # [R, V]
         tokens = order.gather(1, (torch.arange(b * g) % g)[:, None] % order.shape[1])
+    return logp_diff, cache_diff
+
+
+@torch.no_grad()
+def compare_ragged_steps(model: Transformer, pair: OnnxPair, mask: torch.Tensor, cross, onnx_cross: List[np.ndarray],
+                         g: int = BEAM_SIZE, steps: int = RAGGED_STEPS) -> Tuple[float, float]:
+    """Contract 3: `steps` chained steps over g rows per sentence whose past_length differ: row r stays at length 0
+    (fed the start token) until step r % RAGGED_SPREAD, then each step writes its next position, fed the argmax of
+    its own previous log-probs. PyTorch runs decode_step_fixed on the same lengths and the same noise after each
+    row's written positions; each side feeds back its own cache. -> (max diff of log-probs, of each row's written
+    cache positions; `_max_diff`)"""
+    cfg = model.cfg
+    b, rows = mask.shape[0], mask.shape[0] * g
+    capacity = min(steps, cfg.max_positions)
+    onnx_mask, onnx_cross_in = mask.numpy(), onnx_cross
+    if not pair.cross_per_sentence:
+        onnx_mask, onnx_cross_in = np.repeat(onnx_mask, g, axis=0), [np.repeat(c, g, axis=0) for c in onnx_cross]
+    rng = np.random.default_rng(capacity)
+    noise = [rng.standard_normal((rows, cfg.n_heads, capacity, cfg.head_dim)).astype(np.float32)
+             for _ in range(2 * cfg.decoder_layers)]
+    dtype = cache_dtype(pair.decoder, cfg)
+    onnx_cache = [n.astype(dtype) for n in noise]                                  # 2L x [R, H, C, Dh]
+    cache = [(torch.from_numpy(noise[2 * i].copy()), torch.from_numpy(noise[2 * i + 1].copy()))
+             for i in range(cfg.decoder_layers)]
+    joins = np.arange(rows) % RAGGED_SPREAD                                        # [R]: the step each row joins at
+    tokens = torch.full((rows, 1), cfg.start_id, dtype=torch.long)
+    logp_diff = cache_diff = 0.0
+    for t in range(capacity):
+        lengths = np.maximum(0, t - joins).astype(np.int64)                        # [R], unequal from step 1 on
+        logp, cache, _ = model.decode_step_fixed(tokens, mask, torch.from_numpy(lengths), cache, cross)
+        onnx_logp, onnx_cache = pair.step_fixed(tokens.numpy(), onnx_mask, lengths, onnx_cache, onnx_cross_in)
+        logp_diff = max(logp_diff, _max_diff([onnx_logp], [logp.numpy()]))
+        written = [(r, slice(0, int(n) + 1)) for r, n in enumerate(lengths)]    # row r: positions 0 .. lengths[r]
+        cache_diff = max(cache_diff, max(_max_diff([o[r, :, w] for r, w in written], [c[r, :, w] for r, w in written])
+                                         for o, c in zip(onnx_cache, _flat(cache))))
+        ranked = logp.clone()
+        ranked[:, [cfg.pad_id, cfg.bos_id]] = -math.inf
+        tokens = torch.where(torch.from_numpy(t + 1 > joins)[:, None], ranked.argmax(dim=-1, keepdim=True),
+                             torch.full_like(tokens, cfg.start_id))
     return logp_diff, cache_diff
 
 

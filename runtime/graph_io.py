@@ -2,13 +2,16 @@
 names the graphs it writes with them (export/onnx_export.py), the runtime binds and checks them
 (session.py). numpy-free and torch-free.
 
-Two decoder step contracts (the manifest's format_version):
+Three decoder step contracts (manifest.decoder_format maps a package's format_version to one):
   1  past_key_i / past_value_i [R, H, P, Dh] in, present_* [R, H, P+1, Dh] out: the cache grows by a
      Concat every step.
   2  a fixed-capacity cache: past_length (int64, 0-d) in, past_* [R, H, C, Dh] in and present_* [R, H, C, Dh]
      out, the step's K/V written at position past_length (a ScatterND that writes in place when
      present_i is bound to past_i's memory); and cross_attention [R, S] out, the last decoder layer's
      cross-attention weights averaged over heads.
+  3  2 with past_length int64 [R], one per row (rows of one step may stand at different positions, as when a
+     server adds sentences to a running batch): row r's K/V are written at position past_length[r], its query
+     attends to positions 0 .. past_length[r] and is at position past_length[r]. The rest as 2.
 """
 from __future__ import annotations
 
@@ -18,11 +21,11 @@ from typing import List
 from .config import ModelConfig
 
 ID_INPUTS = ("input_ids", "attention_mask", "encoder_attention_mask")      # int64 [batch, len]
-PAST_LENGTH = "past_length"             # format 2: int64, 0-d: the cache positions already written
-CROSS_ATTENTION = "cross_attention"     # format 2: float32 [R, S]
-DECODER_FORMATS = (1, 2)                # the decoder step contracts (above); manifest.decoder_format maps a package's
-DECODER_FORMAT = 2                      # format_version to one. What export writes
-# The format-2 decoder step that `seq2onnx export` writes runs its attention as onnxruntime's fused ops
+PAST_LENGTH = "past_length"             # the cache positions already written, int64: 0-d (contract 2), [R] (contract 3)
+CROSS_ATTENTION = "cross_attention"     # contracts 2, 3: float32 [R, S]
+DECODER_FORMATS = (1, 2, 3)             # the decoder step contracts (above); manifest.decoder_format maps a package's
+DECODER_FORMAT = 3                      # format_version to one. What export writes
+# The decoder step that `seq2onnx export` writes runs its attention as onnxruntime's fused ops
 # (export/fused_attention.py FusedAttentionStep): GroupQueryAttention over the self-attention cache, MultiHeadAttention for
 # the cross-attention of every layer but the last (whose weights are the cross_attention output).
 FUSED_ATTENTION_DOMAIN = "com.microsoft"

@@ -35,7 +35,6 @@ from tokenizers import Tokenizer
 
 from .config import ModelConfig
 from .errors import REEXPORT, ModelPackageError, checkpoints_in, first_line
-from .graph_io import DECODER_FORMATS
 from .manifest_records import Languages, Tokenizers, read_generation
 from .external_data import MAX_DATA_BYTES, ExternalGraph, external_graph, read_variant_field
 from .onnx_bytes import external_tensors
@@ -44,23 +43,26 @@ from .package_tokenizer import PackageTokenizer, foreign_regex, rust_panics_as_e
 from .shipped_models import available_models, resolve_model_dir
 
 FORMAT = "seq2onnx-model"
-# what `seq2onnx export` and `seq2onnx convert` write: 3 is 2's decoder step with ModelConfig's variant fields, and
-# optionally two tokenizers, languages and generation defaults (manifest_records.py); 1 and 2 differ in the
-# decoder step (graph_io.py). A package of format 1 or 2 reads as one whose new fields are their defaults.
-FORMAT_VERSION = 3
-READ_FORMAT_VERSIONS = (1, 2, 3)
+# what `seq2onnx export` and `seq2onnx convert` write: 4 is 3 with decoder step contract 3 (past_length one per row);
+# 3 is 2's decoder step with ModelConfig's variant fields, and optionally two tokenizers, languages and generation
+# defaults (manifest_records.py); 1 and 2 differ in the decoder step (graph_io.py). A package of format 1 or 2 reads
+# as one whose new fields are their defaults.
+FORMAT_VERSION = 4
+READ_FORMAT_VERSIONS = (1, 2, 3, 4)
+DECODER_OF_FORMAT = {1: 1, 2: 2, 3: 2, 4: 3}   # format_version -> its decoder step contract (graph_io.DECODER_FORMATS)
 FORMAT_3_CONFIG = ("activation", "sinusoid", "position_offset", "embed_scale", "final_logits_bias",
                    "decoder_start_id", "src_vocab_size")
 
 
 def decoder_format(format_version: int) -> int:
     """The decoder step contract (graph_io.DECODER_FORMATS) of a package of this format_version."""
-    return min(format_version, max(DECODER_FORMATS))
+    return DECODER_OF_FORMAT[format_version]
 
 
 def manifest_format(decoder: int) -> int:
-    """The format_version a package whose decoder step follows contract `decoder` is written with."""
-    return FORMAT_VERSION if decoder == max(DECODER_FORMATS) else decoder
+    """The format_version a package whose decoder step follows contract `decoder` is written with: the newest
+    one of that contract (3 for contract 2: its variant fields and records)."""
+    return max(v for v, d in DECODER_OF_FORMAT.items() if d == decoder)
 MANIFEST = "manifest.json"
 
 # Limits on what a model folder may hold (docs/SECURITY.md). A real manifest is ~10 kB and 6 levels deep, lists

@@ -7,8 +7,9 @@ The model exposes the cut the ONNX export follows:
     encode(src_ids, src_mask)            -> memory [B, S, D]
     cross_kv(memory)                     -> per decoder layer (K, V) [B, H, S, Dh], computed once
     decode_step(ids, src_mask, past, cross) -> log-probs of the next token, new self-attention cache
-    decode_step_fixed(ids, src_mask, past_length, cache, cross) -> the same over a fixed-capacity cache,
-                                         and the cross-attention weights (format-2 graphs)
+    decode_step_fixed(ids, src_mask, past_length, cache, cross) -> the same over a fixed-capacity cache, each
+                                         row at its own past_length [R], and the cross-attention weights
+                                         (the decoder step graphs of contracts 2 and 3)
 and the full teacher-forced forward() used in training. decode_step over a growing cache
 computes exactly what forward() computes for the last position (tests/test_model.py).
 """
@@ -234,26 +235,27 @@ class DecoderLayer(nn.Module):
 
 
 class FixedCacheStep:
-    """How the layers of one decode_step_fixed attend, with what they all need computed once: the cache
-    [R, H, C, Dh] holds positions 0 .. past_length-1 (past_length: 0-d int64) and this step writes position
-    past_length. write_at: the index triple (rows [R, 1], heads [1, H], position [R, H]) of the index_put;
-    self_bias [1, 1, 1, C] hides the positions after past_length; cross_bias [B, 1, 1, S] the padding.
-    The ONNX export's int8 variant traces onnxruntime's fused attention ops instead (export/fused_attention.py).
+    """How the layers of one decode_step_fixed attend, with what they all need computed once: row r of the cache
+    [R, H, C, Dh] holds positions 0 .. past_length[r]-1 (past_length: int64 [R], one per row) and this step writes
+    its position past_length[r]. write_at: the index triple (rows [R, 1], heads [1, H], position [R, H]) of the
+    index_put; self_bias [R, 1, 1, C] hides each row's positions after its past_length; cross_bias [B, 1, 1, S]
+    the padding. The ONNX export's int8 variant traces onnxruntime's fused attention ops instead
+    (export/fused_attention.py).
     """
 
     def __init__(self, past_length: torch.Tensor, capacity: int, rows: int, heads: int, src_mask: torch.Tensor,
                  dtype: torch.dtype):
         device = src_mask.device
         self.cross_bias = padding_bias(src_mask, dtype)                                   # [B, 1, 1, S]
-        hidden = torch.arange(capacity, device=device) > past_length                      # [C]
-        self.self_bias = torch.zeros(capacity, dtype=dtype, device=device).masked_fill(
-            hidden, torch.finfo(dtype).min)[None, None, None, :]                          # [1, 1, 1, C]
+        hidden = torch.arange(capacity, device=device)[None, :] > past_length[:, None]    # [R, C]
+        self.self_bias = torch.zeros(hidden.shape, dtype=dtype, device=device).masked_fill(
+            hidden, torch.finfo(dtype).min)[:, None, None, :]                             # [R, 1, 1, C]
         self.write_at = (torch.arange(rows, device=device)[:, None], torch.arange(heads, device=device)[None, :],
-                         past_length.reshape(1, 1).expand(rows, heads))                   # cache[r, h, past_length]
+                         past_length[:, None].expand(rows, heads))                       # cache[r, h, past_length[r]]
 
     def self_attention(self, attn: MultiHeadAttention, x: torch.Tensor, cache: KV) -> Tuple[torch.Tensor, KV]:
         """x [R, 1, D], cache (K, V) [R, H, C, Dh] -> (out [R, 1, D], the cache with this step's K, V written at
-        past_length); the query attends to positions 0 .. past_length."""
+        past_length[r]); row r's query attends to positions 0 .. past_length[r]."""
         k, v = attn.project_kv(x)                                                     # [R, H, 1, Dh]
         k, v = cache[0].index_put(self.write_at, k[:, :, 0]), cache[1].index_put(self.write_at, v[:, :, 0])
         return attn(x, (k, v), self.self_bias), (k, v)
@@ -387,16 +389,18 @@ class Transformer(nn.Module):
     def decode_step_fixed(self, input_ids: torch.Tensor, src_mask: torch.Tensor, past_length: torch.Tensor,
                           cache: List[KV], cross: List[KV], step_type: type = FixedCacheStep
                           ) -> Tuple[torch.Tensor, List[KV], torch.Tensor]:
-        """decode_step over a fixed-capacity cache (the format-2 decoder step graph, docs/CONTRACTS.md).
+        """decode_step over a fixed-capacity cache (the decoder step of contracts 2 and 3, docs/CONTRACTS.md).
 
-        cache (K, V) [R, H, C, Dh] per layer holds the past at positions 0 .. past_length-1 (a 0-d int64
-        tensor, < C); this step's K/V are written at position past_length and the query attends to
-        positions 0 .. past_length, the rest hidden. Returns the log-probs [R, V] (those of decode_step), the
-        cache with that position written [R, H, C, Dh] per layer, and the last decoder layer's cross-attention
-        weights averaged over heads [R, S] (rows sum to 1). step_type: how the layers attend (FixedCacheStep; the
-        export traces onnxruntime's fused ops with its own, which its parity gate checks against this one).
+        cache (K, V) [R, H, C, Dh] per layer: row r holds its past at positions 0 .. past_length[r]-1 (past_length:
+        int64 [R], each < C; rows may stand at different lengths); this step's K/V of row r are written at position
+        past_length[r] and its query attends to positions 0 .. past_length[r], the rest hidden. Returns the
+        log-probs [R, V] (those of decode_step for each row at its own length), the cache with those positions
+        written [R, H, C, Dh] per layer, and the last decoder layer's cross-attention weights averaged over heads
+        [R, S] (rows sum to 1). step_type: how the layers attend (FixedCacheStep; the export traces onnxruntime's
+        fused ops with its own, which its parity gate checks against this one).
         """
-        x = self.tgt_embed(input_ids) * self.embed_scale + self.pe.index_select(0, past_length.reshape(1))
+        positions = self.pe.index_select(0, past_length)[:, None]                             # [R, 1, D]
+        x = self.tgt_embed(input_ids) * self.embed_scale + positions                          # [R, 1, D]
         step = step_type(past_length, cache[0][0].shape[2], input_ids.shape[0], self.cfg.n_heads, src_mask, x.dtype)
         present, last = [], len(self.decoder_layers) - 1
         for i, layer in enumerate(self.decoder_layers):

@@ -109,13 +109,13 @@ def test_corrupted_graph_that_onnxruntime_cannot_load(pkg, tiny_package, capsys)
 
 
 # --- the manifest -------------------------------------------------------------------------------------
-@pytest.mark.parametrize("version, fix", [(4, "upgrade seq2onnx (update its checkout, then pip install it again)"), (0, REEXPORT),
+@pytest.mark.parametrize("version, fix", [(5, "upgrade seq2onnx (update its checkout, then pip install it again)"), (0, REEXPORT),
                                           ("1", REEXPORT), (True, REEXPORT), (None, REEXPORT)])
 def test_unknown_format_version(pkg, capsys, version, fix):
     edit_manifest(pkg, (lambda m: m.pop("format_version")) if version is None else
                   (lambda m: m.update(format_version=version)))
     refused(pkg, f"{pkg / 'manifest.json'}: format_version {version!r} is unknown; this runtime reads "
-                 f"format_version 1, 2 and 3: {fix}", capsys)
+                 f"format_version 1, 2, 3 and 4: {fix}", capsys)
 
 
 def test_a_format_version_that_does_not_match_the_graphs_is_refused(pkg, capsys):

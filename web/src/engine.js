@@ -1,10 +1,13 @@
 // The decoder-step contracts this runtime reads, one engine class each, and the sessions they run on.
 //
-// A package's manifest format_version names the contract of its decoder step graph (runtime/graph_io.py), and 3 is
-// 2's with ModelConfig's variant fields, two tokenizers, languages and generation defaults (runtime/manifest.py):
+// A package's manifest format_version names the contract of its decoder step graph (runtime/graph_io.py): 1 and 2 are
+// contracts 1 and 2, 3 is 2's with ModelConfig's variant fields, two tokenizers, languages and generation defaults,
+// and 4 is 3 with contract 3 (runtime/manifest.py DECODER_OF_FORMAT):
 //   1  past_key_i / past_value_i [R, H, P, Dh] in, present_* [R, H, P+1, Dh] out: the cache grows every step.
 //   2  a fixed-capacity cache: past_length (int64, 0-d) in, past_* [R, H, C, Dh] in and present_* [R, H, C, Dh] out,
 //      the step's K/V written at position past_length; and cross_attention [R, S] out (read for returnAttention).
+//   3  2 with past_length int64 [R], one per row (row r written at past_length[r]); this engine decodes its rows in
+//      step, so it feeds R copies of the one length.
 // ENGINES maps each decoder step contract to its engine (decoderFormat: the contract of a format_version), so a new
 // contract is one more class here that names its graph I/O and implements encode / step / take.
 //
@@ -128,7 +131,7 @@ const PAST_LENGTH = "past_length";
 const CROSS_ATTENTION = "cross_attention";
 const FIXED_CACHE_START = 16; // positions a fresh format-2 cache holds; it doubles when full (runtime/session.py)
 
-/** A format-2 cache: its tensors [R, H, capacity, Dh] and the positions written. */
+/** A format-2/3 cache: its tensors [R, H, capacity, Dh] and the positions written (by every row alike). */
 class FixedCache {
   constructor(tensors, positions) {
     Object.assign(this, { tensors, positions });
@@ -179,12 +182,17 @@ export class FixedCacheEngine extends GrowingCacheEngine {
     }), past.positions);
   }
 
+  /** The past_length input: the positions every row has written, 0-d. */
+  pastLength(positions, rows) {
+    return new this.ort.Tensor("int64", BigInt64Array.of(BigInt(positions)), []);
+  }
+
   async step(inputIds, encoderMask, past, cross, withAttention = false) {
     const { ort, config } = this;
     const rows = inputIds.length;
     const cache = this.fixedCache(past, rows);
     const feeds = { input_ids: new ort.Tensor("int64", inputIds, [rows, 1]), encoder_attention_mask: encoderMask,
-      [PAST_LENGTH]: new ort.Tensor("int64", BigInt64Array.of(BigInt(cache.positions)), []) };
+      [PAST_LENGTH]: this.pastLength(cache.positions, rows) };
     this.pastNames.forEach((name, i) => (feeds[name] = cache.tensors[i]));
     this.crossNames.forEach((name, i) => (feeds[name] = cross[i]));
     let out;
@@ -210,13 +218,30 @@ export class FixedCacheEngine extends GrowingCacheEngine {
   }
 }
 
-export const ENGINES = new Map([[1, GrowingCacheEngine], [2, FixedCacheEngine]]);
-// the manifest format_versions this runtime reads (runtime/manifest.py READ_FORMAT_VERSIONS; test/schema.test.js)
-export const READ_FORMAT_VERSIONS = [1, 2, 3];
+/** format_version 4 (decoder step contract 3): FixedCacheEngine with past_length int64 [R], one per row. The rows of
+ * this engine's steps always stand at the same position, so every row gets the cache's one. */
+export class RowLengthsEngine extends FixedCacheEngine {
+  static formatVersion = 3;
+
+  static spec(name, config) {
+    if (name === PAST_LENGTH) return ["int64", [null]];
+    return super.spec(name, config);
+  }
+
+  pastLength(positions, rows) {
+    return new this.ort.Tensor("int64", new BigInt64Array(rows).fill(BigInt(positions)), [rows]);
+  }
+}
+
+export const ENGINES = new Map([[1, GrowingCacheEngine], [2, FixedCacheEngine], [3, RowLengthsEngine]]);
+// the manifest format_versions this runtime reads and the decoder step contract (an ENGINES key) of each
+// (runtime/manifest.py READ_FORMAT_VERSIONS and DECODER_OF_FORMAT; test/schema.test.js compares them)
+const DECODER_OF_FORMAT = new Map([[1, 1], [2, 2], [3, 2], [4, 3]]);
+export const READ_FORMAT_VERSIONS = [...DECODER_OF_FORMAT.keys()];
 
 /** The decoder step contract (an ENGINES key) of a package of this format_version (runtime/manifest.py decoder_format). */
 export function decoderFormat(formatVersion) {
-  return Math.min(formatVersion, Math.max(...ENGINES.keys()));
+  return DECODER_OF_FORMAT.get(formatVersion);
 }
 
 /** A session of a graph as the package read it: its bytes, or an ExternalGraph (external_data.js), whose data file's

@@ -51,7 +51,7 @@ async function typeAndTranslate(page, text) {
 // broken copies of the package, served to the page: the browser's checks (fetch, HEAD sizes, Web Crypto SHA-256)
 const BROKEN = {
   intact: [() => {}, null],
-  "format_version 4": [(dir, m) => (m.format_version = 4), /format_version 4 is unknown; this runtime reads format_version 1, 2 and 3/],
+  "format_version 5": [(dir, m) => (m.format_version = 5), /format_version 5 is unknown; this runtime reads format_version 1, 2, 3 and 4/],
   "a corrupted tokenizer": [(dir) => {
     const data = readFileSync(path.join(dir, "tokenizer.json"));
     data[100] ^= 1;

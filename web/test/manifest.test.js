@@ -45,7 +45,7 @@ function tokenizerJson() {
 const CASES = {
   "intact package": [() => null, null],
   "not a seq2onnx manifest": [() => ({ ...clone(), format: "other" }), /format is 'other', not 'seq2onnx-model'/],
-  "a newer format_version": [() => ({ ...clone(), format_version: 4 }), /format_version 4 is unknown; this runtime reads format_version 1, 2 and 3: upgrade/],
+  "a newer format_version": [() => ({ ...clone(), format_version: 5 }), /format_version 5 is unknown; this runtime reads format_version 1, 2, 3 and 4: upgrade/],
   "format_version as a string": [() => ({ ...clone(), format_version: "1" }), /format_version '1' is unknown/],
   "format_version 2.0": [() => JSON.stringify(clone()).replace('"format_version":2', '"format_version":2.0'), /format_version 2\.0 is unknown/],
   "format_version true": [() => ({ ...clone(), format_version: true }), /format_version True is unknown/],

@@ -27,11 +27,14 @@ COMMANDS = {
     "score": ("seq2onnx.runtime.commands", "score_main", "score given translations (log-probs) with a model package",
               None),
     "info": ("seq2onnx.runtime.info", "info_main", "describe a model package", None),
+    "serve": ("seq2onnx.runtime.serve.cli", "serve_main",
+              "serve translations over HTTP (LibreTranslate's API and /v1), batching requests", "serve"),
 }
 
 # third-party modules an extra brings; importing one that is missing means the extra is missing
 EXTRA_MODULES = {"torch", "onnx", "onnxscript", "sacrebleu", "tqdm", "num2words", "onnx_ir", "transformers",
-                 "sentencepiece", "safetensors"}
+                 "sentencepiece", "safetensors", "starlette", "uvicorn", "prometheus_client", "sse_starlette",
+                 "multipart", "python_multipart"}
 
 
 # C0, DEL and C1: the characters a terminal acts on (escape sequences, bell, carriage return, line breaks)

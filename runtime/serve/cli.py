@@ -1,0 +1,182 @@
+"""`seq2onnx serve MODEL [MODEL ...]`: the models over HTTP (app.py) on uvicorn, one scheduler each.
+
+The port opens at once; the models load in a thread (/ready: 503 until they have). SIGTERM or Ctrl-C: new
+requests get 503, those in flight finish, then the process exits 0 (SIGTERM) or 130 (Ctrl-C)."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import signal
+import sys
+import warnings
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+from ..cli import OneLineParser, printable
+from ..errors import Seq2OnnxError
+from .app import Settings, create_app, stop_admitting
+from .scheduler import POLICIES, Scheduler
+
+BATCHING = ("continuous", "dynamic", "request")
+DEFAULT_BATCHING = "dynamic"         # "continuous" once runtime/serve/continuous.py lands
+DEFAULTS = Settings()
+
+
+def _parser() -> argparse.ArgumentParser:
+    from ..translator import COMPUTE_TYPES
+    p = OneLineParser(prog="seq2onnx serve", description="Serve translations over HTTP: LibreTranslate's "
+                      "/translate and /languages, and /v1/translate, /v1/translate/stream, /v1/score, /v1/models, "
+                      "/health, /ready, /metrics (README: 'Serve translations over HTTP').")
+    p.add_argument("models", nargs="+", metavar="MODEL",
+                   help="a model package folder, or a shipped model's name (numbers-en-de); its name in /v1 "
+                        "requests is the folder's name")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--languages", action="append", default=[], metavar="[MODEL=]SRC:TGT",
+                   help="the LibreTranslate pair of a package that records no languages (default: the pair its "
+                        "name ends with, e.g. opus-mt-en-de); MODEL= may be left out with one model")
+    p.add_argument("--api-keys", metavar="FILE", help="a file of API keys, one a line: requests need one (403)")
+    g = p.add_argument_group("batching")
+    g.add_argument("--batching", choices=BATCHING, default=DEFAULT_BATCHING,
+                   help=f"continuous: rows join the running batch at each step; dynamic: collect requests for "
+                        f"--max-wait-ms, one batch per option set; request: one translate_batch per request "
+                        f"(default: {DEFAULT_BATCHING})")
+    g.add_argument("--max-wait-ms", type=float, default=10.0, help="dynamic: how long to collect (default 10)")
+    g.add_argument("--max-batch-rows", type=int, default=256, help="decoder rows a batch holds (default 256)")
+    g.add_argument("--max-queue", type=int, default=256, help="jobs waiting per model; more: 429 (default 256)")
+    lim = p.add_argument_group("limits")
+    lim.add_argument("--char-limit", type=int, default=DEFAULTS.char_limit, help="characters per text")
+    lim.add_argument("--batch-limit", type=int, default=DEFAULTS.batch_limit, help="texts per request")
+    lim.add_argument("--alternatives-limit", type=int, default=DEFAULTS.alternatives_limit,
+                     help="LibreTranslate's alternatives at most")
+    lim.add_argument("--max-body-bytes", type=int, default=DEFAULTS.max_body_bytes)
+    lim.add_argument("--max-request-rows", type=int, default=DEFAULTS.max_request_rows,
+                     help="decoder rows one request may take: texts x max(beam_size, num_hypotheses)")
+    lim.add_argument("--timeout", type=float, default=DEFAULTS.timeout, help="seconds per request (504)")
+    m = p.add_argument_group("model")
+    m.add_argument("--device", default="auto", help="auto, cpu or cuda (as Translator)")
+    m.add_argument("--compute-type", default="default", choices=list(COMPUTE_TYPES))
+    m.add_argument("--intra-threads", type=int, default=0, help="onnxruntime intra-op threads (0: its default)")
+    m.add_argument("--inter-threads", type=int, default=1)
+    p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    return p
+
+
+def policy(name: str) -> type:
+    """The Scheduler class of a --batching name."""
+    if name == "continuous":
+        try:
+            return importlib.import_module(".continuous", __package__).ContinuousScheduler
+        except ModuleNotFoundError as e:
+            if e.name != f"{__package__}.continuous":
+                raise
+            raise Seq2OnnxError("--batching continuous is not built yet (runtime/serve/continuous.py); "
+                                "use --batching dynamic or request") from None
+    return POLICIES[name]
+
+
+def parse_languages(given: List[str], names: List[str]) -> Dict[str, Tuple[str, str]]:
+    out: Dict[str, Tuple[str, str]] = {}
+    for item in given:
+        model, _, pair = item.rpartition("=")
+        source, colon, target = pair.partition(":")
+        if not colon or not source or not target:
+            raise Seq2OnnxError(f"--languages takes [MODEL=]SRC:TGT, e.g. en:de, got {item!r}")
+        if not model:
+            if len(names) != 1:
+                raise Seq2OnnxError(f"--languages {item!r}: name the model (MODEL=SRC:TGT): several are served")
+            model = names[0]
+        if model not in names:
+            raise Seq2OnnxError(f"--languages {item!r}: no model named {model!r}; served: {', '.join(names)}")
+        out[model] = (source, target)
+    return out
+
+
+def read_keys(path: str) -> frozenset:
+    try:
+        keys = frozenset(line.strip() for line in Path(path).read_text(encoding="utf-8").splitlines()
+                         if line.strip())
+    except (OSError, UnicodeDecodeError) as e:
+        raise Seq2OnnxError(f"--api-keys {path}: cannot read it: {e}") from None
+    if not keys:
+        raise Seq2OnnxError(f"--api-keys {path}: the file holds no key")
+    return keys
+
+
+def model_names(models: List[str]) -> List[str]:
+    names = [Path(m).name for m in models]
+    dup = next((n for n in names if names.count(n) > 1), None)
+    if dup is not None:
+        raise Seq2OnnxError(f"two models are named {dup!r} (a model's name is its folder's name): rename one")
+    return names
+
+
+def serve_main(argv: List[str]) -> int:
+    import uvicorn                       # the extra's modules: a missing one is the CLI's one-line hint
+
+    args = _parser().parse_args(argv)
+    for flag in ("port", "max_batch_rows", "max_queue", "char_limit", "batch_limit", "max_body_bytes",
+                 "max_request_rows"):
+        if getattr(args, flag) < (0 if flag == "port" else 1):
+            raise Seq2OnnxError(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
+    if args.timeout <= 0 or args.max_wait_ms < 0 or args.alternatives_limit < 0:
+        raise Seq2OnnxError("--timeout must be > 0, --max-wait-ms and --alternatives-limit >= 0")
+    names = model_names(args.models)
+    settings = Settings(char_limit=args.char_limit, batch_limit=args.batch_limit,
+                        alternatives_limit=args.alternatives_limit, max_body_bytes=args.max_body_bytes,
+                        max_request_rows=args.max_request_rows, timeout=args.timeout,
+                        api_keys=None if args.api_keys is None else read_keys(args.api_keys),
+                        languages=parse_languages(args.languages, names))
+    cls = policy(args.batching)
+    log = logging.getLogger("seq2onnx.serve")
+    logging.basicConfig(level=args.log_level.upper(), format="%(message)s")
+
+    def load() -> Dict[str, Scheduler]:
+        from ..translator import Translator
+        schedulers: Dict[str, Scheduler] = {}
+        for name, model in zip(names, args.models):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                try:
+                    translator = Translator(model, device=args.device, compute_type=args.compute_type,
+                                            intra_threads=args.intra_threads, inter_threads=args.inter_threads)
+                except ValueError as e:
+                    raise Seq2OnnxError(f"{model}: {e}") from e
+            for w in caught:
+                log.warning("seq2onnx serve: %s: %s", name, printable(str(w.message)))
+            kwargs: Dict[str, Any] = dict(max_queue=args.max_queue, max_batch_rows=args.max_batch_rows, name=name)
+            if args.batching == "dynamic":
+                kwargs["max_wait_ms"] = args.max_wait_ms
+            schedulers[name] = cls(translator, **kwargs).start()
+            log.info("seq2onnx serve: %s loaded (%s, %s batching)", name, translator.variant, args.batching)
+        return schedulers
+
+    schedulers: Dict[str, Scheduler] = {}
+    failure: List[str] = []
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            stop_admitting(schedulers)                  # new jobs: 503; queued and running ones finish
+            super().handle_exit(sig, frame)
+
+    def load_failed(message: str) -> None:
+        failure.append(message)
+        server.should_exit = True
+
+    app = create_app(schedulers, settings, load=load, on_load_error=load_failed)
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False,
+                            timeout_graceful_shutdown=args.timeout + 5, lifespan="on")
+    server = Server(config)
+    # uvicorn re-raises a signal it handled once it has shut down: SIGTERM's is then ours, which does nothing,
+    # so a drained server exits 0
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    try:
+        server.run()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if failure:
+        raise Seq2OnnxError(failure[0])
+    if not server.started:
+        raise Seq2OnnxError(f"could not listen on {args.host}:{args.port} (see the line above)")
+    return 0

@@ -1,0 +1,158 @@
+"""LibreTranslate's contract (its server's libretranslate/app.py): POST /translate and GET /languages, so that its
+clients (libretranslatepy, deep-translator's LibreTranslator, npm `libretranslate`, Weblate) work unchanged.
+
+- Fields q (a string, or a list in a JSON body), source, target, format, alternatives, api_key: from a JSON body
+  (Content-Type application/json), else from the form body and the query string (a form field wins), as its
+  server reads `request.values`. A form's q has its line endings made LF, as there.
+- Answers {"translatedText": str | [str]} with "alternatives" when asked for, "detectedLanguage" for source
+  "auto"; errors {"error": ...} with 400 (bad request, unknown language, limits), 403 (API key), 429, 500.
+- Languages: a model's package languages (every source x target pair, the two differing); a package without
+  them serves the pair `--languages` gives it, else the one its name ends with (OPUS-MT's "-en-de").
+  When two models serve one pair, the first on the command line does.
+- source "auto": we detect no language. It means the one source language that serves `target`; with several,
+  400 naming them.
+- format "html": 400 (we would have to keep the markup; LibreTranslate translates the text between tags).
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any, Dict, List, Optional, Tuple
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from .app import HTTPError, Service, endpoint
+from .scheduler import TRANSLATE
+
+# a package name that ends with its language pair, as OPUS-MT's do: "opus-mt-en-de", "numbers-en-de"
+NAME_PAIR = re.compile(r"(?:^|[-_.])([a-z]{2,3})-([a-z]{2,3})$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Pair:
+    """How one (source, target) of LibreTranslate's is translated: which model, with which translate_batch
+    languages (None: the package records none, and needs none)."""
+    model: str
+    source_lang: Optional[str]
+    target_lang: Optional[str]
+
+
+def name_pair(name: str) -> Optional[Tuple[str, str]]:
+    match = NAME_PAIR.search(name)
+    return (match.group(1), match.group(2)) if match else None
+
+
+def language_table(translators: Dict[str, Any], given: Dict[str, Tuple[str, str]]) -> Dict[Tuple[str, str], Pair]:
+    """(source, target) -> Pair, over the models in their command-line order (the first keeps a shared pair)."""
+    table: Dict[Tuple[str, str], Pair] = {}
+    for name, translator in translators.items():
+        langs = translator.package.languages
+        if langs is not None:
+            for source in langs.source:
+                for target in langs.target:
+                    if source != target:
+                        table.setdefault((source, target), Pair(name, source, target))
+            continue
+        pair = given.get(name) or name_pair(name)
+        if pair is not None:
+            table.setdefault(pair, Pair(name, None, None))
+    return table
+
+
+@endpoint
+async def languages(request: Request) -> Response:
+    service: Service = request.app.state.service
+    targets: Dict[str, List[str]] = {}
+    for source, target in service.languages:
+        targets.setdefault(source, []).append(target)
+    # LibreTranslate lists every language with the targets it translates into; we know codes, not names
+    codes = sorted(set(targets) | {t for ts in targets.values() for t in ts})
+    return JSONResponse([{"code": c, "name": c, "targets": sorted(targets.get(c, []))} for c in codes])
+
+
+async def fields(request: Request) -> Tuple[Dict[str, Any], bool]:
+    """The request's fields as LibreTranslate reads them, and whether they came as JSON."""
+    if request.headers.get("content-type", "").split(";")[0].strip().lower() == "application/json":
+        from .app import json_object
+        return await json_object(request), True
+    values: Dict[str, Any] = dict(request.query_params)
+    form = await request.form()
+    values.update({k: v for k, v in form.items() if isinstance(v, str)})
+    return values, False
+
+
+def _missing(name: str) -> HTTPError:
+    return HTTPError(400, f"Invalid request: missing {name} parameter")
+
+
+def pick_pair(service: Service, source: str, target: str) -> Tuple[str, Pair]:
+    """The pair for source/target; source "auto": the one source language that translates into target."""
+    if source == "auto":
+        sources = sorted({s for s, t in service.languages if t == target})
+        if len(sources) != 1:
+            known = ", ".join(sources) or "none"
+            raise HTTPError(400, f"source 'auto' needs language detection, which this server does not do; "
+                                 f"name the source language (into {target!r}: {known})")
+        source = sources[0]
+    pair = service.languages.get((source, target))
+    if pair is None:
+        codes = {c for st in service.languages for c in st}
+        bad = source if source not in codes else target
+        if bad not in codes:
+            raise HTTPError(400, f"{bad} is not supported")
+        raise HTTPError(400, f"{target} is not available as a target language from {source}")
+    return source, pair
+
+
+def _alternatives(value: Any, limit: int) -> int:
+    try:
+        n = max(0, int(value))
+    except (TypeError, ValueError):
+        raise HTTPError(400, "Invalid request: alternatives parameter is not a number") from None
+    if n > limit:
+        raise HTTPError(400, f"Invalid request: alternatives parameter must be <= {limit}")
+    return n
+
+
+@endpoint
+async def translate(request: Request) -> Response:
+    service: Service = request.app.state.service
+    values, is_json = await fields(request)
+    service.check_key(values.get("api_key"))
+    q, source, target = values.get("q"), values.get("source"), values.get("target")
+    for name, value in (("q", q), ("source", source), ("target", target)):
+        if not value:
+            raise _missing(name)
+    if not isinstance(source, str) or not isinstance(target, str):
+        raise HTTPError(400, "Invalid request: source and target must be strings")
+    n_alt = _alternatives(values.get("alternatives", 0), service.settings.alternatives_limit)
+    text_format = values.get("format") or "text"
+    if text_format == "html":
+        raise HTTPError(400, "html format is not supported by this server; send format=text")
+    if text_format != "text":
+        raise HTTPError(400, f"{text_format} format is not supported")
+    if not is_json:
+        q = "\n".join(q.splitlines())
+    batch = isinstance(q, list)
+    texts = service.check_texts(q if batch else [q], "q")
+    source, pair = pick_pair(service, source, target)
+    model, scheduler = service.scheduler(pair.model)
+    options: Dict[str, Any] = {}
+    if pair.source_lang is not None:
+        options.update(source_lang=pair.source_lang, target_lang=pair.target_lang)
+    if n_alt:
+        beam = {**scheduler.translator.package.generation}.get("beam_size", 4)
+        options.update(num_hypotheses=n_alt + 1, beam_size=max(beam, n_alt + 1))
+    results = await service.run(request, model, scheduler, TRANSLATE, texts, options)
+    best = [r.hypotheses[0] for r in results]
+    # other hypotheses, without repeats or the best (LibreTranslate's filter_unique)
+    alternatives = [list(dict.fromkeys(h for h in r.hypotheses[1:] if h and h != r.hypotheses[0]))
+                    for r in results]
+    answer: Dict[str, Any] = {"translatedText": best if batch else best[0]}
+    if values.get("source") == "auto":
+        detected = {"confidence": 100.0, "language": source}
+        answer["detectedLanguage"] = [detected] * len(texts) if batch else detected
+    if n_alt:
+        answer["alternatives"] = alternatives if batch else alternatives[0]
+    return JSONResponse(answer)

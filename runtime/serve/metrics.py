@@ -25,11 +25,15 @@ class _SchedulerCollector(Collector):
                                  labels=["model"])
         tokens = CounterMetricFamily("seq2onnx_generated_tokens", "tokens of the best hypotheses generated",
                                      labels=["model"])
+        jobs = CounterMetricFamily("seq2onnx_jobs", "jobs ended, by outcome (done, failed, cancelled: the "
+                                   "client went away, expired: past the deadline)", labels=["model", "outcome"])
         for name, scheduler in list(self.schedulers.items()):
             depth.add_metric([name], scheduler.queue_depth)
             rows.add_metric([name], scheduler.running_rows)
             tokens.add_metric([name], scheduler.tokens_generated)
-        yield from (depth, rows, tokens)
+            for outcome, n in list(scheduler.outcomes.items()):
+                jobs.add_metric([name, outcome], n)
+        yield from (depth, rows, tokens, jobs)
 
 
 class Metrics:

@@ -44,6 +44,8 @@ TRANSLATE, SCORE, STREAM = "translate", "score", "stream"
 PER_TEXT = ("target_prefix", "constraints")
 # translate_batch's keywords that generate_tokens (a stream) does not take; a stream always returns its scores
 NOT_STREAMED = ("return_scores", "max_batch_size", "batch_type")
+# how a job ended: results, an error (its own fault, or a bug), its client gone, its deadline passed
+OUTCOMES = ("done", "failed", "cancelled", "expired")
 RETRY_AFTER_RANGE = (1, 60)                 # seconds a full queue tells a client to wait (Retry-After)
 
 
@@ -136,6 +138,7 @@ class Scheduler:
         self.max_batch_rows = max_batch_rows        # decoder rows one batch may hold (beams included)
         self.running_rows = 0                       # rows in the batch being decoded now
         self.tokens_generated = 0                   # best hypotheses' tokens, over the server's life
+        self.outcomes = dict.fromkeys(OUTCOMES, 0)  # jobs ended, by how
         self.held: List[Job] = []                   # the jobs run() took and has not resolved
         self._queue: Deque[Job] = deque()
         self._cond = threading.Condition()
@@ -159,6 +162,7 @@ class Scheduler:
         with self._cond:
             if self._closed:
                 raise Closed("the server is shutting down")
+            self._drop_dead(time.monotonic())                 # their clients are gone: they hold no place
             if len(self._queue) >= self.max_queue:
                 low, high = RETRY_AFTER_RANGE
                 raise QueueFull(min(high, max(low, math.ceil(len(self._queue) * self._seconds_per_job))))
@@ -241,8 +245,11 @@ class Scheduler:
                 self._end(job)
 
     def _end(self, job: Job) -> None:
-        """A job taken out of the queue without work: resolve it with why."""
-        if job.expired():
+        """A job taken out of the queue, or dropped, without results: resolve it with why."""
+        if job.cancelled:
+            self.outcomes["cancelled"] += 1
+        else:
+            self.outcomes["expired"] += 1
             _resolve(job.future, error=DeadlineExceeded("the request's deadline passed"))
         job.ended = time.monotonic()
 
@@ -259,8 +266,10 @@ class Scheduler:
             job.first_token = now
         job.ended = now
         if job.expired(now) and not job.future.done():
+            self.outcomes["expired"] += 1
             _resolve(job.future, error=DeadlineExceeded("the request's deadline passed"))
         else:
+            self.outcomes["cancelled" if job.cancelled else "done"] += 1
             _resolve(job.future, results)
         self._release(job)
         if job.started is not None:                             # EWMA of a job's time in the worker
@@ -268,6 +277,7 @@ class Scheduler:
 
     def fail(self, job: Job, error: BaseException) -> None:
         job.ended = time.monotonic()
+        self.outcomes["failed"] += 1
         _resolve(job.future, error=error)
         self._release(job)
 

@@ -2,8 +2,9 @@
 baseline policies (RequestScheduler, DynamicScheduler). The continuous policy (continuous.py) subclasses
 Scheduler and writes its own `run()`.
 
-Construct a policy, then `start()` its worker thread. Threads: the app (asyncio) calls `submit` and `Job.cancel`; the worker thread calls `run()`, which pulls jobs with
-`take()`, decodes, and resolves them with `finish` / `fail`. A Job's `future` is a concurrent.futures.Future
+Construct a policy, then `start()` its worker thread. Threads: the app (asyncio) calls `submit` and
+`Job.cancel`; the worker thread calls `run()`, which pulls jobs with `take()`, decodes, and resolves them with
+`finish` / `fail`. A Job's `future` is a concurrent.futures.Future
 (the app awaits it through asyncio.wrap_future); its `on_text(piece)` is called from the worker thread.
 
 A subclass's `run()` loop (the contract):
@@ -472,6 +473,9 @@ class DynamicScheduler(Scheduler):
         order: List[Tuple[str, Any]] = []
         for job in jobs:
             key = batch_key(job.options, self.translator.package.generation) if job.kind == TRANSLATE else None
+            if any(k in job.options and not (isinstance(job.options[k], list) and len(job.options[k]) == len(job.texts))
+                   for k in PER_TEXT):
+                key = None                      # not one entry per text: alone, so its error is its own
             if key is None:
                 alone.append(job)
                 order.append(("alone", job))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import functools
 import itertools
 import re
 import warnings
@@ -15,11 +14,49 @@ from .cli_io import (PROG, UTF8_MAX_BYTES, Progress, open_output, open_path, rea
 from .alignment import format_alignment
 from .errors import Seq2OnnxError
 from .constraints import check_work, normalize_phrases, require_beam
-from .options import (DEFAULT_MAX_BATCH_SIZE, LENGTH_PENALTY_RANGE, MAX_BEAM_SIZE, MAX_CHARS_PER_TOKEN,
-                      MAX_LENGTH_A, MAX_LENGTH_B, MIN_TOPP, REPETITION_PENALTY_RANGE, TEMPERATURE_RANGE, Arg,
-                      DecodingOptions, NamesArgs, check_text)
+from .options import MAX_CHARS_PER_TOKEN, Arg, DecodingOptions, NamesArgs, check_text
+from .option_table import BOOL, OPTIONS
 
 DEFAULTS = DecodingOptions()            # the API's defaults are the CLI's
+
+# the help sections of option_table's groups
+SECTIONS = {"batching": "input and batching", "decoding": "decoding (as the Python API, with dashes)",
+            "generation": "generation as transformers' generate() does it (a converted model's defaults: "
+                          "`seq2onnx info`)",
+            "attention": "attention (format-2 packages)"}
+# where a flag differs from the API's keyword (argparse's arguments over option_table's)
+_FLAG_ARGS: Dict[str, Dict[str, Any]] = {
+    "beam_size": dict(default=None, help=f"default {DEFAULTS.beam_size}; 1 when sampling (--sampling-topk other "
+                      "than 1), which draws each hypothesis on a row of its own"),
+    "max_input_length": dict(help="default: the model's max_positions"),
+    "max_batch_size": dict(help="examples (or tokens) per batch; lines are read in chunks of this many"),
+    "early_stopping": dict(metavar="true|false|never"),
+    "suppress_ids": dict(metavar="ID,ID,...", help="ids never generated (default: PAD and BOS; '' none)"),
+    "forced_bos_id": dict(metavar="ID"),
+    "source_lang": dict(metavar="CODE"),
+    "target_lang": dict(metavar="CODE"),
+    "target_prefix": dict(metavar="TEXT", help="every translation starts with TEXT (the API's target_prefix), e.g. "
+                          "a term to force"),
+    "constraints": dict(metavar="TEXT", action="append", help="every translation holds TEXT, a term (repeatable: "
+                        "all of them; beam search; the API's constraints); a line where none within the length "
+                        "limit does gets the closest, with a warning"),
+    "return_alignment": dict(help="append ' ||| ' and the word alignment to each translation (return_alignment)"),
+}
+_FLAG_RANGES = {"max_batch_size": ">= 1"}                # 0 (the API's one batch) would read no line
+
+
+def _ranges(parts: List[str], width: int = 100) -> str:
+    """Parts joined by "; " into indented lines of at most `width` characters, none broken inside."""
+    lines = [""]
+    for part in parts:
+        if lines[-1] and len(lines[-1]) + len(part) + 4 > width:
+            lines.append("")
+        lines[-1] += part + "; "
+    return "\n".join("  " + line.rstrip() for line in lines)[:-1] + "."
+
+
+RANGES = _ranges([f"{o.flag} {_FLAG_RANGES.get(o.name, o.range)}" for o in OPTIONS if o.flag is not None and o.range]
+                 + ["--intra-threads 0..4 x CPU cores", "--inter-threads 1..4 x CPU cores"])
 
 TRANSLATE_FORMAT = f"""\
 input: one source per line (split at \\n; a trailing \\r is dropped), UTF-8, from stdin or --input
@@ -49,15 +86,7 @@ pipe, the bytes are exact).
   --alignment       TEXT becomes TEXT ||| 0-0 1-2 ... (source word - target word, Marian's and fairseq's format)
   --plot-attention DIR  also writes DIR/line-N.png, the best translation's attention over the source words
 options and their ranges (a value outside is a one-line error, exit 2, before anything is read):
-  --beam-size 1..{MAX_BEAM_SIZE}; --n-best 1..beam size (1..{MAX_BEAM_SIZE} when sampling);
-  --length-penalty {LENGTH_PENALTY_RANGE[0]:g}..{LENGTH_PENALTY_RANGE[1]:g};
-  --max-decoding-length >= 0 (0: every output empty; capped by max_positions);
-  --min-decoding-length 0..max-decoding-length; --max-length-a 0..{MAX_LENGTH_A:g}; --max-length-b 0..{MAX_LENGTH_B};
-  --sampling-topk >= 0; --sampling-topp {MIN_TOPP:g}..1;
-  --sampling-temperature 0 or {TEMPERATURE_RANGE[0]:g}..{TEMPERATURE_RANGE[1]:g};
-  --repetition-penalty {REPETITION_PENALTY_RANGE[0]:g}..{REPETITION_PENALTY_RANGE[1]:g}; --no-repeat-ngram-size >= 0; --seed >= 0;
-  --max-input-length 1..max_positions; --max-batch-size >= 1; --intra-threads 0..4 x CPU cores;
-  --inter-threads 1..4 x CPU cores.
+{RANGES}
 exit status: 0 done; 2 a bad option, input file or model folder (one line on stderr naming it
 and the fix); 1 an unexpected error (one line; SEQ2ONNX_DEBUG=1 shows the traceback); 128 + N
 stopped by signal N (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP); 141 (128 + SIGPIPE) the reader of the
@@ -67,7 +96,7 @@ output went away (`| head`), quietly, as `cat` ends. Messages on stderr show con
 
 
 def _model_parser(prog: str, description: str, epilog: str, reads: str, writes: str) -> argparse.ArgumentParser:
-    """The arguments `translate` and `score` share: the model, where lines come from and go to."""
+    """The arguments `translate` and `score` share: the model, where lines come from and go to, the batching."""
     p = OneLineParser(prog=prog, description=description, epilog=epilog,
                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model_dir", metavar="MODEL_DIR", help="package folder written by `seq2onnx export`")
@@ -79,80 +108,65 @@ def _model_parser(prog: str, description: str, epilog: str, reads: str, writes: 
     g.add_argument("--intra-threads", type=int, default=0, help="onnxruntime intra-op threads (0: its default)")
     g.add_argument("--inter-threads", type=int, default=1)
     g.add_argument("--no-verify", action="store_true", help="skip the SHA-256 check of the package files")
-    b = p.add_argument_group("input and batching")
-    b.add_argument("--max-input-length", type=int, default=None, help="default: the model's max_positions")
-    b.add_argument("--max-batch-size", type=int, default=DEFAULT_MAX_BATCH_SIZE,
-                   help="examples (or tokens) per batch; lines are read in chunks of this many")
-    b.add_argument("--batch-type", default="examples", choices=["examples", "tokens"])
+    _add_flags(p, ["batching"])
     return p
 
 
 def _translate_parser() -> argparse.ArgumentParser:
     p = _model_parser("seq2onnx translate", "Translate lines with a model package.", TRANSLATE_FORMAT,
                       "sources", "translations")
-    d = p.add_argument_group("decoding (as the Python API, with dashes)")
-    d.add_argument("--beam-size", type=int, default=None,
-                   help=f"default {DEFAULTS.beam_size}; 1 when sampling (--sampling-topk other than 1), which draws "
-                        "each hypothesis on a row of its own")
-    d.add_argument("--n-best", dest="num_hypotheses", type=int, default=DEFAULTS.num_hypotheses,
-                   help="hypotheses per input (num_hypotheses)")
-    d.add_argument("--length-penalty", type=float, default=DEFAULTS.length_penalty)
-    d.add_argument("--max-decoding-length", type=int, default=DEFAULTS.max_decoding_length)
-    d.add_argument("--min-decoding-length", type=int, default=DEFAULTS.min_decoding_length)
-    d.add_argument("--max-length-a", type=float, default=DEFAULTS.max_length_a,
-                   help="at most A * source tokens + B tokens per translation (default %(default)s)")
-    d.add_argument("--max-length-b", type=int, default=DEFAULTS.max_length_b, help="(default %(default)s)")
+    sections = _add_flags(p, ["decoding", "generation", "attention"])
+    d, a = sections["decoding"], sections["attention"]
     d.add_argument("--no-relative-length", dest="max_length_a", action="store_const", const=None,
                    help="only --max-decoding-length limits a translation (max_length_a=0, max_length_b=None)")
-    d.add_argument("--sampling-topk", type=int, default=DEFAULTS.sampling_topk)
-    d.add_argument("--sampling-topp", type=float, default=DEFAULTS.sampling_topp)
-    d.add_argument("--sampling-temperature", type=float, default=DEFAULTS.sampling_temperature)
-    d.add_argument("--repetition-penalty", type=float, default=DEFAULTS.repetition_penalty)
-    d.add_argument("--no-repeat-ngram-size", type=int, default=DEFAULTS.no_repeat_ngram_size)
-    d.add_argument("--seed", type=int, default=DEFAULTS.seed)
-    t = p.add_argument_group("generation as transformers' generate() does it (a converted model's defaults: "
-                             "`seq2onnx info`)")
-    t.add_argument("--beam-rules", choices=["seq2onnx", "transformers"], default=DEFAULTS.beam_rules,
-                   help="how beam search ranks finished hypotheses and stops (docs/CONTRACTS.md)")
-    t.add_argument("--early-stopping", type=_early_stopping, default=DEFAULTS.early_stopping, metavar="true|false|never",
-                   help="transformers rules: stop a sentence once it has beam-size finished hypotheses (true), by "
-                        "transformers' heuristic (false), or never early")
-    t.add_argument("--suppress-ids", type=_ids, default=DEFAULTS.suppress_ids, metavar="ID,ID,...",
-                   help="ids never generated (default: PAD and BOS; '' none)")
-    t.add_argument("--forced-bos-id", type=int, default=DEFAULTS.forced_bos_id, metavar="ID",
-                   help="the first generated token (log-prob 0)")
-    t.add_argument("--forced-eos", action="store_true", default=DEFAULTS.forced_eos,
-                   help="the last step the length limit allows may only be EOS (log-prob 0)")
-    t.add_argument("--renormalize", action="store_true", default=DEFAULTS.renormalize,
-                   help="log-softmax again after the filters")
-    d.add_argument("--source-lang", metavar="CODE", help="the source language of a multilingual model (NLLB: "
-                   "eng_Latn); `seq2onnx info MODEL_DIR` lists its languages")
-    d.add_argument("--target-lang", metavar="CODE", help="the target language of a multilingual model (OPUS-MT "
-                   "en-ROMANCE: fra; NLLB: deu_Latn)")
     d.add_argument("--scores", action="store_true", help="prefix each hypothesis with its normalized score")
-    d.add_argument("--target-prefix", metavar="TEXT",
-                   help="every translation starts with TEXT (the API's target_prefix), e.g. a term to force")
-    d.add_argument("--constraint", dest="constraints", metavar="TEXT", action="append",
-                   help="every translation holds TEXT, a term (repeatable: all of them; beam search; the API's "
-                        "constraints); a line where none within the length limit does gets the closest, with a warning")
-    a = p.add_argument_group("attention (format-2 packages)")
-    a.add_argument("--alignment", action="store_true",
-                   help="append ' ||| ' and the word alignment to each translation (return_alignment)")
     a.add_argument("--plot-attention", metavar="DIR",
                    help="write one heatmap PNG per input line into DIR (made if missing; needs matplotlib: "
                         'pip install matplotlib)')
     return p
 
 
-@functools.lru_cache(maxsize=None)
+def _add_flags(p: argparse.ArgumentParser, groups: List[str]) -> Dict[str, Any]:
+    """option_table's flags of these groups, in its order, each in its help section (-> the sections): dest the
+    API's name, type from its kind, default the API's, help the table's (or _FLAG_ARGS', where the flag differs)."""
+    sections = {g: p.add_argument_group(SECTIONS[g]) for g in groups}
+    for o in OPTIONS:
+        if o.flag is None or o.group not in sections:
+            continue
+        kind = o.kind
+        if kind is BOOL:
+            spelled: Dict[str, Any] = dict(action="store_true")
+        elif kind.choices is not None:
+            spelled = dict(choices=kind.choices)
+        elif kind.parse in (int, float, str):               # argparse's own "invalid int value: 'abc'"
+            spelled = dict(type=kind.parse)
+        elif kind.parse is None:                            # a per-text option: one TEXT, for every line
+            spelled = dict(type=str)
+        else:
+            spelled = dict(type=_flag_type(kind.parse))
+        shown = str(o.default).lower() if isinstance(o.default, bool) else o.default      # as the flag spells it
+        notes = ([o.name] if o.flag != "--" + o.name.replace("_", "-") else []) + (
+            [] if o.default is None or kind is BOOL else [f"default {shown}"])
+        help = o.help + (f" ({'; '.join(notes)})" if notes else "")
+        kwargs = dict(dest=o.name, default=o.default, **spelled, help=help.replace("%", "%%"))
+        sections[o.group].add_argument(o.flag, **{**kwargs, **_FLAG_ARGS.get(o.name, {})})
+    return sections
+
+
+def _flag_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """A kind's parse as a flag's type: its "must be ..." said as argparse says it ("argument --x: must be ...")."""
+    def flag_type(text: str) -> Any:
+        try:
+            return parse(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    return flag_type
+
+
 def _flags() -> Dict[str, str]:
-    """The API's argument names -> the flags that set them: the parser is the one table (each flag's dest is
-    the API's name: --n-best sets num_hypotheses, --constraint constraints; `score` has no flag of its own)."""
-    flags: Dict[str, str] = {}
-    for action in _translate_parser()._actions:
-        if action.option_strings:
-            flags.setdefault(action.dest, max(action.option_strings, key=len))
-    return flags
+    """The API's argument names -> the flags that set them (option_table's: --n-best sets num_hypotheses,
+    --constraint constraints; `score` has no flag of its own)."""
+    return {o.name: o.flag for o in OPTIONS if o.flag is not None}
 
 
 def _cli_message(error: Exception) -> str:
@@ -184,14 +198,8 @@ def translate_main(argv: List[str]) -> int:
     args = _translate_parser().parse_args(argv)
     PROG["name"] = "seq2onnx translate"
     relative = (0.0, None) if args.max_length_a is None else (args.max_length_a, args.max_length_b)
-    decoding = dict(beam_size=_beam_size(args), num_hypotheses=args.num_hypotheses, length_penalty=args.length_penalty,
-                    max_decoding_length=args.max_decoding_length, min_decoding_length=args.min_decoding_length,
-                    max_length_a=relative[0], max_length_b=relative[1],
-                    sampling_topk=args.sampling_topk, sampling_topp=args.sampling_topp,
-                    sampling_temperature=args.sampling_temperature, repetition_penalty=args.repetition_penalty,
-                    no_repeat_ngram_size=args.no_repeat_ngram_size, seed=args.seed, beam_rules=args.beam_rules,
-                    early_stopping=args.early_stopping, suppress_ids=args.suppress_ids,
-                    forced_bos_id=args.forced_bos_id, forced_eos=args.forced_eos, renormalize=args.renormalize)
+    decoding = {o.name: getattr(args, o.name) for o in OPTIONS if o.decoding and o.flag is not None}
+    decoding.update(beam_size=_beam_size(args), max_length_a=relative[0], max_length_b=relative[1])
     _check_options(args, **decoding)
     # only the options the command line names: the package's generation defaults (a converted model's) apply
     # to the others, as in the API (--no-relative-length names max_length_a and max_length_b)
@@ -205,22 +213,8 @@ def translate_main(argv: List[str]) -> int:
     from .text_input import max_source_chars
     return _run_lines(args, lambda tr, limit: (UTF8_MAX_BYTES * max_source_chars(limit), None),
                       lambda tr, limit, block, out: _translate_and_plot(tr, block, decoding, args, limit, out),
-                      check=lambda tr: _check_attention(tr, args) if args.alignment or args.plot_attention is not None
-                      else None)
-
-
-def _early_stopping(text: str) -> Any:
-    value = {"true": True, "false": False, "never": "never"}.get(text.lower())
-    if value is None:
-        raise argparse.ArgumentTypeError(f"must be true, false or never, got {text!r}")
-    return value
-
-
-def _ids(text: str) -> List[int]:
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be ids separated by commas, e.g. 0,58100, got {text!r}") from None
+                      check=lambda tr: _check_attention(tr, args)
+                      if args.return_alignment or args.plot_attention is not None else None)
 
 
 def _given(argv: List[str]) -> set:
@@ -351,7 +345,7 @@ def _translate_block(tr: Any, block: List[Tuple[int, str]], decoding: Dict[str, 
             out = tr.translate_batch([t for _, t in block], max_batch_size=args.max_batch_size,
                                      batch_type=args.batch_type, max_input_length=args.max_input_length,
                                      return_scores=True, target_prefix=prefix, constraints=phrases,
-                                     return_alignment=args.alignment,
+                                     return_alignment=args.return_alignment,
                                      return_attention=args.plot_attention is not None, **decoding)
     except ValueError as e:
         raise Seq2OnnxError(_cli_message(e)) from e
@@ -372,7 +366,7 @@ def _translate_block(tr: Any, block: List[Tuple[int, str]], decoding: Dict[str, 
             warn(f"line {n}: the translation stopped at the length limit before it ended ({len(r.token_ids[0])} "
                   "tokens): the model may be looping on this input; --max-length-a/--max-length-b/"
                   "--max-decoding-length set the limit")
-        texts = r.hypotheses if not args.alignment else \
+        texts = r.hypotheses if not args.return_alignment else \
             [f"{LINE_BREAKS.sub(' ', t)} ||| {format_alignment(a)}" for t, a in zip(r.hypotheses, r.alignment)]
         data += _format(n, texts, r.normalized_scores, args.num_hypotheses, args.scores, terminal)
     return data

@@ -29,6 +29,7 @@ MAX_SUPPRESS_IDS = 1 << 24                   # suppress_ids: at most this many (
 # examples per batch when the caller does not say (the Translator and the CLI): memory stays that of
 # one batch however many sentences (20,000 at beam 4 in one batch took 10 GB)
 DEFAULT_MAX_BATCH_SIZE = 32
+BATCH_TYPES = ("examples", "tokens")    # what max_batch_size counts: examples, or padded source tokens
 # A text is never tokenized whole, only a prefix that holds its first max_input_length tokens, of at most
 # max_input_length x MAX_CHARS_PER_TOKEN characters (translator.token_ids): tokenized whole, a 100 MB line
 # took 10 GB, a 5 MB line of U+FDFA (NFKC turns each into 18 characters) 6 GB.
@@ -55,7 +56,7 @@ def shorten(text: str, most: int = 40) -> str:
 class NamesArgs:
     """A one-line message built from parts, str or Arg: str() names the arguments as the API does (`beam_size`,
     `constraints[0][1]`); `render(flag)` names them as a caller of its own, e.g. the command line: flag(api name)
-    -> "--beam-size" (commands.py, from its one options table)."""
+    -> "--beam-size" (commands._flags, from option_table.py)."""
 
     def __init__(self, *parts: Union[str, Arg]):
         self.parts = parts

@@ -33,8 +33,8 @@ from .search import Hypothesis
 from .errors import ModelPackageError, Seq2OnnxError
 from .manifest import UNCHECKED, ModelPackage, read_package
 from .results import ScoringResult, TranslationResult
-from .options import (DEFAULT_MAX_BATCH_SIZE, MAX_CHARS_PER_TOKEN, Arg, DecodingOptions, OptionError, OptionTypeError,
-                      OptionWarning, check_ids, check_text)
+from .options import (BATCH_TYPES, DEFAULT_MAX_BATCH_SIZE, MAX_CHARS_PER_TOKEN, Arg, DecodingOptions, OptionError,
+                      OptionTypeError, OptionWarning, check_ids, check_text)
 from .session import SessionConfig, check_onnxruntime, onnxruntime_version, open_engine, resolve_device
 from .text_input import is_blank, max_source_chars, split_batches, token_ids  # noqa: F401 (callers import them here)
 
@@ -42,7 +42,6 @@ log = logging.getLogger("seq2onnx.runtime")
 
 # compute_type -> package variant; "default" is fp16 on CUDA when the package has it, else fp32
 COMPUTE_TYPES = {"default": None, "float32": "fp32", "int8": "int8", "float16": "fp16"}
-BATCH_TYPES = ("examples", "tokens")
 MAX_THREADS = 4 * (os.cpu_count() or 1)     # intra/inter-op threads: more only thrash (10**6 hangs onnxruntime)
 _SURROGATE = re.compile("[\ud800-\udfff]")
 

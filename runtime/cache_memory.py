@@ -32,7 +32,7 @@ class CachePool:
         self.attention = np.empty((0, 0), dtype=np.float32)      # [rows, src_len] (format 2, with attention)
         self._memory: Dict[str, np.ndarray] = {}
         self.bindings: Dict[int, "Binding"] = {}       # format 2: the call's IO binding of each decoder session
-        self.past_length = np.zeros((), dtype=np.int64)  # format 2: the bound past_length input
+        self._past_length = np.zeros(0, dtype=np.int64)  # format 2/3: the bound past_length input (past_length_view)
 
     def views(self, which: int, shape: Tuple[int, ...]) -> List[np.ndarray]:
         size = int(np.prod(shape))
@@ -48,6 +48,14 @@ class CachePool:
         if binding is None:
             binding = self.bindings[id(session)] = Binding(session)
         return binding
+
+    def past_length_view(self, rows: int, per_row: bool) -> np.ndarray:
+        """The past_length input: int64 [rows] (contract 3: each row's), or 0-d (contract 2); the same array object
+        while its shape stays (Binding)."""
+        shape = (rows,) if per_row else ()
+        if self._past_length.shape != shape:
+            self._past_length = np.zeros(shape, dtype=np.int64)
+        return self._past_length
 
     def log_probs_view(self, rows: int, vocab: int) -> np.ndarray:
         """[rows, vocab] float32 in reused memory: the same array object while the shape stays (Binding)."""
@@ -110,9 +118,9 @@ class Binding:
 
 
 class Cache(list):
-    """The self-attention cache of ArrayEngine: the arrays, the pool set they live in, and (format 2) the
-    positions written (the arrays are [R, H, capacity, Dh])."""
+    """The self-attention cache of ArrayEngine: the arrays, the pool set they live in, and (format 2 and 3) the
+    positions each row has written, int64 [R] (the arrays are [R, H, capacity, Dh]; format 2: all rows alike)."""
 
-    def __init__(self, arrays: List[np.ndarray], pool: CachePool, which: int, length: int = 0):
+    def __init__(self, arrays: List[np.ndarray], pool: CachePool, which: int, length: Optional[np.ndarray] = None):
         super().__init__(arrays)
         self.pool, self.which, self.length = pool, which, length

@@ -98,7 +98,7 @@ class IoBindingEngine(_Graphs):
             io.bind_output("log_probs", self.device, self.device_id)
         if self.format_version >= 2:
             past = self._fixed_cache(past, rows)
-            io.bind_cpu_input(PAST_LENGTH, np.array(past.length, dtype=np.int64))
+            io.bind_cpu_input(PAST_LENGTH, past.length if self.rows_at_own_positions else past.length[0])
             for name, value in zip(self.present_names, past):
                 io.bind_ortvalue_output(name, value)        # written in place
         else:
@@ -128,25 +128,27 @@ class IoBindingEngine(_Graphs):
             capacity = self.capacity_for(0, 0)
             return _DeviceCache([ort.OrtValue.ortvalue_from_numpy(np.zeros((rows, h, capacity, dh), self.cache_dtype),
                                                                   self.device, self.device_id)
-                                 for _ in self.past_names], 0)
+                                 for _ in self.past_names], np.zeros(rows, np.int64))
         capacity = past[0].shape()[2]
-        if past.length < capacity:
+        longest = int(past.length.max())
+        if longest < capacity:
             return past
         pads = np.zeros(8, np.int64)                        # [begins of the 4 axes, ends of the 4 axes]
-        pads[4 + 2] = self.capacity_for(past.length, capacity) - capacity
+        pads[4 + 2] = self.capacity_for(longest, capacity) - capacity
         return _DeviceCache(self._on_device(pad_model_bytes, "pads", pads, past), past.length)
 
     def take(self, values, index):
         taken = self._on_device(gather_model_bytes, "indices", np.ascontiguousarray(index, dtype=np.int64), values)
         if isinstance(values, _DeviceCache):
-            return _DeviceCache(taken, values.length)
+            return _DeviceCache(taken, values.length[index])
         return taken
 
 
 class _DeviceCache(list):
-    """IoBindingEngine's format-2 cache: OrtValues [R, H, capacity, Dh] and the positions written."""
+    """IoBindingEngine's format-2/3 cache: OrtValues [R, H, capacity, Dh] and the positions each row has written,
+    int64 [R]."""
 
-    def __init__(self, values: List[ort.OrtValue], length: int):
+    def __init__(self, values: List[ort.OrtValue], length: np.ndarray):
         super().__init__(values)
         self.length = length
 

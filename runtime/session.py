@@ -242,8 +242,12 @@ def release_model_bytes(sess: ort.InferenceSession, data: bytes) -> None:
 
 
 def graph_format(sess: ort.InferenceSession) -> int:
-    """The decoder step contract a graph's inputs show: 2 with a past_length input, else 1 (graph_io.py)."""
-    return 2 if any(i.name == PAST_LENGTH for i in sess.get_inputs()) else 1
+    """The decoder step contract a graph's inputs show (graph_io.py): 3 with a past_length per row ([R]), 2 with one
+    past_length (0-d), else 1."""
+    past_length = [i for i in sess.get_inputs() if i.name == PAST_LENGTH]
+    if not past_length:
+        return 1
+    return 3 if len(past_length[0].shape or []) == 1 else 2
 
 
 def check_graph_io(sess: ort.InferenceSession, path: Any, graph: str, config: ModelConfig,
@@ -261,8 +265,8 @@ def check_graph_io(sess: ort.InferenceSession, path: Any, graph: str, config: Mo
     for arg in sess.get_inputs() + sess.get_outputs():
         if arg.name in ID_INPUTS:
             types, want = ("tensor(int64)",), [None, None]
-        elif arg.name == PAST_LENGTH:
-            types, want = ("tensor(int64)",), []
+        elif arg.name == PAST_LENGTH:                     # one per row from contract 3 on
+            types, want = ("tensor(int64)",), [None] * (format_version >= 3)
         elif arg.name in ("log_probs", CROSS_ATTENTION):   # log_probs' width: Translator._check_graph_vocab
             types, want = ("tensor(float)",), [None, None]
         else:
@@ -293,7 +297,8 @@ class _Graphs:
     def __init__(self, encoder: ort.InferenceSession, decoder: ort.InferenceSession, config: ModelConfig,
                  cross_per_sentence: bool = False, decoder_path: str = "the decoder step graph",
                  encoder_path: str = "the encoder graph"):
-        self.format_version = graph_format(decoder)        # 2: fixed-capacity cache written in place
+        self.format_version = graph_format(decoder)        # 2: fixed-capacity cache written in place; 3: per row
+        self.rows_at_own_positions = self.format_version >= 3     # rows of one step may sit at different positions
         io = expected_io(config, self.format_version)
         self.encoder, self.decoder, self.config = encoder, decoder, config
         self.decoder_path = decoder_path                 # the step graph's file, for errors
@@ -415,9 +420,10 @@ class ArrayEngine(_Graphs):
         pool = cache.pool
         decoder = self.decoder_for(len(input_ids))
         binding = pool.binding_for(decoder)
-        pool.past_length[()] = cache.length
+        past_length = pool.past_length_view(len(input_ids), self.rows_at_own_positions)
+        past_length[...] = cache.length if self.rows_at_own_positions else cache.length[0]
         log_probs = pool.log_probs_view(len(input_ids), self.config.vocab_size)
-        inputs = [(PAST_LENGTH, pool.past_length), ("input_ids", np.ascontiguousarray(input_ids, dtype=np.int64)),
+        inputs = [(PAST_LENGTH, past_length), ("input_ids", np.ascontiguousarray(input_ids, dtype=np.int64)),
                   ("encoder_attention_mask", np.ascontiguousarray(encoder_mask)),
                   *((name, np.ascontiguousarray(value)) for name, value in zip(self.cross_names, cross)),
                   *zip(self.past_names, cache)]
@@ -441,11 +447,12 @@ class ArrayEngine(_Graphs):
         h, dh = self.config.n_heads, self.config.head_dim
         if not isinstance(past, Cache):                    # first step
             pool = CachePool(len(self.past_names), self.spare)
-            return Cache(pool.views(0, (rows, h, self.capacity_for(0, 0), dh)), pool, 0, 0)
+            return Cache(pool.views(0, (rows, h, self.capacity_for(0, 0), dh)), pool, 0, np.zeros(rows, np.int64))
         capacity = past[0].shape[2]
-        if past.length < capacity:
+        longest = int(past.length.max())
+        if longest < capacity:
             return past
-        dst = past.pool.views(1 - past.which, (rows, h, self.capacity_for(past.length, capacity), dh))
+        dst = past.pool.views(1 - past.which, (rows, h, self.capacity_for(longest, capacity), dh))
         for src, out in zip(past, dst):
             out[:, :, :capacity] = src                       # the rest: finite values the mask hides
         return Cache(dst, past.pool, 1 - past.which, past.length)
@@ -454,7 +461,7 @@ class ArrayEngine(_Graphs):
         if isinstance(values, Cache):          # beam reorder: gather into the pool's other set
             dst = values.pool.views(1 - values.which, (len(index), *values[0].shape[1:]))
             self._gather(values, dst, index)
-            return Cache(dst, values.pool, 1 - values.which, values.length)
+            return Cache(dst, values.pool, 1 - values.which, None if values.length is None else values.length[index])
         return [np.take(v, index, axis=0) for v in values]
 
     def _gather(self, values: List[np.ndarray], dst: List[np.ndarray], index: np.ndarray) -> None:

@@ -200,8 +200,9 @@ DIMENSIONS = {
     "sentences": "sentences decoded together",
     "rows": "decoder rows, sentences x G (row = sentence * G + g): the G beams of a sentence share its cross K/V "
             "and mask (G = 1 for greedy decoding)",
-    "capacity": "positions the cache holds (past_length < capacity <= max_positions); the step writes its K/V at "
-                "position `past_length` and attends to positions 0..past_length",
+    "capacity": "positions the cache holds (past_length < capacity <= max_positions); the step writes a row's K/V "
+                "at position `past_length` (the row's own where `past_length` has one per row) and the row attends "
+                "to positions 0..past_length",
     "past_len": "positions decoded so far (0 at the first step), read from the cache's shape",
     "past_len + 1": "the cache grown by this step's K/V",
 }

@@ -76,7 +76,7 @@ def _labelled_export(model: Transformer, opset: int, format_version: int,
     with tempfile.TemporaryDirectory(prefix="s2o-recover.") as tmp:
         try:
             if not fused:
-                onnx_export._fuse_projections = lambda path: None
+                onnx_export._fuse_projections = lambda path, external=False: None
             enc, dec = onnx_export.export_graphs(model, Path(tmp), opset=opset, format_version=format_version)
         finally:
             onnx_export._fuse_projections = keep

@@ -56,7 +56,7 @@ def test_the_shipped_readme_is_generated_from_its_manifest():
     text = (SHIPPED / "README.md").read_text(encoding="utf-8")
     assert text == render_readme(manifest)                        # regenerated: `past_len` of format 1 is gone
     check(text, manifest)
-    assert manifest["format_version"] == 2 and "`past_length`" in text and "past_len " not in text
+    assert manifest["format_version"] == 4 and "| `past_length` | int64 | [rows] |" in text and "past_len " not in text
     assert "pip install seq2onnx " not in text                   # no package index holds it
 
 

@@ -19,7 +19,8 @@ const PACKAGES = {
   marian: { languages: { source: ["en"], target: ["de", "nl"], tokens: { de: "▁hundred", nl: "▁and" }, target_token: "source_prefix" } },
   nllb: { languages: { source: ["en", "de"], target: ["en", "de"], tokens: { en: "▁thousand", de: "tausend" }, source_token: true,
     target_token: "forced_bos", default_source: "en" } },
-  generation: { generation: { beam_size: 2, num_hypotheses: 2, max_decoding_length: 8, suppress_ids: [0, 1, 97], no_repeat_ngram_size: 2 } },
+  // no languages (undefined: not written), though the shipped package records en -> de
+  generation: { languages: undefined, generation: { beam_size: 2, num_hypotheses: 2, max_decoding_length: 8, suppress_ids: [0, 1, 97], no_repeat_ngram_size: 2 } },
 };
 // package -> the calls compared with Python
 const CALLS = {
@@ -34,7 +35,9 @@ before(async () => {
   for (const [name, fields] of Object.entries(PACKAGES)) {
     const dir = (dirs[name] = path.join(work, name));
     cpSync(MODEL_DIR, dir, { recursive: true });
-    const manifest = { ...original, format_version: 3, config: { ...original.config, ...FORMAT_3_DEFAULTS }, ...fields };
+    // format 3's fields; the shipped package's own version where it is later (its graphs follow that one's contract)
+    const manifest = { ...original, format_version: Math.max(3, original.format_version),
+      config: { ...original.config, ...FORMAT_3_DEFAULTS }, ...fields };
     writeFileSync(path.join(dir, "manifest.json"), JSON.stringify(manifest, null, 1));
     translators[name] = await Translator.load(dir, { computeType: "float32" });
   }
@@ -86,8 +89,11 @@ test("a language a call names wrongly, or omits where the model needs one, is on
   await assert.rejects(marian.translate("one", { targetLang: "fr" }),
     { name: "RangeError", message: 'targetLang "fr" is not a target language of this model; it has de, nl (seq2onnx info MODEL lists them)' });
   await assert.rejects(marian.translate("one", { sourceLang: 3 }), { name: "TypeError", message: "sourceLang must be a language code (a string), got number" });
-  const shipped = await Translator.load(MODEL_DIR);
-  await assert.rejects(shipped.translate("one", { targetLang: "de" }), /targetLang cannot be checked: this model's package records no languages/);
+  await assert.rejects(translators.generation.translate("one", { targetLang: "de" }),
+    /targetLang cannot be checked: this model's package records no languages/);
+  const shipped = await Translator.load(MODEL_DIR); // it records en -> de (seq2onnx export --source-lang en --target-lang de)
+  assert.deepEqual(await shipped.translate("one", { sourceLang: "en", targetLang: "de" }), await shipped.translate("one"));
+  await assert.rejects(shipped.translate("one", { targetLang: "fr" }), /targetLang "fr" is not a target language of this model; it has de/);
   const steps = marian.generateTokens("one", { targetLang: "xx" });
   await assert.rejects(steps.next(), /targetLang "xx" is not a target language of this model/);
 });

@@ -117,6 +117,25 @@ class Binding:
             self.bound[name] = array
 
 
+def append_padded(values: List[np.ndarray], more: List[np.ndarray]) -> List[np.ndarray]:
+    """values[i] and more[i] ([B, S] masks, [B, H, S, Dh] cross K/V) joined along the rows, the shorter source axis
+    (axis 1 of a mask, 2 of K/V) padded with zeros: a mask's 0 hides the padded positions."""
+    out = []
+    for a, b in zip(values, more):
+        axis = 1 if a.ndim == 2 else 2
+        length = max(a.shape[axis], b.shape[axis])
+        shape = list(a.shape)
+        shape[0], shape[axis] = len(a) + len(b), length
+        joined = np.zeros(shape, dtype=a.dtype)
+        index = [slice(None)] * a.ndim
+        index[axis] = slice(0, a.shape[axis])
+        joined[(slice(0, len(a)), *index[1:])] = a
+        index[axis] = slice(0, b.shape[axis])
+        joined[(slice(len(a), None), *index[1:])] = b
+        out.append(joined)
+    return out
+
+
 class Cache(list):
     """The self-attention cache of ArrayEngine: the arrays, the pool set they live in, and (format 2 and 3) the
     positions each row has written, int64 [R] (the arrays are [R, H, capacity, Dh]; format 2: all rows alike)."""

@@ -40,6 +40,7 @@ from typing import Any, Generator, List, Optional, Protocol, Sequence, Tuple
 import numpy as np
 
 from .config import ModelConfig
+from .decoder_state import DecoderState
 from .constraints import Constraints, Phrases, check_batch_work, require_beam
 from .errors import ModelPackageError
 from .logit_filters import build_filters
@@ -81,6 +82,29 @@ def common_prefix(seqs: Sequence[Sequence[int]]) -> List[int]:
     return first[:n]
 
 
+class TextStream:
+    """One hypothesis streamed as text pieces (Translator.generate_tokens, the server's streams): after each step
+    the text every live row and finished hypothesis of sentence 0 share (no later step can change it), held back
+    while it ends inside a character or a later token rewrote it; at the end the rest of the best hypothesis."""
+
+    def __init__(self, detokenize: Any):
+        self.detokenize, self.emitted = detokenize, ""
+
+    def update(self, search: Any) -> str:
+        shown = self.detokenize(common_prefix(search.candidates(0)))
+        if len(shown) > len(self.emitted) and shown.startswith(self.emitted) and not shown.endswith("\ufffd"):
+            piece, self.emitted = shown[len(self.emitted):], shown
+            return piece
+        return ""
+
+    def final(self, tokens: Sequence[int]) -> str:
+        final = self.detokenize(tokens)
+        if final.startswith(self.emitted) and len(final) > len(self.emitted):
+            piece, self.emitted = final[len(self.emitted):], final
+            return piece
+        return ""
+
+
 # --- the main loop ------------------------------------------------------------------------------
 def pad_sources(sources: Sequence[Sequence[int]], pad_id: int) -> Tuple[np.ndarray, np.ndarray]:
     """Id lists -> (input_ids [B, S] int64 right-padded, attention_mask [B, S] int64, 1 = token)."""
@@ -111,6 +135,193 @@ def picks_on_device(engine: Engine, search: Any, filters: List[Any], vocab_size:
             and 2 * search.k <= vocab_size and all(getattr(f, "same_for_every_row", False) for f in filters))
 
 
+class Decoding:
+    """One call's sentences decoding together: their search, logit filters, step limits and own step count. A
+    RunningBatch steps the rows of one or more of them at once (translate_batch: one; the server: many)."""
+
+    def __init__(self, config: ModelConfig, sources: Sequence[Sequence[int]], options: DecodingOptions,
+                 prefixes: Optional[Sequence[Sequence[int]]] = None, strategy: Optional[str] = None,
+                 constraints: Optional[Sequence[Optional[Phrases]]] = None):
+        n = len(sources)
+        phrases = [list(p or []) for p in constraints] if constraints is not None and any(constraints) else None
+        if phrases is not None and strategy != "beam":
+            require_beam(options.beam_size)
+        if phrases is not None:
+            check_batch_work(phrases, options.beam_size)
+        limits = step_limits(sources, options, config)
+        self.options, self.step = options, 0
+        self.results: List[List[Hypothesis]] = [[] for _ in range(n)]
+        self.todo = np.flatnonzero(limits > 0)                   # a limit of 0 steps: the empty hypothesis
+        for i in np.flatnonzero(limits <= 0):
+            self.results[i] = [Hypothesis([], 0.0, 0.0, False, missing_constraints=len(phrases[i]) if phrases else 0)]
+        self.sources = [sources[i] for i in self.todo]
+        self.max_steps = int(limits[self.todo].max()) if len(self.todo) else 0
+        self.done = not len(self.todo)
+        if self.done:
+            self.search: Any = None
+            return
+        if options.beam_size > 1 or strategy == "beam":
+            tracker = None if phrases is None else Constraints([phrases[i] for i in self.todo], options.beam_size,
+                                                               config.vocab_size)
+            self.search = BeamSearch(len(self.todo), options.beam_size, limits[self.todo], config.eos_id,
+                                     options.length_penalty, options.num_hypotheses, tracker, options.beam_rules,
+                                     options.early_stopping)
+        else:
+            width = options.num_hypotheses if options.sampling else 1
+            sampler = Sampler(options, self.sources, width) if options.sampling else None
+            self.search = RowSearch(len(self.todo), width, limits[self.todo], config.eos_id, options.length_penalty,
+                                    sampler)
+        self.filters = build_filters(options, config, None if prefixes is None else [prefixes[i] for i in self.todo],
+                                     limits[self.todo])
+        self.last = np.full((self.rows, 1), config.start_id, dtype=np.int64)     # [R, 1] the tokens to feed
+        self.done = False
+
+    @property
+    def rows(self) -> int:
+        return len(self.search.row_example)
+
+    def advance(self, log_probs: np.ndarray, attention: Optional[np.ndarray], broken: Any) -> np.ndarray:
+        """This call's rows' log-probs [R, V] (a view: the filters edit it in place) -> the parents of the rows that
+        go on [R'] (empty: the call is done)."""
+        for apply_filter in self.filters:
+            apply_filter(log_probs, self.search.tokens, self.search.row_example, self.step)
+        return self._advance(partial(self.search.advance, log_probs), attention, broken)
+
+    def advance_top_k(self, values: np.ndarray, indices: np.ndarray, attention: Optional[np.ndarray],
+                      broken: Any) -> np.ndarray:
+        return self._advance(partial(self.search.advance_top_k, values, indices), attention, broken)
+
+    def top_k_bias(self, vocab_size: int) -> np.ndarray:
+        """picks_on_device: every filter edits every row alike, once, on a bias [1, V]."""
+        bias = np.zeros((1, vocab_size), dtype=np.float32)
+        for apply_filter in self.filters:
+            apply_filter(bias, self.search.tokens[:1], self.search.row_example[:1], self.step)
+        return bias
+
+    def _advance(self, advance: Any, attention: Optional[np.ndarray], broken: Any) -> np.ndarray:
+        try:
+            parents = advance(self.step, attention)                              # [R']
+        except NonFiniteScores:
+            raise broken() from None
+        self.step += 1
+        self.done = len(parents) == 0 or self.step >= self.max_steps
+        if not self.done:
+            self.last = self.search.tokens[:, -1:]
+        return parents
+
+    def hypotheses(self) -> List[List[Hypothesis]]:
+        """Per source, up to num_hypotheses hypotheses, best first (once done)."""
+        for j, i in enumerate(self.todo):
+            self.results[i] = rank(self.search.finished[j], self.options.num_hypotheses)
+            for h in self.results[i]:                          # the sentence's own source columns, no padding
+                if h.attention is not None:
+                    h.attention = h.attention[:, :len(self.sources[j])]
+        return self.results
+
+
+class RunningBatch:
+    """The rows of one or more Decodings stepped at once over one DecoderState. `add` encodes newcomers' sources
+    in one encoder run and appends their rows (decoder contract 3: at any step; older contracts only before the
+    first); `step` runs one decoder step for every row, advances each Decoding on its own rows, and keeps the
+    rows that go on. translate_batch runs one Decoding; the server's continuous batching, many."""
+
+    def __init__(self, engine: Engine, config: ModelConfig):
+        self.engine, self.config = engine, config
+        self.decodings: List[Decoding] = []
+        self.state: Optional[DecoderState] = None
+
+    @property
+    def rows(self) -> int:
+        return sum(d.rows for d in self.decodings)
+
+    def can_add(self) -> bool:
+        """Rows can join now: the batch has not stepped, or its decoder step takes each row's position."""
+        return self.state is None or self.state.past is None or \
+            bool(getattr(self.engine, "rows_at_own_positions", False))
+
+    def add(self, decodings: Sequence[Decoding], share_cross: bool = False) -> None:
+        """Encode the newcomers' sources once and append their rows. share_cross: a lone beam search whose
+        graph takes cross K/V per sentence keeps one row per sentence for its K rows (no rows join it later)."""
+        decodings = [d for d in decodings if d.search is not None]
+        if not decodings:
+            return
+        sources = [s for d in decodings for s in d.sources]
+        ids, mask = pad_sources(sources, self.config.pad_id)
+        first = 0
+        examples = []
+        for d in decodings:
+            examples.append(first + d.search.row_example)
+            first += len(d.sources)
+        group = decodings[0].search.k if share_cross else 1
+        new = DecoderState.encode(self.engine, ids, mask, np.concatenate(examples), group)
+        if self.state is None:
+            self.state = new
+        else:
+            self.state.extend(new)
+        self.decodings.extend(decodings)
+
+    def drop(self, decoding: Decoding) -> None:
+        """A Decoding whose caller went away: its rows leave now."""
+        first = 0
+        keep = []
+        for d in self.decodings:
+            if d is not decoding:
+                keep.append(np.arange(first, first + d.rows))
+            first += d.rows
+        decoding.done = True
+        self.decodings = [d for d in self.decodings if d is not decoding]
+        if self.decodings:
+            self.state.keep(np.concatenate(keep))
+        else:
+            self.state = None
+
+    def step(self) -> List[Decoding]:
+        """One decoder step for every row; each Decoding advances on its own rows -> the Decodings that ended (done,
+        or dropped), which leave the batch with their rows."""
+        sizes = [d.rows for d in self.decodings]                  # rows before the step, in batch order
+        broken = partial(_broken_graph, self.engine, sum(sizes))
+        if len(self.decodings) == 1 and self._on_device(self.decodings[0]):
+            d = self.decodings[0]             # the log-probs stay on the GPU; [R, 2K] best come back
+            values, indices, attention = self.state.step_top_k(d.last, d.top_k_bias(self.config.vocab_size),
+                                                               2 * d.search.k, d.options.return_attention)
+            if not (values[:, 0] < np.inf).all():           # a NaN or +inf logit makes its whole row NaN
+                raise broken()
+            kept = [d.advance_top_k(values, indices, attention, broken)]
+        else:
+            last = np.concatenate([d.last for d in self.decodings]) if len(self.decodings) > 1 else \
+                self.decodings[0].last
+            log_probs, attention = self.state.step(last, any(d.options.return_attention for d in self.decodings))
+            # a NaN or +inf logit makes its whole log-softmax row NaN: one column tells, without a pass over [R, V]
+            if not (log_probs[:, self.config.eos_id] < np.inf).all():
+                raise broken()
+            kept, first = [], 0
+            for d, size in zip(self.decodings, sizes):
+                rows = slice(first, first + size)
+                first += size
+                if d.done:                                           # dropped before this step
+                    kept.append(None)
+                    continue
+                mine = None                                          # its own sources' columns
+                if attention is not None and d.options.return_attention:
+                    mine = attention[rows, :max(len(x) for x in d.sources)]
+                kept.append(d.advance(log_probs[rows], mine, broken))
+        parents, first = [], 0
+        for d, size, p in zip(self.decodings, sizes, kept):
+            if not d.done:
+                parents.append(first + p)
+            first += size
+        ended = [d for d in self.decodings if d.done]
+        self.decodings = [d for d in self.decodings if not d.done]
+        if self.decodings:
+            self.state.keep(np.concatenate(parents))
+        else:
+            self.state = None
+        return ended
+
+    def _on_device(self, d: Decoding) -> bool:
+        return picks_on_device(self.engine, d.search, d.filters, self.config.vocab_size)
+
+
 def decode_steps(engine: Engine, config: ModelConfig, sources: Sequence[Sequence[int]], options: DecodingOptions,
                  prefixes: Optional[Sequence[Sequence[int]]] = None, strategy: Optional[str] = None,
                  constraints: Optional[Sequence[Optional[Phrases]]] = None,
@@ -123,88 +334,15 @@ def decode_steps(engine: Engine, config: ModelConfig, sources: Sequence[Sequence
     constraints: per source its phrases (non-empty id lists, or None): beam search with dynamic beam allocation
     (constraints.py); the hypotheses that hold every phrase rank first (Hypothesis.missing_constraints).
     """
-    n = len(sources)
-    phrases = [list(p or []) for p in constraints] if constraints is not None and any(constraints) else None
-    if phrases is not None and strategy != "beam":
-        require_beam(options.beam_size)
-    if phrases is not None:
-        check_batch_work(phrases, options.beam_size)
-    limits = step_limits(sources, options, config)
-    results: List[List[Hypothesis]] = [[] for _ in range(n)]
-    todo = np.flatnonzero(limits > 0)                       # a limit of 0 steps: the empty hypothesis
-    for i in np.flatnonzero(limits <= 0):
-        results[i] = [Hypothesis([], 0.0, 0.0, False, missing_constraints=len(phrases[i]) if phrases else 0)]
-    if len(todo) == 0:
-        return results
-    srcs = [sources[i] for i in todo]
-    if options.beam_size > 1 or strategy == "beam":
-        tracker = None if phrases is None else Constraints([phrases[i] for i in todo], options.beam_size,
-                                                           config.vocab_size)
-        search: Any = BeamSearch(len(srcs), options.beam_size, limits[todo], config.eos_id, options.length_penalty,
-                                 options.num_hypotheses, tracker, options.beam_rules, options.early_stopping)
-    else:
-        width = options.num_hypotheses if options.sampling else 1
-        sampler = Sampler(options, srcs, width) if options.sampling else None
-        search = RowSearch(len(srcs), width, limits[todo], config.eos_id, options.length_penalty, sampler)
-    filters = build_filters(options, config, None if prefixes is None else [prefixes[i] for i in todo], limits[todo])
-
-    ids, mask = pad_sources(srcs, config.pad_id)
-    encoder_mask, cross = engine.encode(ids, mask)
-    # cross K/V and encoder mask: one row per sentence shared by its K beam rows when the decoder graph
-    # takes them so (a beam search's sentences keep exactly K rows); else one copy per row
-    shared = isinstance(search, BeamSearch) and getattr(engine, "cross_per_sentence", False)
-    if not shared and len(search.row_example) > len(srcs):                  # each sentence -> its K rows
-        encoder_mask, *cross = engine.take([encoder_mask, *cross], search.row_example)
-    past = None
-    last = np.full((len(search.row_example), 1), config.start_id, dtype=np.int64)
-    attention = None
-    on_device = picks_on_device(engine, search, filters, config.vocab_size)
-    for step in range(int(limits[todo].max())):
-        if on_device:                                   # the log-probs stay on the GPU; [R, 2K] best come back
-            bias = np.zeros((1, config.vocab_size), dtype=np.float32)
-            for apply_filter in filters:                # each edits every row alike: once, on the bias
-                apply_filter(bias, search.tokens[:1], search.row_example[:1], step)
-            values, indices, past, *att = engine.step_top_k(last, encoder_mask, past, cross, bias, 2 * search.k,
-                                                            with_attention=options.return_attention)
-            attention = att[0] if att else None
-            # a NaN or +inf logit makes its whole log-softmax row NaN, and so its best value
-            if not (values[:, 0] < np.inf).all():
-                raise _broken_graph(engine, len(last))
-            advance = partial(search.advance_top_k, values, indices)
-        else:
-            if options.return_attention:                                        # [R, V], [R, S]
-                log_probs, past, attention = engine.step(last, encoder_mask, past, cross, with_attention=True)
-            else:
-                log_probs, past = engine.step(last, encoder_mask, past, cross)  # [R, V]
-            # a NaN or +inf logit makes its whole log-softmax row NaN: one column tells, without a pass over [R, V]
-            if not (log_probs[:, config.eos_id] < np.inf).all():
-                raise _broken_graph(engine, len(last))
-            for apply_filter in filters:
-                apply_filter(log_probs, search.tokens, search.row_example, step)
-            advance = partial(search.advance, log_probs)
-        try:
-            parents = advance(step, attention)                                  # [R']
-        except NonFiniteScores:
-            raise _broken_graph(engine, len(last)) from None
-        yield search
-        if len(parents) == 0:
-            break
-        if len(parents) < len(last) and shared:            # sentences left: cross by sentence, past by row
-            k = search.k
-            encoder_mask, *cross = engine.take([encoder_mask, *cross], parents[::k] // k)
-            past = engine.take(past, parents)
-        elif len(parents) < len(last):                                       # rows left: shrink all
-            encoder_mask, *cross = engine.take([encoder_mask, *cross], parents)
-            past = engine.take(past, parents)
-        elif not np.array_equal(parents, np.arange(len(parents))):
-            past = engine.take(past, parents)                               # beam reorder: one gather
-        last = search.tokens[:, -1:]
-    for j, i in enumerate(todo):
-        results[i] = rank(search.finished[j], options.num_hypotheses)
-        for h in results[i]:                                   # the sentence's own source columns, no padding
-            if h.attention is not None:
-                h.attention = h.attention[:, :len(srcs[j])]
-    return results
+    d = Decoding(config, sources, options, prefixes, strategy, constraints)
+    if d.search is None:
+        return d.results
+    batch = RunningBatch(engine, config)
+    batch.add([d], share_cross=isinstance(d.search, BeamSearch) and getattr(engine, "cross_per_sentence", False))
+    while not d.done:
+        batch.step()
+        yield d.search
+    return d.hypotheses()
 
 
 def decode(engine: Engine, config: ModelConfig, sources: Sequence[Sequence[int]], options: DecodingOptions,

@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 import onnxruntime as ort
 
+from .cache_memory import append_padded
 from .config import ModelConfig
 from .gather_graph import gather_model_bytes, pad_model_bytes, top_k_model_bytes
 from .graph_io import CROSS_ATTENTION, PAST_LENGTH
@@ -142,6 +143,21 @@ class IoBindingEngine(_Graphs):
         if isinstance(values, _DeviceCache):
             return _DeviceCache(taken, values.length[index])
         return taken
+
+
+    def append_rows(self, values, more):
+        """decoder_state.py extend: masks and cross K/V of new rows after these, through the host (a join happens
+        once per admission, not per step)."""
+        joined = append_padded([v.numpy() for v in values], [v.numpy() for v in more])
+        return [ort.OrtValue.ortvalue_from_numpy(x, self.device, self.device_id) for x in joined]
+
+    def append_empty_cache(self, cache: "_DeviceCache", n: int) -> "_DeviceCache":
+        joined = []
+        for value in cache:
+            host = value.numpy()
+            joined.append(ort.OrtValue.ortvalue_from_numpy(
+                np.concatenate([host, np.zeros((n, *host.shape[1:]), host.dtype)]), self.device, self.device_id))
+        return _DeviceCache(joined, np.concatenate([cache.length, np.zeros(n, np.int64)]))
 
 
 class _DeviceCache(list):

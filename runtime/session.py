@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 import numpy as np
 import onnxruntime as ort
 
-from .cache_memory import Cache, CachePool, SpareMemory
+from .cache_memory import Cache, CachePool, SpareMemory, append_padded
 from .config import ModelConfig
 from .errors import ModelPackageError, Seq2OnnxError, graph_run_error, onnxruntime_problem
 from .external_data import ExternalGraph
@@ -463,6 +463,19 @@ class ArrayEngine(_Graphs):
             self._gather(values, dst, index)
             return Cache(dst, values.pool, 1 - values.which, None if values.length is None else values.length[index])
         return [np.take(v, index, axis=0) for v in values]
+
+    def append_rows(self, values: List[np.ndarray], more: List[np.ndarray]) -> List[np.ndarray]:
+        """Masks and cross K/V of new rows after these (decoder_state.py extend): cache_memory.append_padded."""
+        return append_padded(values, more)
+
+    def append_empty_cache(self, cache: Cache, n: int) -> Cache:
+        """The cache with n rows that have written nothing after its own (into the pool's other set)."""
+        rows = len(cache.length)
+        dst = cache.pool.views(1 - cache.which, (rows + n, *cache[0].shape[1:]))
+        for src, out in zip(cache, dst):
+            out[:rows] = src
+            out[rows:] = 0
+        return Cache(dst, cache.pool, 1 - cache.which, np.concatenate([cache.length, np.zeros(n, np.int64)]))
 
     def _gather(self, values: List[np.ndarray], dst: List[np.ndarray], index: np.ndarray) -> None:
         """dst[i] = values[i][index], the tensors split between copy_threads threads (numpy copies without the GIL).

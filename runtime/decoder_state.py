@@ -1,0 +1,100 @@
+"""The decoder's state between steps, owned in one place: the self-attention cache (with each row's written length),
+the cross K/V and the encoder mask, and how rows map onto them. The decoding loop (decoding.py) steps it, keeps the
+rows it goes on with, and, in a continuous batch (serve/continuous.py), adds newly encoded rows to it.
+
+The anchors: openai/whisper's `rearrange_kv_cache`, fairseq's `reorder_incremental_state`, CTranslate2's
+`DecoderState`. It is written over the engine's primitives (session.py: encode, step, step_top_k, take, and
+append_rows to extend), so the CPU and CUDA engines share it.
+
+Rows and cross rows: with `group` G > 1 the G rows of a sentence share its one cross K/V row (a beam search's K
+rows, when the decoder graph takes cross K/V per sentence: engine.cross_per_sentence); with G = 1 every row has its
+own copy. `keep(parents)` takes, for the rows that go on, each one's parent row; a parent is always a row of the
+same sentence (a beam search reorders within a sentence; a row that ends leaves), so the cross rows stay right when
+only the cache is gathered, and the cross K/V are gathered only when rows leave.
+
+Rows at different positions: `extend` adds rows that have written nothing (length 0) to rows that have; the decoder
+step of contract 3 (graph_io.py) takes each row's position, older contracts one for all (engine
+.rows_at_own_positions): extend needs the first, or a state that has not stepped yet.
+"""
+from __future__ import annotations
+
+from typing import Any, List, Optional, Tuple
+
+import numpy as np
+
+
+class DecoderState:
+    """encoder_mask [B, S] and cross (2 per layer, [B, H, S, Dh]) for R = B x group rows; past: the cache (None
+    before the first step)."""
+
+    def __init__(self, engine: Any, encoder_mask: Any, cross: List[Any], group: int = 1):
+        self.engine, self.encoder_mask, self.cross, self.group = engine, encoder_mask, list(cross), group
+        self.past: Optional[Any] = None
+        self.rows = _rows(encoder_mask) * group
+
+    @classmethod
+    def encode(cls, engine: Any, input_ids: np.ndarray, attention_mask: np.ndarray,
+               row_example: Optional[np.ndarray] = None, group: int = 1) -> "DecoderState":
+        """Run the encoder on the sources [B, S] once; rows: row_example[r] is row r's source (None: one row each),
+        or with group G > 1 the G rows of each source share its cross row (row_example then is unused)."""
+        encoder_mask, cross = engine.encode(input_ids, attention_mask)
+        if group == 1 and row_example is not None and not np.array_equal(row_example, np.arange(len(input_ids))):
+            encoder_mask, *cross = engine.take([encoder_mask, *cross], row_example)   # each source -> its rows
+        return cls(engine, encoder_mask, cross, group)
+
+    # --- a step --------------------------------------------------------------------------------------------
+    def step(self, last: np.ndarray, with_attention: bool = False) -> Tuple[np.ndarray, Optional[np.ndarray]]:
+        """last [R, 1] int64 -> (log_probs [R, V] numpy, attention [R, S] numpy or None); the cache advances."""
+        if with_attention:
+            log_probs, self.past, attention = self.engine.step(last, self.encoder_mask, self.past, self.cross,
+                                                               with_attention=True)
+            return log_probs, attention
+        log_probs, self.past = self.engine.step(last, self.encoder_mask, self.past, self.cross)
+        return log_probs, None
+
+    def step_top_k(self, last: np.ndarray, bias: np.ndarray, k: int, with_attention: bool = False):
+        """engine.step_top_k: -> (values [R, k], indices [R, k], attention or None)."""
+        values, indices, self.past, *att = self.engine.step_top_k(last, self.encoder_mask, self.past, self.cross,
+                                                                  bias, k, with_attention=with_attention)
+        return values, indices, att[0] if att else None
+
+    # --- the rows ------------------------------------------------------------------------------------------
+    def keep(self, parents: np.ndarray) -> None:
+        """Go on with len(parents) rows, row i continuing parents[i] (a row of the same sentence): one gather of
+        the cache when beams reorder; the cross K/V and mask too when rows leave (by sentence when shared)."""
+        parents = np.asarray(parents, dtype=np.int64)
+        if len(parents) == self.rows and np.array_equal(parents, np.arange(self.rows)):
+            return
+        if len(parents) == 0:
+            self.past, self.rows = None, 0
+            return
+        if len(parents) < self.rows:
+            by = parents[::self.group] // self.group if self.group > 1 else parents
+            self.encoder_mask, *self.cross = self.engine.take([self.encoder_mask, *self.cross], by)
+        if self.past is not None:
+            self.past = self.engine.take(self.past, parents)
+        self.rows = len(parents)
+
+    def extend(self, other: "DecoderState") -> None:
+        """Append `other`'s rows (newly encoded: it has not stepped) after this state's: their cache is empty
+        (length 0), their cross K/V and mask are padded to the longer source with masked positions."""
+        if other.past is not None or other.group != 1 or (self.group != 1 and self.rows):
+            raise ValueError("extend adds rows that have not stepped to a state of one row per cross row")
+        if self.rows == 0:
+            self.encoder_mask, self.cross, self.group, self.past, self.rows = \
+                other.encoder_mask, other.cross, 1, None, other.rows
+            return
+        if self.past is not None and not getattr(self.engine, "rows_at_own_positions", False):
+            raise ValueError("this decoder step takes one position for all rows (a package before manifest format 4): "
+                             "rows cannot join a batch that has stepped")
+        self.encoder_mask, *self.cross = self.engine.append_rows([self.encoder_mask, *self.cross],
+                                                                 [other.encoder_mask, *other.cross])
+        if self.past is not None:
+            self.past = self.engine.append_empty_cache(self.past, other.rows)
+        self.rows += other.rows
+
+
+def _rows(value: Any) -> int:
+    """Rows of a numpy array or an OrtValue."""
+    shape = value.shape() if callable(getattr(value, "shape", None)) else value.shape
+    return int(shape[0])

@@ -1,9 +1,10 @@
 """How texts become batches of ids: tokenized from a bounded prefix, then sorted and cut into batches."""
 from __future__ import annotations
 
-from typing import Any, List, Sequence, Tuple
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .options import MAX_CHARS_PER_TOKEN
+from .options import MAX_CHARS_PER_TOKEN, DecodingOptions
 
 ENCODE_CHUNK = 1024             # texts tokenized at once: their Encodings (~2 kB each) are never all held
 
@@ -57,3 +58,25 @@ def token_ids(tokenizer: Any, texts: Sequence[str], limit: int) -> Tuple[List[Li
                     ids[i], cut[i] = enc.ids, len(texts[i]) > size
         todo, size = longer, 2 * size
     return ids, cut
+
+
+@dataclass
+class TranslateRequest:
+    """translate_batch's arguments checked and its texts tokenized (Translator.prepare_batch): what decoding needs,
+    and what Translator.batch_results needs to turn the hypotheses into TranslationResults."""
+    texts: List[str]
+    options: DecodingOptions                 # as given (with the package's defaults): what the results show
+    decode_options: DecodingOptions          # as decoded (return_alignment needs the attention)
+    decoding: Dict[str, Any]                 # the keyword options as given (translate_ids merges the defaults)
+    todo: List[int]                          # the texts decoded (not blank), in order
+    sources: List[List[int]]                 # their source ids (EOS last)
+    truncated: List[bool]                    # cut to max_input_length
+    prefixes: Optional[List[List[int]]]      # per source, its target prefix ids
+    phrases: Optional[List[List[List[int]]]]     # per text, its constraint phrases' ids
+    return_scores: bool = False
+    return_alignment: bool = False
+
+    @property
+    def source_phrases(self) -> Optional[List[List[List[int]]]]:
+        """Per source (todo), its phrases."""
+        return None if self.phrases is None else [self.phrases[i] for i in self.todo]

@@ -28,7 +28,7 @@ import numpy as np
 
 from .alignment import hard_alignment
 from .constraints import check_phrase_ids, check_work, normalize_phrases, require_beam, split_work
-from .decoding import common_prefix, decode, decode_steps, score
+from .decoding import TextStream, decode, decode_steps, score
 from .search import Hypothesis
 from .errors import ModelPackageError, Seq2OnnxError
 from .manifest import UNCHECKED, ModelPackage, read_package
@@ -36,7 +36,7 @@ from .results import ScoringResult, TranslationResult
 from .options import (BATCH_TYPES, DEFAULT_MAX_BATCH_SIZE, MAX_CHARS_PER_TOKEN, Arg, DecodingOptions, OptionError,
                       OptionTypeError, OptionWarning, check_ids, check_text)
 from .session import SessionConfig, check_onnxruntime, onnxruntime_version, open_engine, resolve_device
-from .text_input import is_blank, max_source_chars, split_batches, token_ids  # noqa: F401 (callers import them here)
+from .text_input import TranslateRequest, is_blank, max_source_chars, split_batches, token_ids  # noqa: F401 (callers import them here)
 
 log = logging.getLogger("seq2onnx.runtime")
 
@@ -338,6 +338,19 @@ class Translator:
         target_lang="deu_Latn" for NLLB; a model of one language pair needs neither.
         With no decoding options, a converted model decodes as its transformers generate() does (its generation
         defaults: `seq2onnx info`)."""
+        request = self.prepare_batch(texts, max_input_length, return_scores, target_prefix, return_alignment,
+                                     constraints, source_lang, target_lang, **decoding)
+        hyps = self.translate_ids(request.sources, max_batch_size, batch_type, request.prefixes,
+                                  request.source_phrases, **request.decoding)
+        return self.batch_results(request, hyps)
+
+    def prepare_batch(self, texts: Sequence[str], max_input_length: Optional[int] = None, return_scores: bool = False,
+                      target_prefix: Optional[Sequence[Optional[str]]] = None, return_alignment: bool = False,
+                      constraints: Optional[Sequence[Optional[Sequence[str]]]] = None,
+                      source_lang: Optional[str] = None, target_lang: Optional[str] = None,
+                      **decoding: Any) -> TranslateRequest:
+        """translate_batch's arguments checked (every error before any work) and its texts tokenized: what
+        decoding needs (TranslateRequest), for translate_batch and for the server's continuous batching alike."""
         lang_prefix, lang_options = self._languages(source_lang, target_lang)
         decoding = {**lang_options, **decoding}
         options = DecodingOptions.from_kwargs(self.translate_batch, **self._decoding(decoding))   # fail before work
@@ -355,9 +368,16 @@ class Translator:
             check_work("constraints", phrases, options.beam_size)
         todo = [i for i, t in enumerate(texts) if not is_blank(t)]   # blank texts: the empty hypothesis
         sources, truncated = self._sources([texts[i] for i in todo], max_input_length, todo, lang_prefix)
-        hyps = self.translate_ids(sources, max_batch_size, batch_type,
-                                  None if prefixes is None else [prefixes[i] for i in todo],
-                                  None if phrases is None else [phrases[i] for i in todo], **decoding)
+        return TranslateRequest(texts, options, DecodingOptions.from_kwargs(None, **self._decoding(decoding)),
+                                decoding, todo, sources, truncated,
+                                None if prefixes is None else [prefixes[i] for i in todo],
+                                phrases, return_scores, return_alignment)
+
+    def batch_results(self, request: TranslateRequest, hyps: List[List[Hypothesis]]) -> List[TranslationResult]:
+        """The TranslationResults of a prepared request from its sources' hypotheses (in request.todo's order)."""
+        texts, options, phrases = request.texts, request.options, request.phrases
+        return_scores, return_alignment = request.return_scores, request.return_alignment
+        todo, sources, truncated = request.todo, request.sources, request.truncated
         zero = [0.0] if return_scores else None
         results = [TranslationResult([""], [[]], zero and [0.0], zero and [0.0], finished=[True]) if is_blank(t)
                    else None for t in texts]
@@ -460,19 +480,17 @@ class Translator:
             return
         sources, _ = self._sources([text], max_input_length, prefix=lang_prefix)
         steps = decode_steps(self.engine, self.config, sources, options, prefixes, constraints=phrases)
-        emitted = ""
+        stream = TextStream(self.detokenize)
         while True:
             try:
                 search = next(steps)
             except StopIteration as stop:
                 best = stop.value[0][0]
-                final = self.detokenize(best.tokens)
                 break
-            shown = self.detokenize(common_prefix(search.candidates(0)))
-            # hold back a piece that ends inside a character, or that a later token rewrote
-            if len(shown) > len(emitted) and shown.startswith(emitted) and not shown.endswith("\ufffd"):
-                yield shown[len(emitted):]
-                emitted = shown
-        if final.startswith(emitted) and len(final) > len(emitted):
-            yield final[len(emitted):]
+            piece = stream.update(search)
+            if piece:
+                yield piece
+        piece = stream.final(best.tokens)
+        if piece:
+            yield piece
         return best

@@ -12,7 +12,6 @@ import dataclasses
 import hmac
 import json
 import logging
-import math
 import os
 import time
 from contextlib import asynccontextmanager

@@ -5,13 +5,11 @@ requests get 503, those in flight finish, then the process exits 0 (SIGTERM) or 
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import signal
-import sys
 import warnings
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Tuple
 
 from ..cli import OneLineParser, printable
 from ..errors import Seq2OnnxError
@@ -19,7 +17,7 @@ from .app import Settings, create_app, stop_admitting
 from .scheduler import POLICIES, Scheduler
 
 BATCHING = ("continuous", "dynamic", "request")
-DEFAULT_BATCHING = "dynamic"         # "continuous" once runtime/serve/continuous.py lands
+DEFAULT_BATCHING = "continuous"
 DEFAULTS = Settings()
 
 
@@ -66,13 +64,8 @@ def _parser() -> argparse.ArgumentParser:
 def policy(name: str) -> type:
     """The Scheduler class of a --batching name."""
     if name == "continuous":
-        try:
-            return importlib.import_module(".continuous", __package__).ContinuousScheduler
-        except ModuleNotFoundError as e:
-            if e.name != f"{__package__}.continuous":
-                raise
-            raise Seq2OnnxError("--batching continuous is not built yet (runtime/serve/continuous.py); "
-                                "use --batching dynamic or request") from None
+        from .continuous import ContinuousScheduler
+        return ContinuousScheduler
     return POLICIES[name]
 
 

@@ -27,13 +27,19 @@ class _SchedulerCollector(Collector):
                                      labels=["model"])
         jobs = CounterMetricFamily("seq2onnx_jobs", "jobs ended, by outcome (done, failed, cancelled: the "
                                    "client went away, expired: past the deadline)", labels=["model", "outcome"])
+        joined = CounterMetricFamily("seq2onnx_joined_running", "jobs whose rows joined a batch that had already "
+                                     "stepped (continuous batching)", labels=["model"])
+        steps = CounterMetricFamily("seq2onnx_decoder_steps", "decoder steps run (continuous batching)",
+                                    labels=["model"])
         for name, scheduler in list(self.schedulers.items()):
+            joined.add_metric([name], getattr(scheduler, "joined_running", 0))
+            steps.add_metric([name], getattr(scheduler, "decoder_steps", 0))
             depth.add_metric([name], scheduler.queue_depth)
             rows.add_metric([name], scheduler.running_rows)
             tokens.add_metric([name], scheduler.tokens_generated)
             for outcome, n in list(scheduler.outcomes.items()):
                 jobs.add_metric([name, outcome], n)
-        yield from (depth, rows, tokens, jobs)
+        yield from (depth, rows, tokens, jobs, joined, steps)
 
 
 class Metrics:

@@ -74,7 +74,7 @@ def leftovers(parent: Path, name: str):
 # --- the package -----------------------------------------------------------------------------------
 def test_manifest_describes_the_package(tiny_package, tiny_ckpt):
     m = assert_complete_package(tiny_package)
-    assert (m["format"], m["format_version"]) == ("seq2onnx-model", 3)
+    assert (m["format"], m["format_version"]) == ("seq2onnx-model", 4)
     cfg = ModelConfig.from_dict(m["config"])
     assert cfg.to_dict() == tiny_ckpt["config"]
     assert m["vocab_size"] == cfg.vocab_size
@@ -101,8 +101,8 @@ def test_manifest_describes_the_package(tiny_package, tiny_ckpt):
     # rows (hypotheses) and sentences are separate axes: cross K/V and encoder mask come once per sentence
     assert dec["inputs"][0]["shape"] == ["rows", 1]
     assert dec["inputs"][1]["shape"] == ["sentences", "src_len"]
-    assert dec["inputs"][2] == {"name": "past_length", "dtype": "int64", "shape": []}
-    # format 2: a fixed-capacity cache, the same shape in and out (written in place)
+    assert dec["inputs"][2] == {"name": "past_length", "dtype": "int64", "shape": ["rows"]}     # contract 3: per row
+    # a fixed-capacity cache, the same shape in and out (written in place)
     assert dec["inputs"][3]["shape"] == ["rows", h, "capacity", dh]
     assert {tuple(i["shape"]) for i in dec["inputs"][3 + 2 * n:]} == {("sentences", h, "src_len", dh)}
     assert dec["outputs"][0] == {"name": "log_probs", "dtype": "float32", "shape": ["rows", cfg.vocab_size]}
@@ -239,7 +239,8 @@ def test_beam_options_follow_the_reference(fp32_pair, tiny_model, tiny_ckpt):
 def test_failed_parity_writes_nothing(tiny_checkpoint, tmp_path, monkeypatch, capsys):
     real_export = onnx_export.export_graphs
 
-    def export_then_corrupt(model, out_dir, opset=onnx_export.DEFAULT_OPSET, format_version=2, external=False):
+    def export_then_corrupt(model, out_dir, opset=onnx_export.DEFAULT_OPSET, format_version=onnx_export.DECODER_FORMAT,
+                            external=False):
         enc, dec = real_export(model, out_dir, opset, format_version, external)
         graph = onnx.load(str(dec))
         weight = next(t for t in graph.graph.initializer if "output_projection" in t.name)

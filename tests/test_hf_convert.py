@@ -122,7 +122,7 @@ def test_converted_model_equals_transformers(converted, kind, decoding):
 def test_converted_manifest(converted):
     folder, pkg = converted["marian"]
     m = json.loads((pkg / "manifest.json").read_text())
-    assert m["format_version"] == 3 and m["source_model"]["type"] == "marian"
+    assert m["format_version"] == 4 and m["source_model"]["type"] == "marian"
     assert m["generation"]["beam_rules"] == "transformers" and m["generation"]["beam_size"] == 4
     assert m["config"]["activation"] == "swish" and m["config"]["sinusoid"] == "halves"
     gate = m["source_model"]["parity"]

@@ -23,6 +23,19 @@ from typing import Any, List, Optional, Tuple
 import numpy as np
 
 
+class EngineBase:
+    """The engine interface's flags and names, with their defaults (decoding.py lists the methods): engines derive
+    from it, so that decoding reads them directly instead of probing for them."""
+    cross_per_sentence = False      # the decoder step takes cross K/V per sentence (R = B x G rows)
+    rows_at_own_positions = False   # contract 3: each row its own position, so rows may join a batch that stepped
+    picks_top_k = False             # has step_top_k (the CUDA engine: beam search reads [R, 2K], not [R, V])
+    decoder_path = "the decoder step graph"
+
+    def decoder_path_for(self, rows: int) -> str:
+        """The file of the graph that steps `rows` rows, for errors about its output."""
+        return self.decoder_path
+
+
 class DecoderState:
     """encoder_mask [B, S] and cross (2 per layer, [B, H, S, Dh]) for R = B x group rows; past: the cache (None
     before the first step)."""
@@ -84,7 +97,7 @@ class DecoderState:
             self.encoder_mask, self.cross, self.group, self.past, self.rows = \
                 other.encoder_mask, other.cross, 1, None, other.rows
             return
-        if self.past is not None and not getattr(self.engine, "rows_at_own_positions", False):
+        if self.past is not None and not self.engine.rows_at_own_positions:
             raise ValueError("this decoder step takes one position for all rows (a package before manifest format 4): "
                              "rows cannot join a batch that has stepped")
         self.encoder_mask, *self.cross = self.engine.append_rows([self.encoder_mask, *self.cross],

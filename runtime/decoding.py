@@ -9,14 +9,19 @@ Shaped like openai/whisper's decoding.py: small parts and a short main loop.
 
 Rows: the engine works on `rows` = sum over active sentences of their width (K for beam search,
 num_hypotheses for sampling). A sentence that stops leaves the active rows at once, so a batch
-pays for its longest member only with that member's rows. After each step the cache is reordered
-with one gather along the rows axis (`engine.take(values, parents)`).
+pays for its longest member only with that member's rows.
+
+The loop: a `Decoding` is one call's sentences (their search, filters, limits and own step count); a `RunningBatch`
+steps the rows of one or more Decodings at once over one DecoderState (decoder_state.py: the cache, the cross K/V and
+mask, keep(parents) after each step, extend(new rows) when rows join). translate_batch runs one Decoding
+(decode_steps); the server's continuous batching (serve/continuous.py) adds Decodings to a running batch at any step
+(decoder step contract 3, where each row has its own position).
 
 Cross K/V and encoder mask: when the engine's decoder graph takes them once per sentence
-(`engine.cross_per_sentence`, from the package manifest), beam search keeps one copy per active
+(`engine.cross_per_sentence`, from the package manifest), a lone beam search keeps one copy per active
 sentence, shared by its K rows (row = sentence * K + beam); when sentences stop, they are shrunk
-by sentence and the cache by row. Otherwise (packages of the earlier contract, and RowSearch,
-whose rows end one by one) they are copied to every row and gathered with the cache.
+by sentence and the cache by row. Otherwise (packages of the earlier contract, RowSearch, whose rows end one by one,
+and a batch that rows may join) they are copied to every row and gathered with the cache.
 
 The engine (session.py) hides where tensors live (numpy on CPU, OrtValues on CUDA) and how the cache is kept
 (format 1: grown by the graph; format 2: a fixed-capacity buffer the graph writes in place):
@@ -28,9 +33,9 @@ The engine (session.py) hides where tensors live (numpy on CPU, OrtValues on CUD
     step_top_k(..., bias [1, V], k[, with_attention]), optional (the CUDA engine): step with each row's k best of
         log_probs + bias picked where the log-probs are -> (values [R, k], indices [R, k], present[, attention]);
         beam search then reads [R, 2K] per step instead of [R, V] (picks_on_device says when)
-    cross_per_sentence: bool (an engine without it gets a copy per row, which every graph accepts)
-    decoder_path_for(rows) -> str, optional: names the graph that stepped `rows` rows when it returns NaN
-        log-probs (a ModelPackageError); else decoder_path: str, optional
+    append_rows(values, more), append_empty_cache(cache, n): what DecoderState.extend needs (rows joining)
+    and the flags and names of decoder_state.EngineBase, from which engines derive: cross_per_sentence,
+    rows_at_own_positions, picks_top_k (has step_top_k), decoder_path_for(rows) (the graph named in an error)
 """
 from __future__ import annotations
 
@@ -62,9 +67,7 @@ class Engine(Protocol):
 def _broken_graph(engine: Engine, rows: int) -> ModelPackageError:
     """The error for a step of `rows` rows whose log-probs hold NaN or +inf, naming the graph that ran it (the
     few-rows step's file for few rows: engine.decoder_path_for)."""
-    path = engine.decoder_path_for(rows) if hasattr(engine, "decoder_path_for") else \
-        getattr(engine, "decoder_path", "the decoder step graph")
-    return ModelPackageError(f"{path} returned NaN or infinite "
+    return ModelPackageError(f"{engine.decoder_path_for(rows)} returned NaN or infinite "
                              f"log-probs: the model package is broken; re-export the model")
 
 
@@ -131,7 +134,7 @@ def step_limits(sources: Sequence[Sequence[int]], options: DecodingOptions, conf
 def picks_on_device(engine: Engine, search: Any, filters: List[Any], vocab_size: int) -> bool:
     """Whether beam search picks its candidates where the engine keeps the log-probs (engine.step_top_k, on a GPU):
     no constraints (their banks need every candidate), and every filter edits all rows alike (one bias [1, V])."""
-    return (isinstance(search, BeamSearch) and search.constraints is None and hasattr(engine, "step_top_k")
+    return (isinstance(search, BeamSearch) and search.constraints is None and engine.picks_top_k
             and 2 * search.k <= vocab_size and all(getattr(f, "same_for_every_row", False) for f in filters))
 
 
@@ -236,8 +239,7 @@ class RunningBatch:
 
     def can_add(self) -> bool:
         """Rows can join now: the batch has not stepped, or its decoder step takes each row's position."""
-        return self.state is None or self.state.past is None or \
-            bool(getattr(self.engine, "rows_at_own_positions", False))
+        return self.state is None or self.state.past is None or self.engine.rows_at_own_positions
 
     def add(self, decodings: Sequence[Decoding], share_cross: bool = False) -> None:
         """Encode the newcomers' sources once and append their rows. share_cross: a lone beam search whose
@@ -338,7 +340,7 @@ def decode_steps(engine: Engine, config: ModelConfig, sources: Sequence[Sequence
     if d.search is None:
         return d.results
     batch = RunningBatch(engine, config)
-    batch.add([d], share_cross=isinstance(d.search, BeamSearch) and getattr(engine, "cross_per_sentence", False))
+    batch.add([d], share_cross=isinstance(d.search, BeamSearch) and engine.cross_per_sentence)
     while not d.done:
         batch.step()
         yield d.search

@@ -22,6 +22,7 @@ from .session import _Graphs
 
 class IoBindingEngine(_Graphs):
     """Decoding engine whose tensors stay on `device` ("cuda", or "cpu" for tests) as OrtValues."""
+    picks_top_k = True
 
     def __init__(self, encoder, decoder, config: ModelConfig, device: str = "cuda", device_id: int = 0,
                  providers: Optional[List[Any]] = None, cross_per_sentence: bool = False,

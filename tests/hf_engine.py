@@ -19,13 +19,13 @@ import numpy as np
 import torch
 
 from seq2onnx.runtime.config import ModelConfig
+from seq2onnx.runtime.decoder_state import EngineBase
 
 VOCAB = 300
 
 
-class HFEngine:
+class HFEngine(EngineBase):
     """decode_steps' Engine over a transformers *ForConditionalGeneration model (eval mode, CPU, float32)."""
-    cross_per_sentence = False
 
     def __init__(self, model: Any):
         self.model = model.eval()

@@ -54,6 +54,9 @@ class RecordingEngine:
         self.cross_per_sentence = engine.cross_per_sentence
         self.rows, self.cross_rows = [], []
 
+    def __getattr__(self, name):                          # the rest of the engine's interface
+        return getattr(self.engine, name)
+
     def encode(self, *args):
         return self.engine.encode(*args)
 

@@ -220,6 +220,9 @@ class CountingEngine:
         self.engine, self.rows, self.mask_rows, self.takes = engine, [], [], []
         self.cross_per_sentence = engine.cross_per_sentence
 
+    def __getattr__(self, name):                          # the rest of the engine's interface
+        return getattr(self.engine, name)
+
     def encode(self, *args):
         return self.engine.encode(*args)
 

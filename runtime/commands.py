@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import re
 import warnings
@@ -163,10 +164,16 @@ def _flag_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     return flag_type
 
 
+@functools.lru_cache(maxsize=None)
 def _flags() -> Dict[str, str]:
-    """The API's argument names -> the flags that set them (option_table's: --n-best sets num_hypotheses,
-    --constraint constraints; `score` has no flag of its own)."""
-    return {o.name: o.flag for o in OPTIONS if o.flag is not None}
+    """The API's argument names -> the flags that set them: each flag's dest is the API's name (option_table's
+    --n-best sets num_hypotheses, --constraint constraints; the Translator's --compute-type compute_type; `score`
+    has no flag of its own)."""
+    flags: Dict[str, str] = {}
+    for action in _translate_parser()._actions:
+        if action.option_strings:
+            flags.setdefault(action.dest, max(action.option_strings, key=len))
+    return flags
 
 
 def _cli_message(error: Exception) -> str:

@@ -210,7 +210,8 @@ def request_options(body: Mapping[str, Any], generation: Optional[Mapping[str, A
         if theirs:
             raise OptionError(f"{', '.join(theirs)}: set by the server (it bounds the server's memory), not by a "
                               "request")
-        raise OptionError(f"unknown option(s) {', '.join(repr(shorten(k)) for k in bad)}; known: "
+        more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
+        raise OptionError(f"unknown option(s) {', '.join(repr(shorten(k)) for k in bad[:5])}{more}; known: "
                           f"{', '.join(sorted([*own, *SERVED]))}")
     options = {name: value for name, value in body.items() if name not in own}
     for name, value in options.items():

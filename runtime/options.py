@@ -120,13 +120,20 @@ def _check_int(name: str, value: Any, low: int, high: Optional[int] = None) -> N
     ok = isinstance(value, int) and not isinstance(value, bool) and value >= low and (high is None or value <= high)
     if not ok:
         allowed = f">= {low}" if high is None else f"in [{low}, {high}]"
-        raise OptionError(Arg(name), f" must be an integer {allowed}, got {value!r}")
+        raise OptionError(Arg(name), f" must be an integer {allowed}, got {shorten(repr(value))}")
+
+
+def _finite(value: Any) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:                               # an int past float's range (a JSON request's 1000...0)
+        return False
 
 
 def _check_float(name: str, value: Any, allowed: str, test) -> None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and test(value)
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and _finite(value) and test(value)
     if not ok:
-        raise OptionError(Arg(name), f" must be a number {allowed}, got {value!r}")
+        raise OptionError(Arg(name), f" must be a number {allowed}, got {shorten(repr(value))}")
 
 
 @dataclass(frozen=True)

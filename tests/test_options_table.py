@@ -130,13 +130,15 @@ def test_an_unknown_field_is_named_with_the_known_ones_and_the_servers_own_are_r
         request_options({"beam": 4, "q": "x"}, own={"q", "target"})
     known = str(e.value).split("; known: ")[1].split(", ")
     assert str(e.value).startswith("unknown option(s) 'beam'; known: ") and known == sorted([*SERVED, "q", "target"])
+    with pytest.raises(OptionError, match=r"^unknown option\(s\) 'a0', 'a1', 'a10', 'a11', 'a12' and 95 more; known: "):
+        request_options({f"a{i}": 0 for i in range(100)})             # a hostile body: a line, not a page
     with pytest.raises(OptionError, match="^max_batch_size: set by the server"):
         request_options({"max_batch_size": 0})
 
 
 @pytest.mark.parametrize("body", [{"beam_size": 0}, {"num_hypotheses": 5}, {"sampling_topk": 5},
                                   {"early_stopping": True}, {"suppress_ids": [1, 2.0]}, {"beam_rules": "marian"},
-                                  {"sampling_temperature": 1e9}])
+                                  {"sampling_temperature": 1e9}, {"length_penalty": 10 ** 400}])
 def test_values_are_checked_by_decoding_options_in_its_words(body):
     with pytest.raises(OptionError) as expected:
         DecodingOptions(**body)

@@ -28,11 +28,16 @@ if __package__ in (None, ""):          # run as a script: python bench/memory.py
 MIB = 2 ** 20
 
 
+def peak_rss_mib_of(pid) -> float:
+    """A process's peak resident memory since its exec, MiB: VmHWM of /proc/PID/status (pid: a number or "self")."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    return round(int(re.search(r"^VmHWM:\s+(\d+) kB", status, re.M).group(1)) / 1024, 1)
+
+
 def own_peak_rss_mib() -> float:
     """This process's peak resident memory since it started, MiB (module doc: why not ru_maxrss)."""
     try:
-        status = Path("/proc/self/status").read_text()
-        return round(int(re.search(r"^VmHWM:\s+(\d+) kB", status, re.M).group(1)) / 1024, 1)
+        return peak_rss_mib_of("self")
     except (OSError, AttributeError):
         import resource
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss       # KiB on Linux, bytes on macOS

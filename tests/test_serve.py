@@ -196,11 +196,17 @@ def test_v1_score_and_models(server, translator):
     models = httpx.get(server.url + "/v1/models", timeout=10).json()
     assert models["ready"] and [m["name"] for m in models["models"]] == [MODEL]
     assert models["models"][0]["languages"] == [{"source": "en", "target": "de"}]
+    schema = httpx.get(server.url + "/v1/options", timeout=10).json()        # from the one options table
+    assert schema["model"] == MODEL and schema["properties"]["beam_size"]["type"] == "integer"
+    assert "max_batch_size" not in schema["properties"]
 
 
 @pytest.mark.parametrize("body, status, message", [
     ({"texts": ["x"], "beam_size": "wide"}, 400, "beam_size must be an integer"),
-    ({"texts": ["x"], "no_such_option": 1}, 400, "unknown decoding option(s) no_such_option"),
+    ({"texts": ["x"], "no_such_option": 1}, 400, "unknown option(s) 'no_such_option'; known: api_key, beam_rules"),
+    ({"texts": ["x"], "beam_size": 2.0}, 400, "beam_size must be an integer, got 2.0"),
+    ({"texts": ["x"], "return_scores": 1}, 400, "return_scores must be true or false"),
+    ({"texts": ["x"], "max_batch_size": 0}, 400, "max_batch_size: set by the server"),
     ({"texts": "x"}, 400, "texts must be a list of strings"),
     ({"texts": ["x"], "model": "other"}, 400, "model must be one of numbers-en-de"),
     ({"texts": ["x"] * 5, "beam_size": 16}, 400, "takes 80 decoder rows"),

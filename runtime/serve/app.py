@@ -27,6 +27,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..cli import printable
 from ..errors import Seq2OnnxError
+from ..option_table import json_schema, request_options
+from ..options import OptionError
 from .metrics import Metrics
 from .scheduler import SCORE, STREAM, TRANSLATE, Cancelled, Closed, DeadlineExceeded, Job, QueueFull, Scheduler
 
@@ -215,9 +217,17 @@ def endpoint(route: Callable[[Request], Any]) -> Callable[[Request], Any]:
 
 # --- /v1 -----------------------------------------------------------------------------------------------------
 def v1_options(body: Dict[str, Any]) -> Dict[str, Any]:
-    """A /v1 body's translate_batch / score_batch options: every field but V1_FIELDS (translate_batch refuses an
-    unknown one, naming the known ones)."""
+    """A /v1/score body's score_batch options: every field but V1_FIELDS (score_batch refuses an unknown one)."""
     return {k: v for k, v in body.items() if k not in V1_FIELDS}
+
+
+def translate_options(body: Dict[str, Any], scheduler: Scheduler, own: Tuple[str, ...] = ()) -> Dict[str, Any]:
+    """A /v1 body's translate_batch options, read and type-checked by the one options table (option_table.py) over
+    the model's generation defaults; a bad one is a 400 naming it."""
+    try:
+        return request_options(body, scheduler.translator.package.generation, own=V1_FIELDS + own)
+    except OptionError as e:
+        raise HTTPError(400, str(e)) from None
 
 
 @endpoint
@@ -231,7 +241,7 @@ async def v1_translate(request: Request) -> Response:
         raise HTTPError(400, f"stream must be true or false, got {body['stream']!r}")
     name, scheduler = service.scheduler(body.get("model"))
     texts = service.check_texts(body.get("texts"), "texts")
-    results = await service.run(request, name, scheduler, TRANSLATE, texts, v1_options(body))
+    results = await service.run(request, name, scheduler, TRANSLATE, texts, translate_options(body, scheduler))
     return JSONResponse({"model": name, "results": [result_dict(r) for r in results]})
 
 
@@ -254,7 +264,7 @@ async def _stream(request: Request, service: Service, body: Dict[str, Any]) -> R
         raise HTTPError(400, f"a stream translates one text: send text, or texts with one entry (got {len(texts)})")
     loop = asyncio.get_running_loop()
     events: "asyncio.Queue[Tuple[str, Any]]" = asyncio.Queue()
-    options = {k: v for k, v in v1_options(body).items() if k != "text"}
+    options = translate_options(body, scheduler, own=("text",))
     job = service.submit(scheduler, STREAM, texts, options,
                          on_text=lambda piece: loop.call_soon_threadsafe(events.put_nowait, ("piece", piece)))
     job.future.add_done_callback(lambda f: loop.call_soon_threadsafe(events.put_nowait, ("done", None)))
@@ -309,6 +319,15 @@ async def v1_score(request: Request) -> Response:
     options = {k: v for k, v in v1_options(body).items() if k not in ("sources", "targets")}
     results = await service.run(request, name, scheduler, SCORE, sources, options, targets)
     return JSONResponse({"model": name, "results": [result_dict(r) for r in results]})
+
+
+@endpoint
+async def v1_options_schema(request: Request) -> Response:
+    """GET /v1/options[?model=NAME]: the options a /v1 request may set, as a JSON Schema (option_table.json_schema),
+    with the model's generation defaults."""
+    service: Service = request.app.state.service
+    name, scheduler = service.scheduler(request.query_params.get("model"))
+    return JSONResponse({"model": name, **json_schema(scheduler.translator.package.generation)})
 
 
 @endpoint
@@ -443,6 +462,7 @@ def create_app(schedulers: Dict[str, Scheduler], settings: Settings,
         Route("/v1/translate/stream", v1_translate_stream, methods=["POST"]),
         Route("/v1/score", v1_score, methods=["POST"]),
         Route("/v1/models", v1_models, methods=["GET"]),
+        Route("/v1/options", v1_options_schema, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
         Route("/ready", ready, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),

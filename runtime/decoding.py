@@ -212,14 +212,30 @@ class Decoding:
             self.last = self.search.tokens[:, -1:]
         return parents
 
+    def active(self) -> set:
+        """The sources (indices into this Decoding's sources) still decoding: a caller whose sources all left may
+        take their hypotheses (hypotheses_of) before the others end."""
+        if self.done:
+            return set()
+        if getattr(self, "_active", (None,))[0] != self.step:          # once a step, however many callers ask
+            examples = self.search.examples if isinstance(self.search, BeamSearch) else self.search.row_example
+            self._active = (self.step, {int(self.todo[j]) for j in np.unique(examples)})
+        return self._active[1]
+
+    def hypotheses_of(self, i: int) -> List[Hypothesis]:
+        """Source i's hypotheses, best first (once it is not active)."""
+        where = np.searchsorted(self.todo, i)
+        if where == len(self.todo) or self.todo[where] != i:             # a 0-step limit: the empty hypothesis
+            return self.results[i]
+        hyps = rank(self.search.finished[where], self.options.num_hypotheses)
+        for h in hyps:                                   # the sentence's own source columns, no padding
+            if h.attention is not None:
+                h.attention = h.attention[:, :len(self.sources[where])]
+        return hyps
+
     def hypotheses(self) -> List[List[Hypothesis]]:
         """Per source, up to num_hypotheses hypotheses, best first (once done)."""
-        for j, i in enumerate(self.todo):
-            self.results[i] = rank(self.search.finished[j], self.options.num_hypotheses)
-            for h in self.results[i]:                          # the sentence's own source columns, no padding
-                if h.attention is not None:
-                    h.attention = h.attention[:, :len(self.sources[j])]
-        return self.results
+        return [self.hypotheses_of(i) for i in range(len(self.results))]
 
 
 class RunningBatch:

@@ -48,6 +48,7 @@ def rows(value) -> int:
 
 class RecordingEngine:
     """Delegates to a real engine; records per step the rows of input_ids and of the encoder mask / cross K/V."""
+    picks_top_k = False                 # it records step(): beam search steps through it, not step_top_k
 
     def __init__(self, engine):
         self.engine = engine

@@ -215,6 +215,7 @@ def test_invalid_option_is_a_value_error_naming_it(translator, kwargs, name):
 class CountingEngine:
     """Delegates to the real engine and records the rows of every step (input ids, and the encoder
     mask that comes with the cross K/V) and the gathers between."""
+    picks_top_k = False                 # it records step(): beam search steps through it, not step_top_k
 
     def __init__(self, engine):
         self.engine, self.rows, self.mask_rows, self.takes = engine, [], [], []

@@ -26,8 +26,10 @@ from seq2onnx.runtime import Translator  # noqa: E402
 
 MODEL = "numbers-en-de"
 KEY = "test-key-1"
-# a job that decodes 150 steps whatever the text (the numbers model would stop after a few): about 1 s on CPU
-SLOW = {"min_decoding_length": 150, "max_decoding_length": 150, "max_length_a": 0, "max_length_b": None,
+# a job that decodes 400 steps whatever the text (the numbers model would stop after a few): 0.4 to 2 s on 2 cores,
+# and never under 0.25 s (a step costs more than 0.6 ms in Python and onnxruntime alone), which the fault tests
+# below rely on: a request behind it waits at least that long
+SLOW = {"min_decoding_length": 400, "max_decoding_length": 400, "max_length_a": 0, "max_length_b": None,
         "beam_size": 1}
 
 
@@ -311,7 +313,7 @@ def test_full_queue_disconnects_and_sigterm(slow_server, translator):
     busy.start()
     time.sleep(0.2)
     with pytest.raises(httpx.ReadTimeout):
-        httpx.post(s.url + "/v1/translate", json={"texts": ["b"], **SLOW}, timeout=0.5)
+        httpx.post(s.url + "/v1/translate", json={"texts": ["b"], **SLOW}, timeout=0.3)
     # a stream whose client leaves after its first piece: stopped at the next piece
     with httpx.stream("POST", s.url + "/v1/translate/stream", json={"text": "c", **SLOW}, timeout=60) as r:
         next(r.iter_lines())

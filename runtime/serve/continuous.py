@@ -18,29 +18,43 @@ request, the same results (Translator.batch_results); only the rows it shares a 
 """
 from __future__ import annotations
 
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from ..constraints import split_work
 from ..decoding import Decoding, RunningBatch, TextStream
 from ..options import Arg, OptionError
 from ..results import TranslationResult
-from .scheduler import NOT_STREAMED, SCORE, STREAM, Job, Scheduler
+from .scheduler import NOT_STREAMED, SCORE, STREAM, TRANSLATE, Job, Scheduler
 
 # translate_batch's keywords the scheduler sets itself (it batches), for a job's prepare_batch
 BATCHING_KEYWORDS = ("max_batch_size", "batch_type")
 
 
 class _Running:
-    """A job in the batch: its prepared request and the Decodings of its sources (one, or a few when its
-    constraints are much work: constraints.split_work), and for a stream its TextStream."""
+    """A job in the batch: its prepared request and where its sources decode, as (Decoding, the request's source
+    indices, their indices in that Decoding) parts: one part, or a few when its constraints are much work
+    (constraints.split_work); a Decoding may hold other jobs' sources too (jobs of equal options admitted
+    together); and for a stream its TextStream."""
 
-    def __init__(self, job: Job, request: Any, parts: List[List[int]], decodings: List[Decoding],
-                 stream: Optional[TextStream]):
-        self.job, self.request, self.parts, self.decodings, self.stream = job, request, parts, decodings, stream
+    def __init__(self, job: Job, request: Any, parts: List[Tuple[Decoding, List[int], List[int]]],
+                 stream: Optional[TextStream] = None):
+        self.job, self.request, self.parts, self.stream = job, request, parts, stream
 
     @property
     def done(self) -> bool:
-        return all(d.done for d in self.decodings)
+        """Every source of the job has left its Decoding (the Decoding may go on with other jobs' sources)."""
+        return all(not set(mine).intersection(d.active()) for d, _, mine in self.parts)
+
+    @property
+    def decodings(self) -> List[Decoding]:
+        return [d for d, _, _ in self.parts]
+
+    def hypotheses(self) -> List[Any]:
+        hyps: List[Any] = [None] * len(self.request.sources)
+        for d, theirs, mine in self.parts:
+            for i, j in zip(theirs, mine):
+                hyps[i] = d.hypotheses_of(j)
+        return hyps
 
 
 class ContinuousScheduler(Scheduler):
@@ -71,22 +85,27 @@ class ContinuousScheduler(Scheduler):
                 self._step()
 
     def _admit(self, jobs: List[Job]) -> None:
-        """Prepare each job (one-line errors fail that job alone) and add the rows of all in one encoder run."""
+        """Prepare each job (one-line errors fail that job alone), decode the sources of jobs with equal options in
+        one Decoding (one search over them all, each job finishing when its own sources have), and add the rows of
+        all in one encoder run."""
         new: List[Decoding] = []
+        merged: Dict[Any, List[Tuple[Job, Any]]] = {}
         for job in jobs:
             if job.kind == SCORE:
                 self.run_score(job)
                 continue
             try:
-                running = self._prepare(job)
+                request = self._request(job)
             except Exception as e:  # noqa: BLE001 - one job's fault is that job's answer
                 self.fail(job, e)
                 continue
-            if running.done:                        # nothing to decode (blank texts, a 0-step limit)
-                self._finish(running)
-                continue
-            self.running.append(running)
-            new += [d for d in running.decodings if not d.done]
+            key = self._merge_key(job, request)
+            if key is None:
+                new += self._start(self._alone(job, request))
+            else:
+                merged.setdefault(key, []).append((job, request))
+        for group in merged.values():
+            new += self._start(*self._together(group))
         if not new:
             return
         if not self.cohorts or not self.cohorts[-1].can_add():
@@ -97,34 +116,72 @@ class ContinuousScheduler(Scheduler):
         cohort.add(new)
         self._count_rows()
 
-    def _prepare(self, job: Job) -> _Running:
+    def _request(self, job: Job) -> Any:
         options = {k: v for k, v in job.options.items() if k not in BATCHING_KEYWORDS}
-        stream = None
         if job.kind == STREAM:
             options = {k: v for k, v in options.items() if k not in NOT_STREAMED}
             if options.get("num_hypotheses", 1) != 1:
                 raise OptionError("a stream is one hypothesis: ", Arg("num_hypotheses"), " must be 1")
-            stream = TextStream(self.translator.detokenize)
-        request = self.translator.prepare_batch(job.texts, **options)
+        return self.translator.prepare_batch(job.texts, **options)
+
+    @staticmethod
+    def _merge_key(job: Job, request: Any) -> Any:
+        """Jobs with equal keys share one Decoding: translations (not streams) without constraints or sampling
+        (a sample's draws would not depend on the batch, but its search is per call), of equal decoding options."""
+        if job.kind != TRANSLATE or request.phrases is not None or request.decode_options.sampling:
+            return None
+        return request.decode_options
+
+    def _alone(self, job: Job, request: Any) -> _Running:
         config, phrases = self.translator.config, request.source_phrases
         everything = list(range(len(request.sources)))
-        parts = [everything] if phrases is None or not any(phrases) else \
+        groups = [everything] if phrases is None or not any(phrases) else \
             split_work(everything, phrases, request.decode_options.beam_size)
-        decodings = [Decoding(config, [request.sources[i] for i in part], request.decode_options,
-                              None if request.prefixes is None else [request.prefixes[i] for i in part],
-                              constraints=None if phrases is None else [phrases[i] for i in part])
-                     for part in parts]
-        return _Running(job, request, parts, decodings, stream)
+        parts = []
+        for group in groups:
+            d = Decoding(config, [request.sources[i] for i in group], request.decode_options,
+                         None if request.prefixes is None else [request.prefixes[i] for i in group],
+                         constraints=None if phrases is None else [phrases[i] for i in group])
+            parts.append((d, group, list(range(len(group)))))
+        stream = TextStream(self.translator.detokenize) if job.kind == STREAM else None
+        return _Running(job, request, parts, stream)
+
+    def _together(self, group: List[Tuple[Job, Any]]) -> List[_Running]:
+        """One Decoding over the sources of jobs of equal options."""
+        sources = [x for _, r in group for x in r.sources]
+        prefixed = any(r.prefixes is not None for _, r in group)
+        prefixes = [p for _, r in group for p in (r.prefixes or [[] for _ in r.sources])] if prefixed else None
+        d = Decoding(self.translator.config, sources, group[0][1].decode_options, prefixes)
+        out, first = [], 0
+        for job, request in group:
+            n = len(request.sources)
+            out.append(_Running(job, request, [(d, list(range(n)), list(range(first, first + n)))]))
+            first += n
+        return out
+
+    def _start(self, *running: _Running) -> List[Decoding]:
+        """Jobs with nothing to decode (blank texts, 0-step limits) finish now; the others join `running`. -> their
+        Decodings that decode (once each)."""
+        new: List[Decoding] = []
+        for r in running:
+            if r.done:
+                self._finish(r)
+                continue
+            self.running.append(r)
+            new += [d for d in r.decodings if not d.done and d not in new]
+        return new
 
     def _drop_gone(self) -> None:
         """Jobs whose client went away or whose deadline passed: their rows leave at this step."""
         for running in [r for r in self.running if not r.job.live]:
-            for cohort in list(self.cohorts):
-                for d in running.decodings:
+            for d in running.decodings:            # a Decoding shared with live jobs decodes on for them
+                if any(d in r.decodings for r in self.running):
+                    continue
+                for cohort in list(self.cohorts):
                     if d in cohort.decodings:
                         cohort.drop(d)
-                if not cohort.decodings:
-                    self.cohorts.remove(cohort)
+                    if not cohort.decodings:
+                        self.cohorts.remove(cohort)
             self.running.remove(running)
             self._drop(running.job)
 
@@ -142,7 +199,7 @@ class ContinuousScheduler(Scheduler):
                 self.cohorts.remove(cohort)
         for running in list(self.running):
             if running.stream is not None and not running.done:
-                piece = running.stream.update(running.decodings[0].search)
+                piece = running.stream.update(running.decodings[0].search)      # a stream decodes alone
                 if piece:
                     self.emit(running.job, piece)
             if running.done:
@@ -152,10 +209,7 @@ class ContinuousScheduler(Scheduler):
 
     def _finish(self, running: _Running) -> None:
         job, request = running.job, running.request
-        hyps: List[Any] = [None] * len(request.sources)
-        for part, d in zip(running.parts, running.decodings):
-            for i, h in zip(part, d.hypotheses()):
-                hyps[i] = h
+        hyps = running.hypotheses()
         try:
             if running.stream is not None:
                 results = self._stream_result(running, hyps)

@@ -49,10 +49,11 @@ def _cached(out: Path, key: str, build: Callable[[], None], label: str) -> Path:
 # the package manifest (the variant's status says "validation-skipped"). fp32 keeps every check.
 EXPORT_ARGS = ["--int8", "--skip-int8-validation", "--overwrite"]
 # part of the cached package's key: change it when the exported graphs change, so a cached package of
-# earlier graphs is exported again (format_version 2; sibling projections fused: export/fuse.py; the int8 decoder
-# step with onnxruntime's fused attention: export_fused_decoder; its few-rows step: quantize_int8_few_rows; its
-# GroupQueryAttention on the packed QKV: fuse.pack_attention_qkv)
-EXPORT_CONTRACT = "format 2, fused projections, int8 fused attention, int8 few-rows step, packed QKV"
+# earlier graphs is exported again (format_version 4: decoder step contract 3, a past_length per row; sibling
+# projections fused: export/fuse.py; the int8 decoder step with onnxruntime's fused attention:
+# export_fused_decoder; its few-rows step: quantize_int8_few_rows; its GroupQueryAttention on the packed QKV:
+# fuse.pack_attention_qkv)
+EXPORT_CONTRACT = "format 4 (past_length per row), fused projections, int8 fused attention, int8 few-rows step, packed QKV"
 
 
 # --device cuda adds the float16 variant, checked on the GPU against PyTorch at export (its thresholds apply).

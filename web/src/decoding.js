@@ -17,9 +17,11 @@
 //     says so, or after its `limit` steps (its live beams finished as they are, without EOS);
 //   * beamRules "transformers" (search.py's docstring): the finished set keeps the best K, at the limit's step the
 //     best K candidates finish, and a full sentence stops by `transformersDone` (earlyStopping).
-// Rows: the engine works on the rows of the active sentences; a sentence that stops leaves them at once. With
-// engine.crossPerSentence, beam search keeps one cross K/V and mask row per sentence, shared by its K beams
-// (row = sentence * K + beam); otherwise they are copied to every row.
+// Rows: the engine works on the rows of the active sentences; a sentence that stops leaves them at once. The decoder's
+// state between steps (the cache, the cross K/V and mask) is a DecoderState (decoder_state.js): stepped, then keep(the
+// parents of the rows that go on). With engine.crossPerSentence, beam search keeps one cross K/V and mask row per
+// sentence, shared by its K beams (row = sentence * K + beam); otherwise they are copied to every row.
+import { DecoderState } from "./decoder_state.js";
 import { ModelPackageError } from "./errors.js";
 import { buildFilters } from "./logit_filters.js";
 import { crc32OfIds, Random } from "./random.js";
@@ -35,8 +37,10 @@ export class Hypothesis {
 
 class NonFiniteScores extends Error {}
 
-function brokenGraph(engine) {
-  return new ModelPackageError(`${engine.decoderPath ?? "the decoder step graph"} returned NaN or infinite log-probs: ` +
+/** The error for a step of `rows` rows whose log-probs hold NaN or +inf, naming the graph that ran it (the few-rows
+ * step's file for few rows: engine.decoderPathFor). */
+function brokenGraph(engine, rows) {
+  return new ModelPackageError(`${engine.decoderPathFor(rows)} returned NaN or infinite log-probs: ` +
     "the model package is broken; re-export the model");
 }
 
@@ -436,40 +440,27 @@ export async function* decodeSteps(engine, config, sources, options, prefixes = 
   const filters = buildFilters(options, config, prefixes === null ? null : todo.map((i) => prefixes[i]), todoLimits);
   const vocab = config.vocab_size;
 
-  let [encoderMask, cross] = await engine.encode(...padSources(srcs, config.pad_id));
   // cross K/V and encoder mask: one row per sentence shared by its K beam rows when the decoder graph takes them
   // so (a beam search's sentences keep exactly K rows); else one copy per row
-  const shared = search instanceof BeamSearch && engine.crossPerSentence;
-  if (!shared && search.rowExample.length > srcs.length) [encoderMask, ...cross] = engine.take([encoderMask, ...cross], search.rowExample);
-  let past = null;
-  let last = new BigInt64Array(search.rowExample.length).fill(BigInt(config.decoder_start_id ?? config.bos_id));
+  const group = search instanceof BeamSearch && engine.crossPerSentence ? search.k : 1;
+  const state = await DecoderState.encode(engine, ...padSources(srcs, config.pad_id), search.rowExample, group);
+  let last = new BigInt64Array(search.rowExample.length).fill(BigInt(config.decoder_start_id ?? config.bos_id)); // [R]
   const maxSteps = Math.max(...todoLimits);
   for (let step = 0; step < maxSteps; step++) {
-    let logProbs, attention;
-    [logProbs, past, attention] = await engine.step(last, encoderMask, past, cross, options.returnAttention); // [R * V], [R * S]
+    const [logProbs, attention] = await state.step(last, options.returnAttention); // [R * V], [R * S] | null
     // a NaN or +inf logit makes its whole log-softmax row NaN: one column tells
-    for (let r = 0; r < last.length; r++) if (!(logProbs[r * vocab + config.eos_id] < Infinity)) throw brokenGraph(engine);
+    for (let r = 0; r < last.length; r++) if (!(logProbs[r * vocab + config.eos_id] < Infinity)) throw brokenGraph(engine, last.length);
     for (const applyFilter of filters) applyFilter(logProbs, vocab, search.tokens, search.rowExample, step);
     let parents;
     try {
       parents = search.advance(logProbs, vocab, step, attention);
     } catch (e) {
-      if (e instanceof NonFiniteScores) throw brokenGraph(engine);
+      if (e instanceof NonFiniteScores) throw brokenGraph(engine, last.length);
       throw e;
     }
     yield search;
     if (!parents.length) break;
-    if (parents.length < last.length && shared) { // sentences left: cross by sentence, past by row
-      const k = search.k;
-      const sentences = parents.filter((_, i) => i % k === 0).map((p) => Math.floor(p / k));
-      [encoderMask, ...cross] = engine.take([encoderMask, ...cross], sentences);
-      past = engine.take(past, parents);
-    } else if (parents.length < last.length) { // rows left: shrink all
-      [encoderMask, ...cross] = engine.take([encoderMask, ...cross], parents);
-      past = engine.take(past, parents);
-    } else if (!parents.every((p, i) => p === i)) {
-      past = engine.take(past, parents); // beam reorder: one gather
-    }
+    state.keep(parents); // beams reorder: the cache; rows leave: the cross K/V and mask too
     last = BigInt64Array.from(search.tokens, (row) => BigInt(row[row.length - 1]));
   }
   todo.forEach((i, j) => {

@@ -6,24 +6,29 @@
 //   1  past_key_i / past_value_i [R, H, P, Dh] in, present_* [R, H, P+1, Dh] out: the cache grows every step.
 //   2  a fixed-capacity cache: past_length (int64, 0-d) in, past_* [R, H, C, Dh] in and present_* [R, H, C, Dh] out,
 //      the step's K/V written at position past_length; and cross_attention [R, S] out (read for returnAttention).
-//   3  2 with past_length int64 [R], one per row (row r written at past_length[r]); this engine decodes its rows in
-//      step, so it feeds R copies of the one length.
+//   3  2 with past_length int64 [R], one per row (row r written at past_length[r]): the cache keeps each row's written
+//      length, so rows that join a batch (DecoderState.extend) start at 0 beside rows that have stepped.
 // ENGINES maps each decoder step contract to its engine (decoderFormat: the contract of a format_version), so a new
 // contract is one more class here that names its graph I/O and implements encode / step / take.
 //
-// The engine hides where tensors live and how the decoder is called; decoding.js sees only:
+// The engine hides where tensors live and how the decoder is called; decoder_state.js and decoding.js see only:
 //   encode(inputIds BigInt64Array [B*S], attentionMask BigInt64Array [B*S], [B, S]) -> [encoderMask, cross]
 //   step(inputIds BigInt64Array [R], encoderMask, past | null, cross, withAttention = false)
 //       -> [logProbs Float32Array [R*V], present, attention Float32Array [R*S] | null]
 //       encoderMask and cross have R rows, or with crossPerSentence R / G (the G beams of a sentence share them);
 //       attention (hasAttention engines, when asked): the last decoder layer's cross-attention, heads averaged
 //   noAttentionError() -> the error for returnAttention on an engine without hasAttention
-//   take(values, index) -> values gathered along their first axis
+//   take(values, index) -> values gathered along their first axis (a cache with its rows' lengths)
+//   appendRows(values, more) -> masks [B, S] and cross K/V [B, H, S, Dh] of new rows after these, the shorter source
+//       axis padded (the mask hides it); appendEmptyCache(cache, n) -> the cache with n rows of length 0 after its own
+//       (DecoderState.extend: rows joining)
 //   release() -> the sessions' native memory and threads freed
-//   crossPerSentence, decoderPath (names the graph when it returns NaN log-probs)
+//   and the flags and names of decoder_state.js EngineBase, from which engines derive: crossPerSentence,
+//   rowsAtOwnPositions, decoderPathFor(rows) (the graph named when it returns NaN log-probs)
 // A format-2 engine steps with the variant's few-rows decoder step (manifest few_rows: the int8 variant's second
 // step, faster at 1-4 rows) whenever a step has at most its maxRows rows, as runtime/session.py does.
 import { ModelPackageError, printable, Seq2OnnxError } from "./errors.js";
+import { EngineBase } from "./decoder_state.js";
 import { ExternalGraph } from "./external_data.js";
 
 export function cacheNames(prefix, layers) {
@@ -44,8 +49,27 @@ function gatherRows(ort, tensor, index) {
   return new ort.Tensor(tensor.type, out, [index.length, ...tensor.dims.slice(1)]);
 }
 
+/** a's rows, then b's (ort.Tensors of one type: masks [B, S], cross K/V [B, H, S, Dh]), the shorter source axis (1 of a
+ * mask, 2 of K/V) padded with zeros: a mask's 0 hides the padded positions (runtime/cache_memory.py append_padded). */
+function appendPadded(ort, a, b) {
+  const axis = a.dims.length === 2 ? 1 : 2;
+  const length = Math.max(a.dims[axis], b.dims[axis]);
+  const inner = a.dims.slice(axis + 1).reduce((x, y) => x * y, 1); // elements per source position
+  const outer = (t) => t.dims.slice(0, axis).reduce((x, y) => x * y, 1); // blocks of [S, ...] in a tensor
+  const out = new a.data.constructor((outer(a) + outer(b)) * length * inner);
+  let block = 0;
+  for (const t of [a, b]) {
+    const size = t.dims[axis] * inner;
+    for (let i = 0; i < outer(t); i++, block++) out.set(t.data.subarray(i * size, (i + 1) * size), block * length * inner);
+  }
+  const dims = [...a.dims];
+  dims[0] += b.dims[0];
+  dims[axis] = length;
+  return new ort.Tensor(a.type, out, dims);
+}
+
 /** format_version 1: the self-attention cache grows by one position a step (docs/CONTRACTS.md, ONNX graphs). */
-export class GrowingCacheEngine {
+export class GrowingCacheEngine extends EngineBase {
   static formatVersion = 1;
   hasAttention = false; // no cross_attention output
 
@@ -75,7 +99,8 @@ export class GrowingCacheEngine {
    * onnxruntime-web's WASM backend does not fill them) */
   constructor(ort, encoder, decoder, config, { crossPerSentence = false, decoderPath = "the decoder step graph", outputsInto = false,
     fewRows = null } = {}) {
-    // fewRows: { session, maxRows } of the few-rows decoder step, or null
+    // fewRows: { session, maxRows, path } of the few-rows decoder step, or null
+    super();
     Object.assign(this, { ort, encoder, decoder, config, crossPerSentence, decoderPath, outputsInto, fewRows });
     const io = this.constructor.io(config);
     this.crossNames = io.encoder[1];
@@ -117,9 +142,17 @@ export class GrowingCacheEngine {
     return values.map((v) => gatherRows(this.ort, v, index));
   }
 
+  appendRows(values, more) {
+    return values.map((v, i) => appendPadded(this.ort, v, more[i]));
+  }
+
   /** The session that steps `rows` rows: the few-rows step up to its maxRows, else the step. */
   decoderFor(rows) {
     return this.fewRows !== null && rows <= this.fewRows.maxRows ? this.fewRows.session : this.decoder;
+  }
+
+  decoderPathFor(rows) {
+    return this.decoderFor(rows) === this.decoder ? this.decoderPath : this.fewRows.path;
   }
 
   async release() {
@@ -131,10 +164,18 @@ const PAST_LENGTH = "past_length";
 const CROSS_ATTENTION = "cross_attention";
 const FIXED_CACHE_START = 16; // positions a fresh format-2 cache holds; it doubles when full (runtime/session.py)
 
-/** A format-2/3 cache: its tensors [R, H, capacity, Dh] and the positions written (by every row alike). */
+/** A format-2/3 cache: its tensors [R, H, capacity, Dh] and the positions each row has written, lengths
+ * BigInt64Array [R] (contract 2: every row alike). */
 class FixedCache {
-  constructor(tensors, positions) {
-    Object.assign(this, { tensors, positions });
+  constructor(tensors, lengths) {
+    Object.assign(this, { tensors, lengths });
+  }
+
+  /** The most positions a row has written. */
+  longest() {
+    let n = 0n;
+    for (const length of this.lengths) if (length > n) n = length;
+    return Number(n);
   }
 }
 
@@ -170,21 +211,22 @@ export class FixedCacheEngine extends GrowingCacheEngine {
     if (past === null) {
       const capacity = this.capacityFor(0, 0);
       const zeros = () => new ort.Tensor("float32", new Float32Array(rows * h * capacity * dh), [rows, h, capacity, dh]);
-      return new FixedCache(this.pastNames.map(zeros), 0);
+      return new FixedCache(this.pastNames.map(zeros), new BigInt64Array(rows));
     }
     const capacity = past.tensors[0].dims[2];
-    if (past.positions < capacity) return past;
-    const bigger = this.capacityFor(past.positions, capacity);
+    const longest = past.longest();
+    if (longest < capacity) return past;
+    const bigger = this.capacityFor(longest, capacity);
     return new FixedCache(past.tensors.map((t) => {
       const out = new Float32Array(rows * h * bigger * dh); // the rest: zeros the mask hides
       for (let i = 0; i < rows * h; i++) out.set(t.data.subarray(i * capacity * dh, (i + 1) * capacity * dh), i * bigger * dh);
       return new ort.Tensor("float32", out, [rows, h, bigger, dh]);
-    }), past.positions);
+    }), past.lengths);
   }
 
-  /** The past_length input: the positions every row has written, 0-d. */
-  pastLength(positions, rows) {
-    return new this.ort.Tensor("int64", BigInt64Array.of(BigInt(positions)), []);
+  /** The past_length input of contract 2: the positions every row has written, 0-d. */
+  pastLength(cache) {
+    return new this.ort.Tensor("int64", cache.lengths.slice(0, 1), []);
   }
 
   async step(inputIds, encoderMask, past, cross, withAttention = false) {
@@ -192,7 +234,7 @@ export class FixedCacheEngine extends GrowingCacheEngine {
     const rows = inputIds.length;
     const cache = this.fixedCache(past, rows);
     const feeds = { input_ids: new ort.Tensor("int64", inputIds, [rows, 1]), encoder_attention_mask: encoderMask,
-      [PAST_LENGTH]: this.pastLength(cache.positions, rows) };
+      [PAST_LENGTH]: this.pastLength(cache) };
     this.pastNames.forEach((name, i) => (feeds[name] = cache.tensors[i]));
     this.crossNames.forEach((name, i) => (feeds[name] = cross[i]));
     let out;
@@ -208,28 +250,45 @@ export class FixedCacheEngine extends GrowingCacheEngine {
     } else {
       out = await this.decoderFor(rows).run(feeds, ["log_probs", ...this.presentNames, ...(withAttention ? [CROSS_ATTENTION] : [])]);
     }
-    return [out.log_probs.data, new FixedCache(this.presentNames.map((name) => out[name]), cache.positions + 1),
+    return [out.log_probs.data, new FixedCache(this.presentNames.map((name) => out[name]), cache.lengths.map((n) => n + 1n)),
       withAttention ? out[CROSS_ATTENTION].data : null];
   }
 
   take(values, index) {
-    if (values instanceof FixedCache) return new FixedCache(super.take(values.tensors, index), values.positions);
+    if (values instanceof FixedCache) {
+      return new FixedCache(super.take(values.tensors, index), BigInt64Array.from(index, (r) => values.lengths[r]));
+    }
     return super.take(values, index);
+  }
+
+  /** The cache with n rows that have written nothing (length 0, zeros) after its own. */
+  appendEmptyCache(cache, n) {
+    const { ort } = this;
+    const tensors = cache.tensors.map((t) => {
+      const out = new Float32Array((t.dims[0] + n) * t.dims.slice(1).reduce((a, b) => a * b, 1));
+      out.set(t.data);
+      return new ort.Tensor("float32", out, [t.dims[0] + n, ...t.dims.slice(1)]);
+    });
+    const lengths = new BigInt64Array(cache.lengths.length + n);
+    lengths.set(cache.lengths);
+    return new FixedCache(tensors, lengths);
   }
 }
 
-/** format_version 4 (decoder step contract 3): FixedCacheEngine with past_length int64 [R], one per row. The rows of
- * this engine's steps always stand at the same position, so every row gets the cache's one. */
+/** format_version 4 (decoder step contract 3): FixedCacheEngine with past_length int64 [R], each row's own length, so
+ * rows may stand at different positions in one step. */
 export class RowLengthsEngine extends FixedCacheEngine {
   static formatVersion = 3;
+  rowsAtOwnPositions = true;
 
   static spec(name, config) {
     if (name === PAST_LENGTH) return ["int64", [null]];
     return super.spec(name, config);
   }
 
-  pastLength(positions, rows) {
-    return new this.ort.Tensor("int64", new BigInt64Array(rows).fill(BigInt(positions)), [rows]);
+  /** The past_length input of contract 3: each row's written positions, [R]. */
+  pastLength(cache) {
+    return new this.ort.Tensor("int64", cache.lengths, [cache.lengths.length]);
   }
 }
 
@@ -367,7 +426,7 @@ export async function openEngine(pkg, variantName, [encoderBytes, decoderBytes],
     const session = await openSession(ort, fewRowsBytes, fewPath, sessionOptions("decoder_step"));
     checkGraphIo(Engine, session, fewPath, "decoder_step", config);
     checkDecoder(pkg, session, fewPath);
-    fewRows = { session, maxRows: variant.fewRows.maxRows };
+    fewRows = { session, maxRows: variant.fewRows.maxRows, path: fewPath };
   }
   return new Engine(ort, encoder, decoder, config, { crossPerSentence: pkg.crossPerSentence, decoderPath,
     outputsInto: pkg.platform.outputsInto === true, fewRows });

@@ -41,6 +41,9 @@ stdout, one result per job, so that a test pays for one interpreter start. Jobs:
          with scores within the float32 bound derived from the package's weights (int8: plus its quantization
          step), or a tie judged by this runtime teacher-forced. The rule lives there; test/compare.js asks here.
          D: the largest score difference where the ids agree
+  {"op": "bounds", "model": DIR, "compute_type": ..}
+      -> {"log_prob": B}: tests/agreement.py's bound on how far two float32 computations of one log-prob of this
+         package's decoder step may lie apart (Float32Bounds.of_graph; int8: plus its quantization step)
   {"op": "convert_hf", "kind": "marian" | "marian_separate" | "marian_multilingual" | "m2m100" | "nllb", "work": DIR,
    "texts": N}
       -> {"path": DIR/<kind>-package, "texts": [..]}: a tiny HF folder of that kind (tests/hf_folders.py) built in
@@ -236,6 +239,14 @@ def compare(job: Dict[str, Any]) -> Dict[str, Any]:
     return {"error": None, "max_diff": max_diff}
 
 
+def bounds(job: Dict[str, Any]) -> Dict[str, Any]:
+    sys.path.insert(0, str(REPO / "tests"))
+    from agreement import Float32Bounds
+
+    int8 = job.get("compute_type", "float32") == "int8"
+    return {"log_prob": Float32Bounds.of_graph(Path(job["model"]) / "decoder_step.onnx", int8=int8).log_prob}
+
+
 def convert_hf(job: Dict[str, Any]) -> Dict[str, Any]:
     sys.path.insert(0, str(REPO / "tests"))
     from hf_folders import BUILDERS, gettext_pairs
@@ -332,7 +343,8 @@ def bench(job: Dict[str, Any]) -> Dict[str, Any]:
 
 OPS = {"corpus": corpus, "numbers": numbers, "train_tokenizer": train_tokenizer, "tokenize": tokenize, "translate": translate,
        "generate_tokens": generate_tokens, "compare": compare, "check_options": check_options, "export_random": export_random, "load": load, "bench": bench,
-       "tokenizer_rules": tokenizer_rules, "schema": schema, "convert_hf": convert_hf, "external_data": external_data}
+       "tokenizer_rules": tokenizer_rules, "schema": schema, "convert_hf": convert_hf, "external_data": external_data,
+       "bounds": bounds}
 
 
 def main() -> None:

@@ -16,9 +16,15 @@ int8  (--int8): dynamic quantisation of the MatMul weights (onnxruntime.quantiza
       quantize_dynamic rewrites every Gemm as a MatMul, transposing its weight in place: with tied
       embeddings that weight is also the embedding table of a Gather, which it would break. So a Gemm
       weight shared with other nodes gets its own copy first (`untie_gemm_weights`): the output
-      projection is then quantised like the other MatMuls, the embedding (Gather) stays fp32.
+      projection is then quantised like the other MatMuls.
+      The embedding table (a Gather of input_ids) becomes int8 too (`int8_embeddings`): int8 rows, one float32
+      scale per row (symmetric, max |row| / 127), gathered, then Cast and Mul back to float32 (standard ops:
+      onnxruntime-web runs them as the CPU does). The table is then a quarter of its float32 bytes in every int8
+      graph (encoder, step, few-rows step), on disk and in memory: at vocab 32000 and d_model 512 three float32
+      tables were 188 MiB of the package. With tied embeddings the output projection is its own copy already
+      (above), quantised per column as a weight; the embedding is a second, per-row int8 copy of the same matrix.
 int8, few rows (format 2, with --int8): the int8 decoder step a second time, for steps of at most
-      FEW_ROWS_MAX rows, its weight MatMuls as onnxruntime's MatMulNBits (8-bit symmetric blocks of
+      FEW_ROWS_MAX rows, its embedding int8 as the step's, its weight MatMuls as onnxruntime's MatMulNBits (8-bit symmetric blocks of
       FEW_ROWS_BLOCK along the input axis, activations quantised per block at run time: accuracy_level 4), made
       by onnxruntime's MatMulNBitsQuantizer (`quantize_int8_few_rows`). At 1-2 rows its kernels read the weights
       1.2-1.9x faster than DynamicQuantizeMatMul's (the output projection most); from ~8 rows they are slower
@@ -48,6 +54,8 @@ from .graph_files import remove_graph, save_graph, too_big
 PER_CHANNEL = True
 REDUCE_RANGE = True                 # 7-bit weights: exact int32 sums on AVX2 as on VNNI (module docstring)
 QUANTIZED_OPS = ["MatMul"]
+EMBEDDING_INT8_MAX = 127            # int8_embeddings: symmetric rows in [-127, 127] (no integer GEMM reads them)
+EMBEDDING_ROWS, EMBEDDING_SCALES = ".embedding_rows", ".embedding_scales"   # suffixes of the table's int8 tensors
 FEW_ROWS_BITS, FEW_ROWS_ACCURACY_LEVEL = 8, 4
 FEW_ROWS_BLOCK = 256                # MatMulNBits' largest block: 256 beat 128 at 1 row (base dims)
 FEW_ROWS_MAX = 4                    # the runtime steps with the few-rows graph up to this many rows (the manifest's)
@@ -84,6 +92,48 @@ def untie_gemm_weights(model: onnx.ModelProto) -> int:
     return copies
 
 
+def int8_embeddings(model: onnx.ModelProto) -> int:
+    """Each Gather of the graph input input_ids over a float32 initializer [V, D] that nothing else reads -> a Gather
+    over its int8 rows [V, D] and one over its per-row scales [V, 1], then Cast and Mul back to float32 (module
+    docstring), under the old output name. -> how many."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    initializers = {t.name: t for t in model.graph.initializer}
+    readers: dict = {}
+    for node in model.graph.node:
+        for name in node.input:
+            readers[name] = readers.get(name, 0) + 1
+    rewritten = 0
+    for position in reversed(range(len(model.graph.node))):      # reversed: inserting keeps earlier positions
+        node = model.graph.node[position]
+        table = initializers.get(node.input[0]) if node.op_type == "Gather" else None
+        axis = {a.name: helper.get_attribute_value(a) for a in node.attribute}.get("axis", 0)
+        if (table is None or node.input[1] != "input_ids" or axis != 0 or len(table.dims) != 2
+                or table.data_type != onnx.TensorProto.FLOAT or readers[table.name] != 1):
+            continue
+        weights = numpy_helper.to_array(table)                                   # [V, D] float32
+        scales = np.abs(weights).max(axis=1, keepdims=True) / EMBEDDING_INT8_MAX  # [V, 1]
+        scales[scales == 0] = 1.0                                                # a zero row stays zeros
+        rows = np.clip(np.rint(weights / scales), -EMBEDDING_INT8_MAX, EMBEDDING_INT8_MAX).astype(np.int8)
+        out = node.output[0]
+        names = {"rows": table.name + EMBEDDING_ROWS, "scales": table.name + EMBEDDING_SCALES}
+        model.graph.initializer.extend([numpy_helper.from_array(rows, names["rows"]),
+                                        numpy_helper.from_array(scales.astype(np.float32), names["scales"])])
+        model.graph.initializer.remove(table)
+        del model.graph.node[position]
+        for offset, new in enumerate([
+                helper.make_node("Gather", [names["rows"], "input_ids"], [f"{out}.int8"], name=f"{node.name}.rows"),
+                helper.make_node("Gather", [names["scales"], "input_ids"], [f"{out}.scale"],
+                                 name=f"{node.name}.scales"),
+                helper.make_node("Cast", [f"{out}.int8"], [f"{out}.float"], to=onnx.TensorProto.FLOAT,
+                                 name=f"{node.name}.cast"),
+                helper.make_node("Mul", [f"{out}.float", f"{out}.scale"], [out], name=f"{node.name}.dequantize")]):
+            model.graph.node.insert(position + offset, new)
+        rewritten += 1
+    return rewritten
+
+
 def quantize_int8(src: Path, dst: Path, per_channel: bool = PER_CHANNEL, reduce_range: bool = REDUCE_RANGE,
                   external: bool = False) -> None:
     """src fp32 .onnx -> dst with int8 MatMul weights, inside the file or (external, or past protobuf's limit) in
@@ -94,6 +144,7 @@ def quantize_int8(src: Path, dst: Path, per_channel: bool = PER_CHANNEL, reduce_
     model = onnx.load(str(src))
     drop_initializer_value_info(model)
     untie_gemm_weights(model)
+    int8_embeddings(model)
     external = external or too_big(model)
     fd, cleaned = tempfile.mkstemp(prefix=".cleaned.", suffix=".onnx", dir=Path(dst).parent)
     os.close(fd)
@@ -158,6 +209,7 @@ def quantize_int8_few_rows(src: Path, dst: Path, block_size: int, external: bool
     model = onnx.load(str(src))
     drop_initializer_value_info(model)
     gemm_as_matmul(model)
+    int8_embeddings(model)
     logging.disable(logging.INFO)      # it logs every node it skips
     try:
         # the settings as a config: onnxruntime 1.22's quantizer takes `bits` there only

@@ -1,5 +1,6 @@
 """`seq2onnx serve` as a real subprocess on 127.0.0.1 with the shipped model numbers-en-de (loads in ~1 s, no
-trained-model fixture): LibreTranslate's contract through its own Python client and raw form / query bodies,
+trained-model fixture): LibreTranslate's contract through its clients (libretranslatepy, deep-translator, the
+requests Weblate sends; npm `libretranslate`: web/test/libretranslate_client.test.js) and raw form / query bodies,
 /v1 against Translator.translate_batch, the SSE stream, scoring, /metrics, and the faults (limits, bad bodies,
 keys, a full queue, clients that go away, SIGTERM with requests in flight)."""
 from __future__ import annotations
@@ -19,10 +20,13 @@ import pytest
 
 httpx = pytest.importorskip("httpx", reason="the test extra")
 pytest.importorskip("starlette", reason="the serve extra: pip install '.[serve]'")
+from deep_translator import LibreTranslator  # noqa: E402
+from deep_translator.exceptions import AuthorizationException  # noqa: E402
 from libretranslatepy import LibreTranslateAPI  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from seq2onnx.runtime import Translator  # noqa: E402
+from seq2onnx.runtime.serve.app import Settings  # noqa: E402
 
 MODEL = "numbers-en-de"
 KEY = "test-key-1"
@@ -123,6 +127,50 @@ def test_libretranslate_form_query_and_json_bodies(server, translator):
     beam = translator.translate_batch(["seven", "one hundred and five"], beam_size=4, num_hypotheses=3)
     assert batch.json() == {"translatedText": want,
                             "alternatives": [[h for h in r.hypotheses[1:] if h != r.hypotheses[0]] for r in beam]}
+
+
+def test_deep_translator_client(server, translator):
+    # deep_translator/libre.py (1.11.4): POST custom_url + "translate" with q, source, target, format=text and
+    # api_key in the query string and no body; reads "translatedText"; 403 -> AuthorizationException.
+    # translate_batch is one translate per text. (Its base_url keyword is swallowed by **kwargs: custom_url it is.)
+    texts = ["twenty three", "one hundred and five"]
+    want = [translator.translate(t) for t in texts]
+    lt = LibreTranslator(source="en", target="de", api_key=KEY, custom_url=server.url + "/")
+    assert lt.translate(texts[0]) == want[0]
+    assert lt.translate_batch(texts) == want
+    assert LibreTranslator(source="auto", target="de", api_key=KEY, custom_url=server.url + "/").translate(
+        texts[1]) == want[1]
+    with pytest.raises(AuthorizationException):
+        LibreTranslator(source="en", target="de", api_key="wrong", custom_url=server.url + "/").translate("seven")
+
+
+# Weblate's LibreTranslate backend: weblate/machinery/libretranslate.py (WeblateOrg/weblate, commit 19117864,
+# LibreTranslateTranslation(BatchMachineTranslation)) with weblate/machinery/base.py's request(): the URL is the
+# configured one without its trailing slashes + "/languages" or "/translate"; headers Referer (the site's URL) and
+# Accept "application/json; charset=utf-8"; any status >= 400 raises (403 and 429 as rate limits), the detail read
+# from {"error": str}. Languages: [x["code"] for x in answer], a pair supported when both codes are listed and
+# differ. Translate: a JSON body {"api_key", "q": [texts], "source", "target"}, read payload["translatedText"][i];
+# up to batch_size = 20 texts a request.
+WEBLATE_HEADERS = {"Referer": "https://weblate.example.org/", "Accept": "application/json; charset=utf-8"}
+WEBLATE_BATCH_SIZE = 20
+
+
+def test_weblate_machinery_requests(server, translator):
+    base = (server.url + "/").rstrip("/")
+    languages = httpx.get(base + "/languages", headers=WEBLATE_HEADERS, timeout=10)
+    assert languages.status_code == 200
+    codes = {x["code"] for x in languages.json()}
+    assert {"en", "de"} <= codes
+    texts = ["twenty three", "seven", "test"]    # "test": what Weblate translates to check its settings
+    r = httpx.post(base + "/translate", headers=WEBLATE_HEADERS, timeout=30,
+                   json={"api_key": KEY, "q": texts, "source": "en", "target": "de"})
+    assert r.status_code == 200
+    assert [r.json()["translatedText"][i] for i in range(len(texts))] == [translator.translate(t) for t in texts]
+    refused = httpx.post(base + "/translate", headers=WEBLATE_HEADERS, timeout=30,
+                         json={"api_key": "", "q": texts, "source": "en", "target": "de"})
+    assert refused.status_code == 403 and isinstance(refused.json()["error"], str)
+    # a full batch of Weblate's fits the default --batch-limit (this module's server sets a smaller one)
+    assert Settings().batch_limit >= WEBLATE_BATCH_SIZE
 
 
 @pytest.mark.parametrize("body, message", [

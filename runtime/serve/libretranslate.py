@@ -6,6 +6,8 @@ clients (libretranslatepy, deep-translator's LibreTranslator, npm `libretranslat
   server reads `request.values`. A form's q has its line endings made LF, as there.
 - Answers {"translatedText": str | [str]} with "alternatives" when asked for, "detectedLanguage" for source
   "auto"; errors {"error": ...} with 400 (bad request, unknown language, limits), 403 (API key), 429, 500.
+- The API key: api_key, else apiKey (npm `libretranslate` 1.0.1 sends its key under that name, which
+  LibreTranslate's server ignores: there, that client is refused wherever a key is needed).
 - Languages: a model's package languages (every source x target pair, the two differing); a package without
   them serves the pair `--languages` gives it, else the one its name ends with (OPUS-MT's "-en-de").
   When two models serve one pair, the first on the command line does.
@@ -27,6 +29,8 @@ from .scheduler import TRANSLATE
 
 # a package name that ends with its language pair, as OPUS-MT's do: "opus-mt-en-de", "numbers-en-de"
 NAME_PAIR = re.compile(r"(?:^|[-_.])([a-z]{2,3})-([a-z]{2,3})$")
+# where npm `libretranslate` 1.0.1 puts the API key (LibreTranslate's name is api_key)
+NPM_KEY_FIELD = "apiKey"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,7 +123,7 @@ def _alternatives(value: Any, limit: int) -> int:
 async def translate(request: Request) -> Response:
     service: Service = request.app.state.service
     values, is_json = await fields(request)
-    service.check_key(values.get("api_key"))
+    service.check_key(values.get("api_key") or values.get(NPM_KEY_FIELD))
     q, source, target = values.get("q"), values.get("source"), values.get("target")
     for name, value in (("q", q), ("source", source), ("target", target)):
         if not value:

@@ -97,6 +97,12 @@ class SpareMemory:
             kept, self._sets = self._sets, None
         return kept[1] if kept is not None and kept[0] == n else None
 
+    def set_bytes(self) -> List[int]:
+        """The bytes of each kept set (the first set, then the one reorders write into); [] when none is kept."""
+        with self._lock:
+            kept = self._sets
+        return [] if kept is None else [sum(b.nbytes for b in buffers) for buffers in kept[1]]
+
 
 class Binding:
     """One decoding call's IO binding of the format-2 decoder step (CPU), kept across its steps.

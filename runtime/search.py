@@ -196,7 +196,8 @@ class RowSearch:
         # a row whose filters forbid every token (e.g. no_repeat_ngram_size=1 with min_decoding_length
         # past the vocabulary) ends here, unfinished, with the tokens it has
         stuck = ~(best > -np.inf)
-        if stuck.any():
+        any_stuck = stuck.any()
+        if any_stuck:
             log_probs[stuck, self.eos] = 0.0          # a placeholder pick, dropped below
         tokens = log_probs.argmax(axis=1) if self.sampler is None else self.sampler(log_probs, self.row_ids)
         self.scores += log_probs[rows, tokens].astype(np.float64)
@@ -204,6 +205,8 @@ class RowSearch:
         self.attention = extend_rows(self.attention, attention)
         ended = (tokens == self.eos) & ~stuck
         at_limit = ~ended & ~stuck & (step + 1 >= self.limits[self.row_example])
+        if not (any_stuck or ended.any() or at_limit.any()):      # most steps: every row goes on
+            return rows
         self._finish(np.flatnonzero(ended), step + 1, ended=True, drop_last=True)
         self._finish(np.flatnonzero(at_limit), step + 1, ended=False, drop_last=False)
         self._finish(np.flatnonzero(stuck), step, ended=False, drop_last=True)

@@ -89,13 +89,15 @@ class DecoderState:
         self.rows = len(parents)
 
     def extend(self, other: "DecoderState") -> None:
-        """Append `other`'s rows (newly encoded: it has not stepped) after this state's: their cache is empty
-        (length 0), their cross K/V and mask are padded to the longer source with masked positions."""
-        if other.past is not None or other.group != 1 or (self.group != 1 and self.rows):
-            raise ValueError("extend adds rows that have not stepped to a state of one row per cross row")
+        """Append `other`'s rows (newly encoded: it has not stepped, with as many rows per cross row) after this
+        state's: their cache is empty (length 0), their cross K/V and mask are padded to the longer source with
+        masked positions. With G > 1 rows per cross row, every Decoding of the batch keeps G rows per sentence (beam
+        searches of beam size G), so that keep gathers the cross K/V by sentence."""
+        if other.past is not None or (self.rows and other.group != self.group):
+            raise ValueError("extend adds rows that have not stepped, of this state's rows per cross row")
         if self.rows == 0:
             self.encoder_mask, self.cross, self.group, self.past, self.rows = \
-                other.encoder_mask, other.cross, 1, None, other.rows
+                other.encoder_mask, other.cross, other.group, None, other.rows
             return
         if self.past is not None and not self.engine.rows_at_own_positions:
             raise ValueError("this decoder step takes one position for all rows (a package before manifest format 4): "

@@ -248,6 +248,7 @@ class RunningBatch:
         self.engine, self.config = engine, config
         self.decodings: List[Decoding] = []
         self.state: Optional[DecoderState] = None
+        self.group = 1                        # rows per cross row: K when beam searches of beam K share them
 
     @property
     def rows(self) -> int:
@@ -258,8 +259,9 @@ class RunningBatch:
         return self.state is None or self.state.past is None or self.engine.rows_at_own_positions
 
     def add(self, decodings: Sequence[Decoding], share_cross: bool = False) -> None:
-        """Encode the newcomers' sources once and append their rows. share_cross: a lone beam search whose
-        graph takes cross K/V per sentence keeps one row per sentence for its K rows (no rows join it later)."""
+        """Encode the newcomers' sources once and append their rows. share_cross: beam searches of one beam size K
+        whose graph takes cross K/V per sentence keep one cross row per sentence for its K rows (rows_per_cross);
+        every Decoding of such a batch must be one (a batch that greedy rows join holds a cross row per row)."""
         decodings = [d for d in decodings if d.search is not None]
         if not decodings:
             return
@@ -272,6 +274,7 @@ class RunningBatch:
             first += len(d.sources)
         group = decodings[0].search.k if share_cross else 1
         new = DecoderState.encode(self.engine, ids, mask, np.concatenate(examples), group)
+        self.group = group
         if self.state is None:
             self.state = new
         else:

@@ -6,8 +6,9 @@ max_batch_rows decoder rows: their texts are checked and tokenized as translate_
 (decoding.py RunningBatch, over decoder_state.py's DecoderState: extend). Then one decoder step runs every row of
 every job; each job's own search (greedy, beam, sampling: decoding.py Decoding) advances on its own rows with its own
 options and step count, and the rows of a job that finished, was cancelled or passed its deadline leave at once
-(DecoderState.keep). Greedy and beam jobs share one batch: each row carries its own position (decoder step contract
-3, graph_io.py) and its own cross K/V copy.
+(DecoderState.keep). Each row carries its own position (decoder step contract 3, graph_io.py). Greedy (and sampling) jobs share one
+batch, with a cross K/V row per row; beam jobs of beam size K share another, whose K rows of a sentence share its
+cross K/V row; the loop steps each batch in turn (one decoder run per batch and step).
 
 A package whose decoder step takes one position for all rows (manifest format before 4) cannot take rows into a
 batch that has stepped: there, jobs that arrive while a batch runs start a batch of their own (a cohort), and each
@@ -22,6 +23,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ..constraints import split_work
 from ..decoding import Decoding, RunningBatch, TextStream
+from ..search import BeamSearch
 from ..options import Arg, OptionError
 from ..results import TranslationResult
 from .scheduler import NOT_STREAMED, SCORE, STREAM, TRANSLATE, Job, Scheduler
@@ -106,15 +108,28 @@ class ContinuousScheduler(Scheduler):
                 merged.setdefault(key, []).append((job, request))
         for group in merged.values():
             new += self._start(*self._together(group))
-        if not new:
-            return
-        if not self.cohorts or not self.cohorts[-1].can_add():
-            self.cohorts.append(RunningBatch(self.translator.engine, self.translator.config))
-        cohort = self.cohorts[-1]
-        if cohort.state is not None and cohort.state.past is not None:
-            self.joined_running += len({id(r) for r in self.running if any(d in new for d in r.decodings)})
-        cohort.add(new)
+        by_group: Dict[int, List[Decoding]] = {}
+        for d in new:
+            by_group.setdefault(self._group_of(d), []).append(d)
+        for group, decodings in by_group.items():
+            cohort = next((c for c in self.cohorts if c.group == group and c.can_add()), None)
+            if cohort is None:
+                cohort = RunningBatch(self.translator.engine, self.translator.config)
+                self.cohorts.append(cohort)
+            elif cohort.state is not None and cohort.state.past is not None:
+                self.joined_running += len({id(r) for r in self.running
+                                            if any(d in decodings for d in r.decodings)})
+            cohort.add(decodings, share_cross=group > 1)
         self._count_rows()
+
+    def _group_of(self, d: Decoding) -> int:
+        """The batch a Decoding's rows join: beam searches of beam size K share a batch whose K rows of a sentence
+        share its cross K/V (when the graph takes them per sentence: a quarter of the cross K/V at beam 4); greedy
+        and sampling rows (1) another, with a cross K/V row per row. Each batch steps in turn: one decoder run
+        per batch and step."""
+        if isinstance(d.search, BeamSearch) and self.translator.engine.cross_per_sentence:
+            return d.search.k
+        return 1
 
     def _request(self, job: Job) -> Any:
         options = {k: v for k, v in job.options.items() if k not in BATCHING_KEYWORDS}

@@ -40,18 +40,19 @@ install-runtime: $(RT_VENV)/bin/python
 	$(RT_VENV)/bin/pip install $(PIP_FLAGS) -c $(LOCK) .
 
 # Three streams at once, as CI has two cores and each stream keeps about one busy: the Python suite; the web
-# suite, then the converter's Python tests (CONVERT_TESTS: they need no trained model). The other streams' output
-# follows the Python suite's; the target fails if any fails. `make test-suites` runs them without installing.
-CONVERT_TESTS = test_hf_convert.py test_hf_tokenizers.py test_beam_rules.py
+# suite, then the Python tests that need no trained model (SIDE_TESTS: the converter's and the server's). The
+# other streams' output follows the Python suite's; the target fails if any fails. `make test-suites` runs them
+# without installing.
+SIDE_TESTS = test_hf_convert.py test_hf_tokenizers.py test_beam_rules.py test_serve.py test_serve_invariance.py
 test: install-dev test-suites
 
 test-suites:
 	@$(PYTHON) scripts/versions.py $(DEV_VENV)
 	cd web && npm ci
-	@log=$$(mktemp); ( ( $(WEB_RUN) ); w=$$?; ( $(call PYTEST,$(DEV_VENV)) $(CONVERT_TESTS) ); c=$$?; \
-	    echo "--- web/: npm test exit $$w; tests/: $(CONVERT_TESTS) exit $$c ---"; test $$w -eq 0 && test $$c -eq 0 \
+	@log=$$(mktemp); ( ( $(WEB_RUN) ); w=$$?; ( $(call PYTEST,$(DEV_VENV)) $(SIDE_TESTS) ); c=$$?; \
+	    echo "--- web/: npm test exit $$w; tests/: $(SIDE_TESTS) exit $$c ---"; test $$w -eq 0 && test $$c -eq 0 \
 	  ) > $$log 2>&1 & other=$$!; \
-	  ( $(call PYTEST,$(DEV_VENV)) $(addprefix --ignore=,$(CONVERT_TESTS)) ); py=$$?; wait $$other; o=$$?; \
+	  ( $(call PYTEST,$(DEV_VENV)) $(addprefix --ignore=,$(SIDE_TESTS)) ); py=$$?; wait $$other; o=$$?; \
 	  cat $$log; rm -f $$log; test $$py -eq 0 && test $$o -eq 0
 
 # the JS package in web/ (Node, and the demo page in headless Chromium) against the Python runtime of this checkout

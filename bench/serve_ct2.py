@@ -164,8 +164,7 @@ class CT2Scheduler(DynamicScheduler):
             except Exception as e:  # noqa: BLE001
                 self.fail(job, e)
                 continue
-            self.count_tokens(sum(len(r.token_ids[0]) for r in results if r.token_ids))
-            self.finish(job, results)
+            self.finish_translations(job, results)
 
 
 def main(argv=None) -> int:

@@ -233,8 +233,7 @@ class ContinuousScheduler(Scheduler):
         except Exception as e:  # noqa: BLE001
             self.fail(job, e)
             return
-        self.count_tokens(sum(len(r.token_ids[0]) for r in results if r.token_ids))
-        self.finish(job, results)
+        self.finish_translations(job, results)
 
     def _stream_result(self, running: _Running, hyps: List[Any]) -> List[TranslationResult]:
         if not hyps:                                            # a blank text: the empty translation

@@ -276,6 +276,11 @@ class Scheduler:
         if job.started is not None:                             # EWMA of a job's time in the worker
             self._seconds_per_job = 0.9 * self._seconds_per_job + 0.1 * (now - job.started)
 
+    def finish_translations(self, job: Job, results: List[TranslationResult]) -> None:
+        """finish with a job's TranslationResults, counting the tokens of their best hypotheses."""
+        self.count_tokens(sum(len(r.token_ids[0]) for r in results if r.token_ids))
+        self.finish(job, results)
+
     def fail(self, job: Job, error: BaseException) -> None:
         job.ended = time.monotonic()
         self.outcomes["failed"] += 1
@@ -354,8 +359,7 @@ class Scheduler:
             mine = results[start:start + len(job.texts)]
             start += len(job.texts)
             if job.live:
-                self.count_tokens(sum(len(r.token_ids[0]) for r in mine if r.token_ids))
-                self.finish(job, mine)
+                self.finish_translations(job, mine)
             else:
                 self._drop(job)
 

@@ -44,6 +44,7 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
+from collections import Counter
 from pathlib import Path
 from typing import Sequence
 
@@ -72,13 +73,15 @@ def drop_initializer_value_info(model: onnx.ModelProto) -> int:
     return dropped
 
 
+def input_readers(model: onnx.ModelProto) -> Counter:
+    """How many node inputs of the graph read each name."""
+    return Counter(name for node in model.graph.node for name in node.input)
+
+
 def untie_gemm_weights(model: onnx.ModelProto) -> int:
     """Give each Gemm whose weight initializer other nodes also read its own copy. -> how many."""
     initializers = {t.name: t for t in model.graph.initializer}
-    readers: dict = {}
-    for node in model.graph.node:
-        for name in node.input:
-            readers[name] = readers.get(name, 0) + 1
+    readers = input_readers(model)
     copies = 0
     for node in model.graph.node:
         if node.op_type == "Gemm" and node.input[1] in initializers and readers[node.input[1]] > 1:
@@ -100,10 +103,7 @@ def int8_embeddings(model: onnx.ModelProto) -> int:
     from onnx import helper, numpy_helper
 
     initializers = {t.name: t for t in model.graph.initializer}
-    readers: dict = {}
-    for node in model.graph.node:
-        for name in node.input:
-            readers[name] = readers.get(name, 0) + 1
+    readers = input_readers(model)
     rewritten = 0
     for position in reversed(range(len(model.graph.node))):      # reversed: inserting keeps earlier positions
         node = model.graph.node[position]

@@ -153,6 +153,7 @@ class Decoding:
             check_batch_work(phrases, options.beam_size)
         limits = step_limits(sources, options, config)
         self.options, self.step = options, 0
+        self._active: Tuple[int, set] = (-1, set())      # active(): the step it was computed at, and its sources
         self.results: List[List[Hypothesis]] = [[] for _ in range(n)]
         self.todo = np.flatnonzero(limits > 0)                   # a limit of 0 steps: the empty hypothesis
         for i in np.flatnonzero(limits <= 0):
@@ -217,7 +218,7 @@ class Decoding:
         take their hypotheses (hypotheses_of) before the others end."""
         if self.done:
             return set()
-        if getattr(self, "_active", (None,))[0] != self.step:          # once a step, however many callers ask
+        if self._active[0] != self.step:                  # once a step, however many callers ask
             examples = self.search.examples if isinstance(self.search, BeamSearch) else self.search.row_example
             self._active = (self.step, {int(self.todo[j]) for j in np.unique(examples)})
         return self._active[1]

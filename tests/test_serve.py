@@ -30,11 +30,11 @@ from seq2onnx.runtime.serve.app import Settings  # noqa: E402
 
 MODEL = "numbers-en-de"
 KEY = "test-key-1"
-# a job that decodes 400 steps whatever the text (the numbers model would stop after a few): 0.4 to 2 s on 2 cores,
-# and never under 0.25 s (a step costs more than 0.6 ms in Python and onnxruntime alone), which the fault tests
-# below rely on: a request behind it waits at least that long
+# a job that decodes 400 steps of 8 beams whatever the text (the numbers model would stop after a few): about 1.4 s
+# on this 2-core host. The fault tests below time one first and scale their waits by it, so that they do not rest on
+# the machine's speed
 SLOW = {"min_decoding_length": 400, "max_decoding_length": 400, "max_length_a": 0, "max_length_b": None,
-        "beam_size": 1}
+        "beam_size": 8}
 
 
 def _free_port() -> int:
@@ -341,6 +341,9 @@ def _jobs(server: Server, outcome: str) -> float:
 
 def test_full_queue_disconnects_and_sigterm(slow_server, translator):
     s = slow_server
+    started = time.monotonic()                      # how long one SLOW job takes on this machine, alone
+    assert httpx.post(s.url + "/v1/translate", json={"texts": ["seven"], **SLOW}, timeout=60).status_code == 200
+    slow = time.monotonic() - started
     # a full queue: 429 with Retry-After, while the others are answered
     results: List[httpx.Response] = []
     threads = [threading.Thread(target=lambda: results.append(
@@ -359,9 +362,10 @@ def test_full_queue_disconnects_and_sigterm(slow_server, translator):
     busy = threading.Thread(target=lambda: httpx.post(s.url + "/v1/translate", json={"texts": ["a"], **SLOW},
                                                        timeout=60))
     busy.start()
-    time.sleep(0.2)
+    time.sleep(slow / 10)
+    # b waits for the rest of a (about 0.9 slow) and then runs (slow): its client gives up after half of one
     with pytest.raises(httpx.ReadTimeout):
-        httpx.post(s.url + "/v1/translate", json={"texts": ["b"], **SLOW}, timeout=0.3)
+        httpx.post(s.url + "/v1/translate", json={"texts": ["b"], **SLOW}, timeout=slow / 2)
     # a stream whose client leaves after its first piece: stopped at the next piece
     with httpx.stream("POST", s.url + "/v1/translate/stream", json={"text": "c", **SLOW}, timeout=60) as r:
         next(r.iter_lines())
@@ -386,8 +390,9 @@ def test_full_queue_disconnects_and_sigterm(slow_server, translator):
 
 
 def _jobs_in_flight(s: Server) -> float:
+    """Jobs queued, plus the one running (the request policy runs one at a time; it holds SLOW's 8 rows)."""
     m = metrics(s)
-    return m[("seq2onnx_queue_depth", (("model", MODEL),))] + m[("seq2onnx_running_rows", (("model", MODEL),))]
+    return m[("seq2onnx_queue_depth", (("model", MODEL),))] + (m[("seq2onnx_running_rows", (("model", MODEL),))] > 0)
 
 
 def _wait(condition, what: str, seconds: float = 20) -> None:

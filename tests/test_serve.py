@@ -6,7 +6,6 @@ keys, a full queue, clients that go away, SIGTERM with requests in flight)."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import subprocess

@@ -250,6 +250,7 @@ class RunningBatch:
         self.decodings: List[Decoding] = []
         self.state: Optional[DecoderState] = None
         self.group = 1                        # rows per cross row: K when beam searches of beam K share them
+        self.key: Any = None                  # the caller's label (the server's: which jobs this batch takes)
 
     @property
     def rows(self) -> int:

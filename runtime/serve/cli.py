@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Tuple
 from ..cli import OneLineParser, printable
 from ..errors import Seq2OnnxError
 from .app import Settings, create_app, stop_admitting
+from .continuous import MIN_LENGTH_CLASS
 from .scheduler import POLICIES, Scheduler
 
 BATCHING = ("continuous", "dynamic", "request")
@@ -43,6 +44,9 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--max-wait-ms", type=float, default=10.0, help="dynamic: how long to collect (default 10)")
     g.add_argument("--max-batch-rows", type=int, default=256, help="decoder rows a batch holds (default 256)")
     g.add_argument("--max-queue", type=int, default=256, help="jobs waiting per model; more: 429 (default 256)")
+    g.add_argument("--min-length-class", type=int, default=MIN_LENGTH_CLASS,
+                   help=f"continuous: jobs whose step limit is at most this share a batch; longer ones batch by "
+                        f"cache capacity class (a power of 2); a large value: one batch (default {MIN_LENGTH_CLASS})")
     lim = p.add_argument_group("limits")
     lim.add_argument("--char-limit", type=int, default=DEFAULTS.char_limit, help="characters per text")
     lim.add_argument("--batch-limit", type=int, default=DEFAULTS.batch_limit, help="texts per request")
@@ -110,7 +114,7 @@ def serve_main(argv: List[str]) -> int:
 
     args = _parser().parse_args(argv)
     for flag in ("port", "max_batch_rows", "max_queue", "char_limit", "batch_limit", "max_body_bytes",
-                 "max_request_rows"):
+                 "max_request_rows", "min_length_class"):
         if getattr(args, flag) < (0 if flag == "port" else 1):
             raise Seq2OnnxError(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
     if args.timeout <= 0 or args.max_wait_ms < 0 or args.alternatives_limit < 0:
@@ -141,6 +145,8 @@ def serve_main(argv: List[str]) -> int:
             kwargs: Dict[str, Any] = dict(max_queue=args.max_queue, max_batch_rows=args.max_batch_rows, name=name)
             if args.batching == "dynamic":
                 kwargs["max_wait_ms"] = args.max_wait_ms
+            if args.batching == "continuous":
+                kwargs["min_length_class"] = args.min_length_class
             schedulers[name] = cls(translator, **kwargs).start()
             log.info("seq2onnx serve: %s loaded (%s, %s batching)", name, translator.variant, args.batching)
         return schedulers

@@ -8,7 +8,10 @@ every job; each job's own search (greedy, beam, sampling: decoding.py Decoding) 
 options and step count, and the rows of a job that finished, was cancelled or passed its deadline leave at once
 (DecoderState.keep). Each row carries its own position (decoder step contract 3, graph_io.py). Greedy (and sampling) jobs share one
 batch, with a cross K/V row per row; beam jobs of beam size K share another, whose K rows of a sentence share its
-cross K/V row; the loop steps each batch in turn (one decoder run per batch and step).
+cross K/V row; and each of those is split by length class (the cache capacity a job's longest sentence can reach,
+from its step limit), so that a short sentence's step neither attends over a long one's cache positions nor pads
+its cross K/V to a long source, and a batch's row copies (rows joining and leaving) stay small. The loop steps
+each batch in turn (one decoder run per batch and step).
 
 A package whose decoder step takes one position for all rows (manifest format before 4) cannot take rows into a
 batch that has stepped: there, jobs that arrive while a batch runs start a batch of their own (a cohort), and each
@@ -22,11 +25,14 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..constraints import split_work
-from ..decoding import Decoding, RunningBatch, TextStream
+from ..decoding import Decoding, RunningBatch, TextStream, step_limits
 from ..search import BeamSearch
 from ..options import Arg, OptionError
 from ..results import TranslationResult
 from .scheduler import NOT_STREAMED, SCORE, STREAM, TRANSLATE, Job, Scheduler
+
+# the shortest length class, in cache positions: jobs that can run at most this many steps share a batch
+MIN_LENGTH_CLASS = 16
 
 # translate_batch's keywords the scheduler sets itself (it batches), for a job's prepare_batch
 BATCHING_KEYWORDS = ("max_batch_size", "batch_type")
@@ -62,8 +68,10 @@ class _Running:
 class ContinuousScheduler(Scheduler):
     policy = "continuous"
 
-    def __init__(self, translator: Any, max_queue: int = 256, max_batch_rows: int = 256, name: str = "model"):
+    def __init__(self, translator: Any, max_queue: int = 256, max_batch_rows: int = 256, name: str = "model",
+                 min_length_class: int = MIN_LENGTH_CLASS):
         super().__init__(translator, max_queue, max_batch_rows, name)
+        self.min_length_class = min_length_class        # the shortest length class (_length_class)
         self.cohorts: List[RunningBatch] = []           # one with decoder contract 3; more only with older ones
         self.running: List[_Running] = []
         self.joined_running = 0                          # jobs admitted into a batch that had stepped
@@ -108,28 +116,33 @@ class ContinuousScheduler(Scheduler):
                 merged.setdefault(key, []).append((job, request))
         for group in merged.values():
             new += self._start(*self._together(group))
-        by_group: Dict[int, List[Decoding]] = {}
+        by_group: Dict[Tuple[int, int], List[Decoding]] = {}
         for d in new:
             by_group.setdefault(self._group_of(d), []).append(d)
         for group, decodings in by_group.items():
-            cohort = next((c for c in self.cohorts if c.group == group and c.can_add()), None)
+            cohort = next((c for c in self.cohorts if c.key == group and c.can_add()), None)
             if cohort is None:
                 cohort = RunningBatch(self.translator.engine, self.translator.config)
+                cohort.key = group
                 self.cohorts.append(cohort)
             elif cohort.state is not None and cohort.state.past is not None:
                 self.joined_running += len({id(r) for r in self.running
                                             if any(d in decodings for d in r.decodings)})
-            cohort.add(decodings, share_cross=group > 1)
+            cohort.add(decodings, share_cross=group[0] > 1)
         self._count_rows()
 
-    def _group_of(self, d: Decoding) -> int:
-        """The batch a Decoding's rows join: beam searches of beam size K share a batch whose K rows of a sentence
-        share its cross K/V (when the graph takes them per sentence: a quarter of the cross K/V at beam 4); greedy
-        and sampling rows (1) another, with a cross K/V row per row. Each batch steps in turn: one decoder run
-        per batch and step."""
-        if isinstance(d.search, BeamSearch) and self.translator.engine.cross_per_sentence:
-            return d.search.k
-        return 1
+    def _group_of(self, d: Decoding) -> Tuple[int, int]:
+        """The batch a Decoding's rows join: (rows per cross row, length class). Beam searches of beam size K share a
+        batch whose K rows of a sentence share its cross K/V (when the graph takes them per sentence: a quarter of
+        the cross K/V at beam 4); greedy and sampling rows (1) another, with a cross K/V row per row. Each batch
+        steps in turn: one decoder run per batch and step."""
+        k = d.search.k if isinstance(d.search, BeamSearch) and self.translator.engine.cross_per_sentence else 1
+        return k, self._length_class(d.max_steps)
+
+    def _length_class(self, steps: int) -> int:
+        """The cache capacity a sentence of at most `steps` decoder steps can reach (the engine's capacity rule),
+        at least min_length_class."""
+        return max(self.min_length_class, self.translator.engine.capacity_for(steps - 1, 0))
 
     def _request(self, job: Job) -> Any:
         options = {k: v for k, v in job.options.items() if k not in BATCHING_KEYWORDS}
@@ -139,13 +152,14 @@ class ContinuousScheduler(Scheduler):
                 raise OptionError("a stream is one hypothesis: ", Arg("num_hypotheses"), " must be 1")
         return self.translator.prepare_batch(job.texts, **options)
 
-    @staticmethod
-    def _merge_key(job: Job, request: Any) -> Any:
+    def _merge_key(self, job: Job, request: Any) -> Any:
         """Jobs with equal keys share one Decoding: translations (not streams) without constraints or sampling
-        (a sample's draws would not depend on the batch, but its search is per call), of equal decoding options."""
+        (a sample's draws would not depend on the batch, but its search is per call), of equal decoding options
+        and length class."""
         if job.kind != TRANSLATE or request.phrases is not None or request.decode_options.sampling:
             return None
-        return request.decode_options
+        limits = step_limits(request.sources, request.decode_options, self.translator.config)
+        return request.decode_options, self._length_class(int(limits.max()) if len(limits) else 0)
 
     def _alone(self, job: Job, request: Any) -> _Running:
         config, phrases = self.translator.config, request.source_phrases

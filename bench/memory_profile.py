@@ -15,8 +15,8 @@ reports its resident memory (VmRSS of /proc/self/status) and its peak (VmHWM) at
   cases       run.py's cases once each, the largest (batch 16 beam 4) last: the peak is bench/run.py's memory
               figure (bench/memory.py), `after` is what stays resident once the calls ended
 The peak is reset (/proc/self/clear_refs, "5") before each phase, so each phase's peak is its own.
-Our own buffers are read after the largest case: the cache pool's two sets that SpareMemory keeps for the next call
-(the second is the one a beam reorder writes into), by set.
+Our own buffers are read after the largest case: the cache pool's sets that SpareMemory keeps for the next call, by
+set (one for the packages of format 2 and later, whose beam reorders rewrite the cache in place; format 1: two).
 
 The option sets (OPTION_SETS) change the onnxruntime session options of every session the Translator opens, in the
 child only (it wraps SessionConfig.session_options): what prepacking, the CPU arena and memory patterns cost.

@@ -1,11 +1,11 @@
-"""Reused memory for the CPU engine's self-attention cache (session.py ArrayEngine): the two buffer sets a
-decoding call writes and reorders into, the memory kept from one call for the next, and the format-2 step's IO
-binding kept across a call's steps. numpy and onnxruntime only."""
+"""Reused memory for the CPU engine's self-attention cache (session.py ArrayEngine): the buffer sets a decoding call
+writes its cache into (one in format 2 and 3, two in format 1), the memory kept from one call for the next, and the
+format-2 step's IO binding kept across a call's steps. numpy and onnxruntime only."""
 from __future__ import annotations
 
 import threading
 import weakref
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import onnxruntime as ort
@@ -14,17 +14,18 @@ import onnxruntime as ort
 class CachePool:
     """Reused memory for one decoding call's self-attention cache (CPU).
 
-    Two sets of flat float32 buffers, one buffer per cache tensor. Format 1: a step writes its present
-    into the set that does not hold its past; format 2: a step writes into its own set, in place. A reorder
-    (or a larger capacity) writes into the set that does not hold its source, so the sets alternate and
-    nothing is allocated once they are big enough. Fresh arrays cost a page fault per 4 KiB every step: for
+    Sets of flat float32 buffers, one buffer per cache tensor. Format 1 (sets=2): a step writes its present into
+    the set that does not hold its past, and a reorder too, so the sets alternate. Format 2 and 3 (sets=1): a step
+    writes in place, and a reorder, rows joining and a larger capacity rewrite the cache inside its buffers
+    (cache_inplace.py); a buffer too small for the new layout is replaced by a larger one (refit), tensor by tensor.
+    Nothing is allocated once the buffers are big enough. Fresh arrays cost a page fault per 4 KiB every step: for
     the Transformer-base beam-4 cache (12 x [64, 8, P, 64]) np.take into new arrays measured 5-15x slower than
     into reused ones. Buffers start as zeros, so every position a format-2 graph reads holds a finite float
     (positions after past_length are masked out, and 0 x a finite value is 0).
     """
 
-    def __init__(self, n: int, spare: Optional["SpareMemory"] = None):
-        self.sets: List[List[np.ndarray]] = (spare.take(n) if spare else None) or [[], []]
+    def __init__(self, n: int, spare: Optional["SpareMemory"] = None, sets: int = 2):
+        self.sets: List[List[np.ndarray]] = (spare.take(n, sets) if spare else None) or [[] for _ in range(sets)]
         self.n = n
         if spare is not None:                               # this call's memory goes to the next call
             weakref.finalize(self, spare.give, n, self.sets)
@@ -33,14 +34,39 @@ class CachePool:
         self._memory: Dict[str, np.ndarray] = {}
         self.bindings: Dict[int, "Binding"] = {}       # format 2: the call's IO binding of each decoder session
         self._past_length = np.zeros(0, dtype=np.int64)  # format 2/3: the bound past_length input (past_length_view)
+        self._lock = threading.Lock()                  # refit's edits of the bindings, from the copy threads
+
+    @staticmethod
+    def grown(size: int, now: int) -> int:
+        """The floats of a buffer that must hold `size` and holds `now`: 1.5 x more at least, so that a cache that
+        grows a little at a time is not copied at each step (zero pages come on first use)."""
+        return max(size, int(now * 1.5))
 
     def views(self, which: int, shape: Tuple[int, ...]) -> List[np.ndarray]:
+        """Set `which`'s buffers as arrays of `shape` (its contents: whatever the buffers held, or zeros)."""
         size = int(np.prod(shape))
         bufs = self.sets[which]
         if not bufs or bufs[0].size < size:
-            grown = max(size, int(bufs[0].size * 1.5) if bufs else 0)     # zero pages come on first use
+            grown = self.grown(size, bufs[0].size if bufs else 0)
             bufs = self.sets[which] = [np.zeros(grown, dtype=np.float32) for _ in range(self.n)]
         return [b[:size].reshape(shape) for b in bufs]
+
+    def refit(self, i: int, size: int, rewrite: Callable[[np.ndarray, np.ndarray], None]) -> np.ndarray:
+        """Set 0's buffer of tensor i rewritten for a layout of `size` floats, returned: rewrite(buffer, buffer) when
+        it holds `size` (in place), else rewrite(buffer, larger) into a new buffer (grown), which replaces it. The
+        bindings then let go of the old buffer's arrays (they bind the new ones at the next step), so that its
+        memory goes as soon as the caller drops its own views: one tensor's old buffer at a time, not a set."""
+        buffer = self.sets[0][i]
+        if buffer.size >= size:
+            rewrite(buffer, buffer)
+            return buffer
+        larger = np.zeros(self.grown(size, buffer.size), dtype=np.float32)
+        rewrite(buffer, larger)
+        self.sets[0][i] = larger
+        with self._lock:
+            for binding in self.bindings.values():
+                binding.forget(buffer)
+        return larger
 
     def binding_for(self, session: ort.InferenceSession) -> "Binding":
         """This call's binding of `session` (format 2), kept across its steps."""
@@ -79,10 +105,10 @@ class CachePool:
 class SpareMemory:
     """The cache memory of the last decoding call that ended, for the next call of the engine.
 
-    A call's cache sets grow to hundreds of MB at batch 16 beam 4 (2 x 12 x [64, 8, 64, 64] float32: 200 MB), and
-    fresh memory costs a page fault per 4 KiB on its first use, in every call. The pool's finalizer hands its sets
-    here when the call's last cache is dropped, and the next pool starts from them (any values they hold are
-    finite: K/V a step wrote, or zeros). One call's worth is kept, the latest."""
+    A call's cache set grows to ~100 MB at batch 16 beam 4 (12 x [64, 8, 64, 64] float32: 96 MiB; format 1 has
+    two sets), and fresh memory costs a page fault per 4 KiB on its first use, in every call. The pool's finalizer
+    hands its sets here when the call's last cache is dropped, and the next pool starts from them (any values they
+    hold are finite: K/V a step wrote, or zeros). One call's worth is kept, the latest."""
 
     def __init__(self):
         self._lock = threading.Lock()
@@ -92,13 +118,15 @@ class SpareMemory:
         with self._lock:
             self._sets = (n, sets)
 
-    def take(self, n: int) -> Optional[List[List[np.ndarray]]]:
+    def take(self, n: int, sets: int) -> Optional[List[List[np.ndarray]]]:
+        """The kept sets when they are `sets` sets of n buffers, else None."""
         with self._lock:
             kept, self._sets = self._sets, None
-        return kept[1] if kept is not None and kept[0] == n else None
+        return kept[1] if kept is not None and kept[0] == n and len(kept[1]) == sets else None
 
     def set_bytes(self) -> List[int]:
-        """The bytes of each kept set (the first set, then the one reorders write into); [] when none is kept."""
+        """The bytes of each kept set (format 1: the first set, then the other its steps and reorders write into);
+        [] when none is kept."""
         with self._lock:
             kept = self._sets
         return [] if kept is None else [sum(b.nbytes for b in buffers) for buffers in kept[1]]
@@ -121,6 +149,12 @@ class Binding:
             (self.io.bind_output if output else self.io.bind_input)(name, "cpu", 0, array.dtype, array.shape,
                                                                   array.ctypes.data)
             self.bound[name] = array
+
+    def forget(self, buffer: np.ndarray) -> None:
+        """Let go of the bound arrays in `buffer`'s memory (a cache buffer replaced: CachePool.refit); their names
+        bind again at the next step, before it runs."""
+        for name in [name for name, array in self.bound.items() if array.base is buffer]:
+            del self.bound[name]
 
 
 def append_padded(values: List[np.ndarray], more: List[np.ndarray]) -> List[np.ndarray]:

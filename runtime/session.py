@@ -17,6 +17,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 import numpy as np
 import onnxruntime as ort
 
+from .cache_inplace import append_zero_rows, reorder_moves, reorder_rows, widen
 from .cache_memory import Cache, CachePool, SpareMemory, append_padded
 from .config import ModelConfig
 from .decoder_state import EngineBase
@@ -275,9 +276,11 @@ class ArrayEngine(_Graphs):
     """Decoding engine on numpy arrays (CPU provider).
 
     The decoder writes its outputs through IO binding into reused memory (CachePool). Format 1: the cache
-    arrays a step returns are valid until the step after next, its log-probs until the next step. Format 2:
-    the step writes its K/V into the cache it was given, in place (present_i bound to past_i's memory); a
-    full cache moves into one of twice the capacity. A reorder (take) of a cache gathers into the pool.
+    arrays a step returns are valid until the step after next, its log-probs until the next step; a reorder
+    (take) gathers into the pool's other set. Format 2 and 3 keep one set of cache buffers: the step writes its
+    K/V into the cache it was given, in place (present_i bound to past_i's memory), and a reorder, rows joining
+    and a full cache moving to twice the capacity rewrite the cache inside the same buffers (cache_inplace.py).
+    A cache given to a step, take or append_empty_cache is spent then: only the one returned is valid.
     """
 
     def __init__(self, *args, copy_threads: int = 1, **kwargs):
@@ -318,7 +321,7 @@ class ArrayEngine(_Graphs):
         if isinstance(past, Cache):
             pool, out = past.pool, 1 - past.which
         else:                                   # first step, or the rows changed: a new pool
-            pool, out = CachePool(len(self.past_names), self.spare), 0
+            pool, out = CachePool(len(self.past_names), self.spare, sets=2), 0
             if past is None:
                 past = [np.zeros((rows, *self.empty_past_shape), dtype=np.float32)] * len(self.past_names)
         h, dh = self.config.n_heads, self.config.head_dim
@@ -363,55 +366,77 @@ class ArrayEngine(_Graphs):
         return log_probs, present
 
     def _fixed_cache(self, past: Optional[Cache], rows: int) -> Cache:
-        """Format 2: the cache this step writes into: `past`, moved into a larger one when it is full."""
+        """Format 2: the cache this step writes into: `past`, moved to a larger capacity when it is full."""
         h, dh = self.config.n_heads, self.config.head_dim
         if not isinstance(past, Cache):                    # first step
-            pool = CachePool(len(self.past_names), self.spare)
+            pool = CachePool(len(self.past_names), self.spare, sets=1)
             return Cache(pool.views(0, (rows, h, self.capacity_for(0, 0), dh)), pool, 0, np.zeros(rows, np.int64))
         capacity = past[0].shape[2]
         longest = int(past.length.max())
         if longest < capacity:
             return past
-        dst = past.pool.views(1 - past.which, (rows, h, self.capacity_for(longest, capacity), dh))
-        for src, out in zip(past, dst):
-            out[:, :, :capacity] = src                       # the rest: finite values the mask hides
-        return Cache(dst, past.pool, 1 - past.which, past.length)
+        bigger = self.capacity_for(longest, capacity)
+        self._rewrite(past, (rows, h, bigger, dh), rows,
+                      lambda buffer, into: widen(buffer, into, rows * h, capacity * dh, bigger * dh))
+        return Cache(list(past), past.pool, 0, past.length)
 
     def take(self, values: List[np.ndarray], index: np.ndarray) -> List[np.ndarray]:
-        if isinstance(values, Cache):          # beam reorder: gather into the pool's other set
+        if not isinstance(values, Cache):
+            return [np.take(v, index, axis=0) for v in values]
+        if values.length is None:              # format 1: a beam reorder gathers into the pool's other set
             dst = values.pool.views(1 - values.which, (len(index), *values[0].shape[1:]))
-            self._gather(values, dst, index)
-            return Cache(dst, values.pool, 1 - values.which, None if values.length is None else values.length[index])
-        return [np.take(v, index, axis=0) for v in values]
+
+            def gather(part: range) -> None:
+                for i in part:
+                    np.take(values[i], index, axis=0, out=dst[i], mode="wrap")   # "wrap": unbuffered; in range
+            self._each_tensor(len(values), gather, len(index))
+            return Cache(dst, values.pool, 1 - values.which)
+        shape = values[0].shape                                     # [R, H, C, Dh]
+        moves = reorder_moves(index)
+        positions = int(values.length[index].max()) if len(index) else 0   # the longest row's written positions
+        self._rewrite(values, (len(index), *shape[1:]), len(index),
+                      lambda buffer, into: reorder_rows(buffer, into, shape, index, moves, positions))
+        return Cache(list(values), values.pool, 0, values.length[index])
 
     def append_rows(self, values: List[np.ndarray], more: List[np.ndarray]) -> List[np.ndarray]:
         """Masks and cross K/V of new rows after these (decoder_state.py extend): cache_memory.append_padded."""
         return append_padded(values, more)
 
     def append_empty_cache(self, cache: Cache, n: int) -> Cache:
-        """The cache with n rows that have written nothing after its own (into the pool's other set)."""
-        rows = len(cache.length)
-        dst = cache.pool.views(1 - cache.which, (rows + n, *cache[0].shape[1:]))
-        for src, out in zip(cache, dst):
-            out[:rows] = src
-            out[rows:] = 0
-        return Cache(dst, cache.pool, 1 - cache.which, np.concatenate([cache.length, np.zeros(n, np.int64)]))
+        """The cache with n rows that have written nothing (zeros, length 0) after its own, in its own buffers."""
+        rows, row = len(cache.length), int(np.prod(cache[0].shape[1:]))
+        self._rewrite(cache, (rows + n, *cache[0].shape[1:]), rows + n,
+                      lambda buffer, into: append_zero_rows(buffer, into, rows * row, n * row))
+        return Cache(list(cache), cache.pool, 0, np.concatenate([cache.length, np.zeros(n, np.int64)]))
 
-    def _gather(self, values: List[np.ndarray], dst: List[np.ndarray], index: np.ndarray) -> None:
-        """dst[i] = values[i][index], the tensors split between copy_threads threads (numpy copies without the GIL).
-        A reorder moves every cache tensor whole: 2 x 12 x [64, 8, 64, 64] float32 bytes at batch 16 beam 4, which
-        one thread copied at 29-43 GB/s, depending on the host."""
-        def gather(part: slice) -> None:
-            for src, out in zip(values[part], dst[part]):
-                np.take(src, index, axis=0, out=out, mode="wrap")   # "wrap": unbuffered; index is in range
-        # rows the few-rows step runs: its session's workers spin between steps (SPINNING), one core is left
-        few = self.decoder_for(len(index)) is not self.decoder
-        threads = 1 if few else min(self.copy_threads, len(values))
+    def _rewrite(self, cache: Cache, shape: Tuple[int, ...], rows: int,
+                 rewrite: Callable[[np.ndarray, np.ndarray], None]) -> None:
+        """Format 2/3: each tensor of `cache` laid out as `shape` in the pool's one set by rewrite(buffer, into), in
+        place or into a larger buffer that replaces it (CachePool.refit). `cache` then holds the new arrays (the same
+        array objects where the shape and buffer stay, so the step's binding keeps them), and a replaced buffer's
+        memory goes tensor by tensor (one tensor's old buffer at a time beside the set, not a second set)."""
+        size = int(np.prod(shape))
+
+        def refit(part: range) -> None:
+            for i in part:
+                buffer = cache.pool.refit(i, size, rewrite)
+                if cache[i].base is not buffer or cache[i].shape != shape:
+                    cache[i] = buffer[:size].reshape(shape)
+        self._each_tensor(len(cache), refit, rows)
+
+    def _each_tensor(self, count: int, work: Callable[[range], None], rows: int) -> None:
+        """work(part) for parts of the cache tensors range(count), split between copy_threads threads (numpy copies
+        without the GIL). A format-1 reorder copies 12 x [64, 8, 64, 64] float32 at batch 16 beam 4 (96 MiB), which
+        one thread copied at 29-43 GB/s, depending on the host; the in-place one only the rows that move, up to the
+        longest row's length. One thread where the few-rows step runs `rows` rows: its session's workers spin
+        between steps (SPINNING), one core is left."""
+        few = self.decoder_for(rows) is not self.decoder
+        threads = 1 if few else min(self.copy_threads, count)
         if threads < 2:
-            return gather(slice(None))
-        parts = [slice(t * len(values) // threads, (t + 1) * len(values) // threads) for t in range(threads)]
-        others = [self._copier.submit(gather, part) for part in parts[1:]]
-        gather(parts[0])
+            return work(range(count))
+        parts = [range(t * count // threads, (t + 1) * count // threads) for t in range(threads)]
+        others = [self._copier.submit(work, part) for part in parts[1:]]
+        work(parts[0])
         for done in others:
             done.result()
 

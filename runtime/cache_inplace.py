@@ -1,6 +1,7 @@
 """The CPU engine's cache rewritten inside the buffers that hold it (session.py ArrayEngine, cache_memory.py CachePool):
 a beam reorder, rows joining, a larger capacity. With these the format-2/3 engine keeps one set of cache buffers, not
-a second set to gather into (issue #35: the second set was 96 MiB at batch 16 beam 4). numpy only.
+a second set to gather into (issue #35: the second set was 96 MiB at batch 16 beam 4). numpy only. The cross K/V and
+mask of a batch (cache_memory.py CrossRows) are rewritten by the same functions, and rows leaving by compact_rows.
 
 A cache tensor [R, H, C, Dh] lives at the start of its flat float32 buffer, rows outermost: row r at r x H x C x Dh.
 Each function takes `buffer` (the tensor's memory now) and `into` (where the result goes): `into is buffer` rewrites
@@ -107,3 +108,16 @@ def append_zero_rows(buffer: np.ndarray, into: np.ndarray, size: int, more: int)
     if into is not buffer:
         into[:size] = buffer[:size]
     into[size:size + more] = 0
+
+
+def compact_rows(buffer: np.ndarray, index: np.ndarray, size: int) -> None:
+    """Rows `index` (strictly increasing: the rows that stay when others leave) of the rows of `size` values at the
+    start of `buffer` moved to rows 0..len(index)-1, in place. Only the rows after the first gap move, each run of
+    consecutive rows as one copy; a run that overlaps its new place moves down, and a 1-d copy moves like memmove."""
+    if not len(index):
+        return
+    starts = np.flatnonzero(np.diff(index) != 1) + 1                  # where a run of consecutive rows begins
+    for lo, hi in zip([0, *starts.tolist()], [*starts.tolist(), len(index)]):
+        src = int(index[lo])
+        if src != lo:
+            buffer[lo * size:hi * size] = buffer[src * size:(src + hi - lo) * size]

@@ -1,14 +1,17 @@
-"""Reused memory for the CPU engine's self-attention cache (session.py ArrayEngine): the buffer sets a decoding call
-writes its cache into (one in format 2 and 3, two in format 1), the memory kept from one call for the next, and the
-format-2 step's IO binding kept across a call's steps. numpy and onnxruntime only."""
+"""Reused memory for the CPU engine (session.py ArrayEngine): the buffer sets a decoding call writes its self-attention
+cache into (one in format 2 and 3, two in format 1), the memory kept from one call for the next, the format-2 step's
+IO binding kept across a call's steps, and a batch's cross K/V and encoder mask, which rows join and leave in place
+(CrossRows). numpy and onnxruntime only."""
 from __future__ import annotations
 
 import threading
 import weakref
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import onnxruntime as ort
+
+from .cache_inplace import compact_rows, reorder_moves, reorder_rows, widen
 
 
 class CachePool:
@@ -157,12 +160,17 @@ class Binding:
             del self.bound[name]
 
 
+def source_axis(value: np.ndarray) -> int:
+    """The source-length axis of an encoder mask [B, S] (1) or of cross K/V [B, H, S, Dh] (2)."""
+    return 1 if value.ndim == 2 else 2
+
+
 def append_padded(values: List[np.ndarray], more: List[np.ndarray]) -> List[np.ndarray]:
-    """values[i] and more[i] ([B, S] masks, [B, H, S, Dh] cross K/V) joined along the rows, the shorter source axis
-    (axis 1 of a mask, 2 of K/V) padded with zeros: a mask's 0 hides the padded positions."""
+    """values[i] and more[i] ([B, S] masks, [B, H, S, Dh] cross K/V) joined along the rows into new arrays, the shorter
+    source axis padded with zeros: a mask's 0 hides the padded positions. (The CPU engine appends in place: CrossRows.)"""
     out = []
     for a, b in zip(values, more):
-        axis = 1 if a.ndim == 2 else 2
+        axis = source_axis(a)
         length = max(a.shape[axis], b.shape[axis])
         shape = list(a.shape)
         shape[0], shape[axis] = len(a) + len(b), length
@@ -183,3 +191,90 @@ class Cache(list):
     def __init__(self, arrays: List[np.ndarray], pool: CachePool, which: int, length: Optional[np.ndarray] = None):
         super().__init__(arrays)
         self.pool, self.which, self.length = pool, which, length
+
+
+Each = Callable[[int, Callable[[range], None]], None]     # each(count, work): work(part) over parts of range(count)
+
+
+class CrossRows(list):
+    """The encoder mask [R, S] and cross K/V (2 per layer, [R, H, S, Dh]) of an ArrayEngine batch, in the order the
+    decoder step takes them: contiguous views of flat buffers, one per tensor, rows outermost (decoder_state.py
+    DecoderState.encoded). In a continuous batch rows join and leave at nearly every step, and copying the whole
+    batch each time (np.take and append_padded into new arrays: 126 MB of cross K/V at 64 rows, S 80, the base
+    model, with a page fault per fresh 4 KiB) grows as rows^2. Here:
+      * rows leaving are compacted in place: only the rows after the first gap move (compact_rows), and a gather
+        that repeats or reorders rows moves only the rows that change (reorder_moves);
+      * rows joining are written after the rows there, in the spare rows of the buffer: a buffer too small for them
+        is replaced by one at least 1.5x larger (CachePool.grown), so the batch's rows are copied a logarithmic number
+        of times as it grows, not at every join;
+      * S of the views is the longest source the batch holds (as append_padded made it). A view [R, H, S, Dh] over a
+        layout with room for longer sources would not be contiguous, and views as long as that room would make
+        every step attend over masked positions; so a longer source lays the rows out again at its S (widen, in
+        place when the buffer holds them: once per new longest source, not per step), the new positions zeros
+        (their mask 0 hides them).
+    The encoder's outputs are taken over as they are (no copy: translate_batch pays nothing for this), the mask is
+    copied (it is the caller's). A CrossRows given to take or append is spent: only the one returned is valid."""
+
+    def __init__(self, buffers: List[np.ndarray], shapes: Sequence[Tuple[int, ...]]):
+        super().__init__(b[:int(np.prod(s))].reshape(s) for b, s in zip(buffers, shapes))
+        self.buffers = buffers
+
+    @classmethod
+    def hold(cls, encoder_mask: np.ndarray, cross: List[np.ndarray]) -> "CrossRows":
+        values = [np.array(encoder_mask, order="C")] + [
+            c if c.flags.c_contiguous and c.flags.writeable else np.array(c, order="C") for c in cross]
+        return cls([v.reshape(-1) for v in values], [v.shape for v in values])
+
+    def take(self, index: np.ndarray, each: Each) -> "CrossRows":
+        """Rows `index` (rows leaving: increasing; any gather: with repeats), in place where the buffer holds them."""
+        index = np.asarray(index, dtype=np.int64)
+        rows, buffers = len(self[0]), list(self.buffers)
+        compact = len(index) <= rows and bool((np.diff(index) > 0).all())
+        moves = None if compact else reorder_moves(index)
+
+        def gather(part: range) -> None:
+            for i in part:
+                buffer, size = buffers[i], int(np.prod(self[i].shape[1:]))
+                if compact:
+                    compact_rows(buffer, index, size)
+                    continue
+                need = max(rows, len(index)) * size
+                into = buffer if buffer.size >= need else np.zeros(CachePool.grown(need, buffer.size), buffer.dtype)
+                reorder_rows(buffer, into, (rows, 1, size), index, moves, size)
+                buffers[i] = into
+        each(len(self), gather)
+        return CrossRows(buffers, [(len(index), *v.shape[1:]) for v in self])
+
+    def append(self, more: List[np.ndarray], each: Each) -> "CrossRows":
+        """more's rows (mask and cross K/V of newly encoded rows, as many tensors) after these; the shorter source axis
+        padded with zeros (mask 0)."""
+        rows, buffers = len(self[0]), list(self.buffers)
+        shapes = []
+        for a, b in zip(self, more):
+            axis = source_axis(a)
+            shape = list(a.shape)
+            shape[0], shape[axis] = rows + len(b), max(a.shape[axis], b.shape[axis])
+            shapes.append(tuple(shape))
+
+        def join(part: range) -> None:
+            for i in part:
+                a, b, shape, buffer = self[i], more[i], shapes[i], buffers[i]
+                axis, need = source_axis(a), int(np.prod(shapes[i]))
+                into = buffer if buffer.size >= need else np.zeros(CachePool.grown(need, buffer.size), buffer.dtype)
+                blocks, after = rows * int(np.prod(a.shape[1:axis])), int(np.prod(a.shape[axis + 1:]))
+                old, new = a.shape[axis] * after, shape[axis] * after      # values of a block [S, Dh] before, after
+                if new > old:                                  # a longer source: each block laid out again
+                    widen(buffer, into, blocks, old, new)
+                    if into is buffer:
+                        into[:blocks * new].reshape(blocks, new)[:, old:] = 0
+                elif into is not buffer:
+                    into[:blocks * old] = buffer[:blocks * old]
+                added = into[blocks * new:need].reshape(len(b), *shape[1:])
+                where = [slice(None)] * a.ndim                 # the new rows' source positions, then the rest
+                where[axis] = slice(0, b.shape[axis])
+                added[tuple(where)] = b
+                where[axis] = slice(b.shape[axis], None)
+                added[tuple(where)] = 0
+                buffers[i] = into
+        each(len(self), join)
+        return CrossRows(buffers, shapes)

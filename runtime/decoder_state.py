@@ -3,8 +3,10 @@ the cross K/V and the encoder mask, and how rows map onto them. The decoding loo
 rows it goes on with, and, in a continuous batch (serve/continuous.py), adds newly encoded rows to it.
 
 The anchors: openai/whisper's `rearrange_kv_cache`, fairseq's `reorder_incremental_state`, CTranslate2's
-`DecoderState`. It is written over the engine's primitives (session.py: encode, step, step_top_k, take, and
-append_rows to extend), so the CPU and CUDA engines share it.
+`DecoderState`. It is written over the engine's primitives (session.py: encode, hold_encoded, step, step_top_k,
+take, and append_rows to extend), so the CPU and CUDA engines share it; where the cross K/V and mask live, and
+whether rows joining and leaving copy them or move them in place (the CPU engine: cache_memory.CrossRows), is the
+engine's business.
 
 Rows and cross rows: with `group` G > 1 the G rows of a sentence share its one cross K/V row (a beam search's K
 rows, when the decoder graph takes cross K/V per sentence: engine.cross_per_sentence); with G = 1 every row has its
@@ -35,15 +37,30 @@ class EngineBase:
         """The file of the graph that steps `rows` rows, for errors about its output."""
         return self.decoder_path
 
+    def hold_encoded(self, encoder_mask: Any, cross: List[Any]) -> List[Any]:
+        """[encoder_mask, *cross] as the list this engine's take and append_rows work on (the CPU engine: in memory
+        that rows join and leave in place, cache_memory.CrossRows); it may take over the arrays it is given."""
+        return [encoder_mask, *cross]
+
 
 class DecoderState:
-    """encoder_mask [B, S] and cross (2 per layer, [B, H, S, Dh]) for R = B x group rows; past: the cache (None
-    before the first step)."""
+    """encoder_mask [B, S] and cross (2 per layer, [B, H, S, Dh]) for R = B x group rows, held together as the
+    engine keeps them (`encoded`: engine.hold_encoded, which takes the arrays over); past: the cache (None before the
+    first step)."""
 
     def __init__(self, engine: Any, encoder_mask: Any, cross: List[Any], group: int = 1):
-        self.engine, self.encoder_mask, self.cross, self.group = engine, encoder_mask, list(cross), group
+        self.engine, self.group = engine, group
+        self.encoded = engine.hold_encoded(encoder_mask, cross)         # [encoder_mask, *cross]
         self.past: Optional[Any] = None
         self.rows = _rows(encoder_mask) * group
+
+    @property
+    def encoder_mask(self) -> Any:
+        return self.encoded[0]
+
+    @property
+    def cross(self) -> List[Any]:
+        return self.encoded[1:]
 
     @classmethod
     def encode(cls, engine: Any, input_ids: np.ndarray, attention_mask: np.ndarray,
@@ -83,7 +100,7 @@ class DecoderState:
             return
         if len(parents) < self.rows:
             by = parents[::self.group] // self.group if self.group > 1 else parents
-            self.encoder_mask, *self.cross = self.engine.take([self.encoder_mask, *self.cross], by)
+            self.encoded = self.engine.take(self.encoded, by)
         if self.past is not None:
             self.past = self.engine.take(self.past, parents)
         self.rows = len(parents)
@@ -96,14 +113,12 @@ class DecoderState:
         if other.past is not None or (self.rows and other.group != self.group):
             raise ValueError("extend adds rows that have not stepped, of this state's rows per cross row")
         if self.rows == 0:
-            self.encoder_mask, self.cross, self.group, self.past, self.rows = \
-                other.encoder_mask, other.cross, other.group, None, other.rows
+            self.encoded, self.group, self.past, self.rows = other.encoded, other.group, None, other.rows
             return
         if self.past is not None and not self.engine.rows_at_own_positions:
             raise ValueError("this decoder step takes one position for all rows (a package before manifest format 4): "
                              "rows cannot join a batch that has stepped")
-        self.encoder_mask, *self.cross = self.engine.append_rows([self.encoder_mask, *self.cross],
-                                                                 [other.encoder_mask, *other.cross])
+        self.encoded = self.engine.append_rows(self.encoded, other.encoded)
         if self.past is not None:
             self.past = self.engine.append_empty_cache(self.past, other.rows)
         self.rows += other.rows

@@ -18,7 +18,7 @@ import numpy as np
 import onnxruntime as ort
 
 from .cache_inplace import append_zero_rows, reorder_moves, reorder_rows, widen
-from .cache_memory import Cache, CachePool, SpareMemory, append_padded
+from .cache_memory import Cache, CachePool, CrossRows, SpareMemory
 from .config import ModelConfig
 from .decoder_state import EngineBase
 from .errors import ModelPackageError, Seq2OnnxError, graph_run_error, onnxruntime_problem
@@ -380,7 +380,13 @@ class ArrayEngine(_Graphs):
                       lambda buffer, into: widen(buffer, into, rows * h, capacity * dh, bigger * dh))
         return Cache(list(past), past.pool, 0, past.length)
 
+    def hold_encoded(self, encoder_mask: np.ndarray, cross: List[np.ndarray]) -> CrossRows:
+        """A batch's mask and cross K/V in memory that rows join and leave in place (CrossRows)."""
+        return CrossRows.hold(encoder_mask, cross)
+
     def take(self, values: List[np.ndarray], index: np.ndarray) -> List[np.ndarray]:
+        if isinstance(values, CrossRows):
+            return values.take(index, lambda count, work: self._each_tensor(count, work, len(index)))
         if not isinstance(values, Cache):
             return [np.take(v, index, axis=0) for v in values]
         if values.length is None:              # format 1: a beam reorder gathers into the pool's other set
@@ -398,9 +404,9 @@ class ArrayEngine(_Graphs):
                       lambda buffer, into: reorder_rows(buffer, into, shape, index, moves, positions))
         return Cache(list(values), values.pool, 0, values.length[index])
 
-    def append_rows(self, values: List[np.ndarray], more: List[np.ndarray]) -> List[np.ndarray]:
-        """Masks and cross K/V of new rows after these (decoder_state.py extend): cache_memory.append_padded."""
-        return append_padded(values, more)
+    def append_rows(self, values: CrossRows, more: List[np.ndarray]) -> CrossRows:
+        """Masks and cross K/V of new rows after these (decoder_state.py extend), in place (CrossRows.append)."""
+        return values.append(more, lambda count, work: self._each_tensor(count, work, len(values[0]) + len(more[0])))
 
     def append_empty_cache(self, cache: Cache, n: int) -> Cache:
         """The cache with n rows that have written nothing (zeros, length 0) after its own, in its own buffers."""

@@ -280,7 +280,9 @@ class ArrayEngine(_Graphs):
     (take) gathers into the pool's other set. Format 2 and 3 keep one set of cache buffers: the step writes its
     K/V into the cache it was given, in place (present_i bound to past_i's memory), and a reorder, rows joining
     and a full cache moving to twice the capacity rewrite the cache inside the same buffers (cache_inplace.py).
-    A cache given to a step, take or append_empty_cache is spent then: only the one returned is valid.
+    A cache given to a step, take or append_empty_cache is spent then: only the one returned is valid. A batch's
+    cross K/V and encoder mask (hold_encoded) are kept the same way: rows leaving and joining move inside reused
+    buffers (cache_memory.CrossRows), not into new arrays.
     """
 
     def __init__(self, *args, copy_threads: int = 1, **kwargs):

@@ -167,7 +167,8 @@ def source_axis(value: np.ndarray) -> int:
 
 def append_padded(values: List[np.ndarray], more: List[np.ndarray]) -> List[np.ndarray]:
     """values[i] and more[i] ([B, S] masks, [B, H, S, Dh] cross K/V) joined along the rows into new arrays, the shorter
-    source axis padded with zeros: a mask's 0 hides the padded positions. (The CPU engine appends in place: CrossRows.)"""
+    source axis padded with zeros: a mask's 0 hides the padded positions (the CUDA engine's; the CPU engine appends
+    in place: CrossRows)."""
     out = []
     for a, b in zip(values, more):
         axis = source_axis(a)

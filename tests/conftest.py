@@ -5,8 +5,8 @@ Property tests (hypothesis) draw new examples on a developer's machine, so each 
 under CI (the CI environment variable set, as .ci/run has it) they draw the same examples every run
 (derandomize), so a CI result depends on the commit alone.
 
-PyTorch runs one intra-op thread in the tests and in the processes they start (OMP_NUM_THREADS=1, unless
-set already; set here before anything imports torch). Its models here are tiny, so a second thread gains
+PyTorch (and numpy's BLAS) run one thread in the tests and in the processes they start (OMP_NUM_THREADS=1,
+unless set already; set here before anything imports torch). The models here are tiny, so a second thread gains
 nothing, and on a busy machine (make test runs three streams on CI's two cores) each of its parallel
 regions waits for a descheduled thread: transformers' generate() on 80 sentences took 210 s with two
 threads against 11 s with one, beside two busy processes. onnxruntime keeps its own thread pool

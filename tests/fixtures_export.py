@@ -3,10 +3,17 @@
 `tiny_package` is the model package the runtime tests load: fp32 and int8 variants, written by the
 real export pipeline (trace, check, parity, quantise, write), with the toy task's validation
 sentences as real parity inputs. Treat it as read-only.
+
+`package_graphs` stands in for the trace (export/onnx_export.py export_graphs) in the export tests whose
+subject comes after it: a failing parity check, the write stage killed, another variant. Each trace of the tiny
+model costs tens of seconds on 2 busy cores; the package's own export (tiny_run) and the tests of the trace
+itself (test_external_data.py, test_cross_per_sentence.py, a random kill in test_export.py) trace for real.
 """
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
+from typing import Callable, Tuple
 
 import pytest
 
@@ -16,3 +23,31 @@ def tiny_package(tiny_run) -> Path:
     """Path of the package exported with --int8 from `tiny_checkpoint`. `tiny_run` (fixtures_training.py) writes it
     (export_tiny_package): it trains on until the export's parity gates accept the model."""
     return tiny_run.parent / "package" / "model"
+
+
+def package_graphs(package: Path, trace_decoder: bool = False) -> Callable[..., Tuple[Path, Path]]:
+    """export_graphs for the model `package` was exported from, at the export's defaults: it copies the package's
+    fp32 graphs (what export_graphs wrote for that model) into out_dir; with trace_decoder, only the encoder is
+    copied and the decoder step is traced from the model given (one the test patched). What follows runs for real:
+    the fp32 parity check of the graphs against the model given is what tells a copy that does not belong to it."""
+    from seq2onnx.export import onnx_export
+    from seq2onnx.runtime.manifest import read_package
+
+    config = read_package(package).config
+
+    def export_graphs(model, out_dir: Path, opset: int = onnx_export.DEFAULT_OPSET,
+                      format_version: int = onnx_export.DECODER_FORMAT, external: bool = False) -> Tuple[Path, Path]:
+        defaults = (onnx_export.DEFAULT_OPSET, onnx_export.DECODER_FORMAT, False)
+        assert model.cfg == config and (opset, format_version, external) == defaults, (
+            "package_graphs stands in for the export of the package's own model at the export's defaults only")
+        enc, dec = Path(out_dir) / onnx_export.ENCODER_FILE, Path(out_dir) / onnx_export.DECODER_FILE
+        shutil.copyfile(package / enc.name, enc)
+        if trace_decoder:
+            import torch
+            with torch.no_grad():                   # as export_graphs traces it
+                onnx_export._export_decoder(model.float().eval(), dec, opset, format_version)
+        else:
+            shutil.copyfile(package / dec.name, dec)
+        return enc, dec
+
+    return export_graphs

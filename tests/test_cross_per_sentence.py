@@ -7,7 +7,8 @@ K/V and encoder mask with one row per sentence and shares them between the sente
   * packages of the earlier contract (no `cross_per_sentence` in the manifest: the shipped
     numbers-en-de, and the tiny package with the field removed) decode as before, a copy per row;
   * a manifest that claims per-sentence cross for a graph that takes a copy per row is refused;
-  * the export's parity check catches a decoder that is right with one row per sentence only.
+  * the export's parity check catches a decoder that is right with one row per sentence only (its decoder step
+    traced, the encoder the package's: fixtures_export.package_graphs).
 Everything runs for real at small size (fixtures_training.py, fixtures_export.py)."""
 from __future__ import annotations
 
@@ -20,9 +21,10 @@ import pytest
 import torch
 
 from agreement import Float32Bounds, assert_same_decodes, engine_judge, torch_judge
+from fixtures_export import package_graphs
 from fixtures_training import toy_pairs
 from limits import reference_max_length
-from seq2onnx.export import parity
+from seq2onnx.export import onnx_export, parity
 from seq2onnx.export.commands import ExportOptions, run_export
 from seq2onnx.runtime.decoding import decode
 from seq2onnx.runtime.errors import ModelPackageError
@@ -303,7 +305,8 @@ def fold_heads_and_beams(self, x, kv, bias, need_weights=False):
     return (out, weights.mean(dim=1).reshape(r, kv[0].shape[2])) if need_weights else out
 
 
-def test_export_parity_catches_a_decoder_wrong_only_for_beams(tiny_checkpoint, tiny_model, tmp_path, monkeypatch):
+def test_export_parity_catches_a_decoder_wrong_only_for_beams(tiny_checkpoint, tiny_package, tiny_model, tmp_path,
+                                                             monkeypatch):
     attn = tiny_model.decoder_layers[0].cross_attn
     g = torch.Generator().manual_seed(0)
     kv = (torch.randn(2, attn.n_heads, 5, attn.head_dim, generator=g),) * 2
@@ -317,6 +320,8 @@ def test_export_parity_catches_a_decoder_wrong_only_for_beams(tiny_checkpoint, t
                                   attn.forward_per_sentence(four_rows, kv, bias), atol=1e-3)
 
     monkeypatch.setattr(model_module.MultiHeadAttention, "forward_per_sentence", fold_heads_and_beams)
+    # the decoder step traced from the patched model; the encoder, which the patch leaves alone, is the package's
+    monkeypatch.setattr(onnx_export, "export_graphs", package_graphs(tiny_package, trace_decoder=True))
     out = tmp_path / "model"
     with pytest.raises(parity.ParityError, match=r"fp32 parity check 'decoder log-probs' failed"):
         run_export(ExportOptions(checkpoint=tiny_checkpoint, out_dir=out))

@@ -1,7 +1,9 @@
 """Export (issue 4): the tiny model trained in this session, exported, checked against PyTorch.
 
 Uses the session fixtures `tiny_checkpoint` (fixtures_training.py) and `tiny_package`
-(fixtures_export.py, exported with --int8). Everything runs for real at small size.
+(fixtures_export.py, exported with --int8). Everything runs for real at small size; the tests whose subject
+comes after the trace (a failed parity check, the write stage killed, other variants) take the package's traced
+fp32 graphs instead of tracing the same checkpoint again (fixtures_export.package_graphs).
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ import pytest
 import torch
 
 from agreement import Float32Bounds, assert_same_decodes, torch_judge
+from fixtures_export import package_graphs
 from fixtures_training import toy_pairs
 from seq2onnx.export import onnx_export, package, parity
 from seq2onnx.export.commands import ExportOptions, run_export
@@ -236,12 +239,12 @@ def test_beam_options_follow_the_reference(fp32_pair, tiny_model, tiny_ckpt):
 
 
 # --- nothing is written unless every check passed -------------------------------------------------------------
-def test_failed_parity_writes_nothing(tiny_checkpoint, tmp_path, monkeypatch, capsys):
-    real_export = onnx_export.export_graphs
+def test_failed_parity_writes_nothing(tiny_checkpoint, tiny_package, tmp_path, monkeypatch, capsys):
+    export = package_graphs(tiny_package)                     # the trace's graphs (fixtures_export.py)
 
     def export_then_corrupt(model, out_dir, opset=onnx_export.DEFAULT_OPSET, format_version=onnx_export.DECODER_FORMAT,
                             external=False):
-        enc, dec = real_export(model, out_dir, opset, format_version, external)
+        enc, dec = export(model, out_dir, opset, format_version, external)
         graph = onnx.load(str(dec))
         weight = next(t for t in graph.graph.initializer if "output_projection" in t.name)
         values = onnx.numpy_helper.to_array(weight).copy()
@@ -260,10 +263,12 @@ def test_failed_parity_writes_nothing(tiny_checkpoint, tmp_path, monkeypatch, ca
     assert not out.exists() and list(tmp_path.iterdir()) == []
 
 
-def test_skip_int8_validation_keeps_the_variant_and_says_so(tiny_checkpoint, tmp_path, monkeypatch, capsys):
+def test_skip_int8_validation_keeps_the_variant_and_says_so(tiny_checkpoint, tiny_package, tmp_path, monkeypatch,
+                                                           capsys):
     """--skip-int8-validation (the benchmark's random weights fail the int8 gate): the variant is written
     with its measured figures, status "validation-skipped"; fp32 keeps every check."""
     monkeypatch.setattr(parity, "MIN_TOP1_AGREEMENT", 1.01)          # a gate no int8 variant passes
+    monkeypatch.setattr(onnx_export, "export_graphs", package_graphs(tiny_package))   # the fp32 trace's graphs
     # the option is about the int8 variant: one error line
     assert cli_main(["export", str(tiny_checkpoint), str(tmp_path / "a"), "--skip-int8-validation"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -293,8 +298,12 @@ def test_skip_int8_validation_keeps_the_variant_and_says_so(tiny_checkpoint, tmp
 
 KILL_DRIVER = textwrap.dedent("""
     import os, sys, time
-    from seq2onnx.export import package
-    mode, ckpt, out = sys.argv[1:4]
+    from pathlib import Path
+    from seq2onnx.export import onnx_export, package
+    mode, ckpt, out, tests, traced = sys.argv[1:6]
+    sys.path.insert(0, tests)
+    from fixtures_export import package_graphs
+    onnx_export.export_graphs = package_graphs(Path(traced))    # the trace's graphs: the write stage is the subject
     if mode == "before-manifest":            # staging folder holds the graphs, tokenizer.json, README.md
         write_text = package.write_text
         def paused(path, text):
@@ -337,7 +346,8 @@ def test_killed_export_leaves_no_half_package(tiny_checkpoint, tiny_package, tmp
         proc.kill()
         proc.wait(timeout=60)
     else:
-        proc = subprocess.Popen([sys.executable, str(driver), mode, str(tiny_checkpoint), str(out)],
+        proc = subprocess.Popen([sys.executable, str(driver), mode, str(tiny_checkpoint), str(out),
+                                 str(Path(__file__).parent), str(tiny_package)],
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         seen = []
         try:
@@ -386,7 +396,9 @@ def test_killed_export_leaves_no_half_package(tiny_checkpoint, tiny_package, tmp
     assert leftovers(tmp_path, "model") == []
 
 
-def test_overwrite_replaces_a_package_and_fp16_variant(tiny_checkpoint, tiny_package, tiny_model, tmp_path):
+def test_overwrite_replaces_a_package_and_fp16_variant(tiny_checkpoint, tiny_package, tiny_model, tmp_path,
+                                                       monkeypatch):
+    monkeypatch.setattr(onnx_export, "export_graphs", package_graphs(tiny_package))   # the fp32 trace's graphs
     out = tmp_path / "model"
     shutil.copytree(tiny_package, out)
     with pytest.raises(Seq2OnnxError, match="output path exists"):

@@ -12,7 +12,7 @@ import stat
 import sys
 import time
 from contextlib import contextmanager, suppress
-from typing import BinaryIO, Iterator, List, Optional, TextIO, Tuple
+from typing import BinaryIO, Callable, Iterator, List, Optional, TextIO, Tuple
 
 from .cli import printable
 from .errors import Seq2OnnxError
@@ -80,9 +80,9 @@ _PARTS = {1: [("", "--max-input-length")],
           2: [("the source is ", "--max-input-length"), ("the target is ", "the model's max_positions")]}
 
 
-def read_lines(stream: BinaryIO, max_bytes: Optional[int] = None,
-               target_bytes: Optional[int] = None) -> Iterator[Tuple[int, str]]:
-    """(1-based line number, text) for each line; invalid UTF-8 becomes U+FFFD with a warning; a BOM
+def read_lines(stream: BinaryIO, max_bytes: Optional[int] = None, target_bytes: Optional[int] = None,
+               warn: Callable[[str], None] = warn) -> Iterator[Tuple[int, str]]:
+    """(1-based line number, text) for each line; invalid UTF-8 becomes U+FFFD with a warning (to `warn`); a BOM
     that opens the stream is dropped. A line over max_bytes bytes is read up to that (at a character
     boundary) and the rest skipped, with a warning: one line never holds more memory than that.
     target_bytes: the line is SOURCE<TAB>TARGET (`seq2onnx score`): max_bytes bounds the SOURCE (what comes before

@@ -202,31 +202,45 @@ def _format(number: int, texts: List[str], scores: List[float], n_best: int, wit
 
 
 def translate_main(argv: List[str]) -> int:
-    args = _translate_parser().parse_args(argv)
     PROG["name"] = "seq2onnx translate"
+    args, decoding = translate_options(argv)
+    if args.plot_attention is not None:
+        from .attention_plot import check_folder
+        check_folder(args.plot_attention)              # made by _check_attention, once the run will proceed
+    return _run_lines(args, lambda tr, limit: (source_line_bytes(limit), None),
+                      lambda tr, limit, block, out: _translate_and_plot(tr, block, decoding, args, limit, out),
+                      check=lambda tr: _check_attention(tr, args)
+                      if args.return_alignment or args.plot_attention is not None else None)
+
+
+def translate_options(argv: List[str], parser: Callable[[], argparse.ArgumentParser] = _translate_parser
+                      ) -> Tuple[Any, Dict[str, Any]]:
+    """`seq2onnx translate`'s command line (MODEL_DIR and its flags) parsed by a parser that `parser` makes (one with
+    more arguments: `translate-dataset`'s, runtime/ray/cli.py) and checked: its arguments, and the translate_batch
+    keywords of the decoding flags it names."""
+    args = parser().parse_args(argv)
     relative = (0.0, None) if args.max_length_a is None else (args.max_length_a, args.max_length_b)
     decoding = {o.name: getattr(args, o.name) for o in OPTIONS if o.decoding and o.flag is not None}
     decoding.update(beam_size=_beam_size(args), max_length_a=relative[0], max_length_b=relative[1])
     _check_options(args, **decoding)
     # only the options the command line names: the package's generation defaults (a converted model's) apply
     # to the others, as in the API (--no-relative-length names max_length_a and max_length_b)
-    given = _given(argv)
+    given = _given(argv, parser)
     decoding = {k: v for k, v in decoding.items() if k in given or (k == "beam_size" and v != DEFAULTS.beam_size)
                 or (k == "max_length_b" and "max_length_a" in given and args.max_length_a is None)}
     decoding.update({k: getattr(args, k) for k in ("source_lang", "target_lang") if getattr(args, k) is not None})
-    if args.plot_attention is not None:
-        from .attention_plot import check_folder
-        check_folder(args.plot_attention)              # made by _check_attention, once the run will proceed
+    return args, decoding
+
+
+def source_line_bytes(limit: int) -> int:
+    """The bytes of an input line that `translate` reads with a source limit of `limit` tokens (TRANSLATE_FORMAT)."""
     from .text_input import max_source_chars
-    return _run_lines(args, lambda tr, limit: (UTF8_MAX_BYTES * max_source_chars(limit), None),
-                      lambda tr, limit, block, out: _translate_and_plot(tr, block, decoding, args, limit, out),
-                      check=lambda tr: _check_attention(tr, args)
-                      if args.return_alignment or args.plot_attention is not None else None)
+    return UTF8_MAX_BYTES * max_source_chars(limit)
 
 
-def _given(argv: List[str]) -> set:
-    """The dests of the options that argv names (parsed again with every default suppressed)."""
-    p = _translate_parser()
+def _given(argv: List[str], parser: Callable[[], argparse.ArgumentParser] = _translate_parser) -> set:
+    """The dests of the options that argv names (parsed again, by a new parser, with every default suppressed)."""
+    p = parser()
     for action in p._actions:
         action.default = argparse.SUPPRESS
     return set(vars(p.parse_args(argv)))
@@ -344,39 +358,48 @@ def _translate_block(tr: Any, block: List[Tuple[int, str]], decoding: Dict[str, 
                      terminal: bool, results: Optional[List[Any]] = None) -> bytes:
     """Blank lines come back from the Translator as one empty hypothesis with score 0. The results are
     appended to `results` when given."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")            # truncation: reported below with line numbers
-            prefix = None if args.target_prefix is None else [args.target_prefix] * len(block)
-            phrases = None if args.constraints is None else [args.constraints] * len(block)
-            out = tr.translate_batch([t for _, t in block], max_batch_size=args.max_batch_size,
-                                     batch_type=args.batch_type, max_input_length=args.max_input_length,
-                                     return_scores=True, target_prefix=prefix, constraints=phrases,
-                                     return_alignment=args.return_alignment,
-                                     return_attention=args.plot_attention is not None, **decoding)
-    except ValueError as e:
-        raise Seq2OnnxError(_cli_message(e)) from e
+    out = translate_texts(tr, [t for _, t in block], decoding, args)
     if results is not None:
         results.extend(out)
-    data = b""
-    for (n, text), r in zip(block, out):
-        if r.truncated:
-            warn(f"line {n}: longer than {limit} tokens, truncated (--max-input-length)")
-        if r.source_unknown_tokens:
-            warn(f"line {n}: holds characters the model's tokenizer never saw in training ({r.source_unknown_tokens} "
-                 "<unk> piece(s)): it lies outside what the model learned, so its translation cannot be trusted")
-        if r.constraints_met is not None and not r.constraints_met[0] and text.strip():
-            warn(f"line {n}: no translation within the length limit holds every --constraint; this one misses "
-                 f"the fewest ({len(r.token_ids[0])} tokens, cut at the limit): --max-length-a/--max-length-b/"
-                 "--max-decoding-length set the limit")
-        elif not r.finished[0]:
-            warn(f"line {n}: the translation stopped at the length limit before it ended ({len(r.token_ids[0])} "
-                  "tokens): the model may be looping on this input; --max-length-a/--max-length-b/"
-                  "--max-decoding-length set the limit")
-        texts = r.hypotheses if not args.return_alignment else \
-            [f"{LINE_BREAKS.sub(' ', t)} ||| {format_alignment(a)}" for t, a in zip(r.hypotheses, r.alignment)]
-        data += _format(n, texts, r.normalized_scores, args.num_hypotheses, args.scores, terminal)
-    return data
+    return b"".join(output_lines(n, text, r, args, limit, terminal) for (n, text), r in zip(block, out))
+
+
+def translate_texts(tr: Any, texts: List[str], decoding: Dict[str, Any], args: Any) -> List[Any]:
+    """The TranslationResults of `translate`'s options (args, decoding: translate_options) for these texts."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")            # truncation: reported by output_lines with line numbers
+            prefix = None if args.target_prefix is None else [args.target_prefix] * len(texts)
+            phrases = None if args.constraints is None else [args.constraints] * len(texts)
+            return tr.translate_batch(texts, max_batch_size=args.max_batch_size,
+                                      batch_type=args.batch_type, max_input_length=args.max_input_length,
+                                      return_scores=True, target_prefix=prefix, constraints=phrases,
+                                      return_alignment=args.return_alignment,
+                                      return_attention=args.plot_attention is not None, **decoding)
+    except ValueError as e:
+        raise Seq2OnnxError(_cli_message(e)) from e
+
+
+def output_lines(n: int, text: str, r: Any, args: Any, limit: int, terminal: bool = False,
+                 warn: Callable[[str], None] = warn) -> bytes:
+    """`translate`'s output lines of input line n (`text`, its TranslationResult r), and its warnings ("line n:
+    ...", to `warn`)."""
+    if r.truncated:
+        warn(f"line {n}: longer than {limit} tokens, truncated (--max-input-length)")
+    if r.source_unknown_tokens:
+        warn(f"line {n}: holds characters the model's tokenizer never saw in training ({r.source_unknown_tokens} "
+             "<unk> piece(s)): it lies outside what the model learned, so its translation cannot be trusted")
+    if r.constraints_met is not None and not r.constraints_met[0] and text.strip():
+        warn(f"line {n}: no translation within the length limit holds every --constraint; this one misses "
+             f"the fewest ({len(r.token_ids[0])} tokens, cut at the limit): --max-length-a/--max-length-b/"
+             "--max-decoding-length set the limit")
+    elif not r.finished[0]:
+        warn(f"line {n}: the translation stopped at the length limit before it ended ({len(r.token_ids[0])} "
+              "tokens): the model may be looping on this input; --max-length-a/--max-length-b/"
+              "--max-decoding-length set the limit")
+    texts = r.hypotheses if not args.return_alignment else \
+        [f"{LINE_BREAKS.sub(' ', t)} ||| {format_alignment(a)}" for t, a in zip(r.hypotheses, r.alignment)]
+    return _format(n, texts, r.normalized_scores, args.num_hypotheses, args.scores, terminal)
 
 
 # --- score -----------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import logging
 import signal
 import warnings
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 from ..cli import OneLineParser, printable
 from ..errors import Seq2OnnxError
@@ -109,9 +109,9 @@ def model_names(models: List[str]) -> List[str]:
     return names
 
 
-def serve_main(argv: List[str]) -> int:
-    import uvicorn                       # the extra's modules: a missing one is the CLI's one-line hint
-
+def prepare(argv: List[str]) -> Tuple[argparse.Namespace, Settings, Callable[[], Dict[str, Scheduler]]]:
+    """`seq2onnx serve`'s command line parsed and checked: its arguments, the app's Settings, and the function that
+    loads its models, a started Scheduler each (serve_main's; each Ray Serve replica's too: runtime/ray/serve.py)."""
     args = _parser().parse_args(argv)
     for flag in ("port", "max_batch_rows", "max_queue", "char_limit", "batch_limit", "max_body_bytes",
                  "max_request_rows", "min_length_class"):
@@ -127,7 +127,6 @@ def serve_main(argv: List[str]) -> int:
                         languages=parse_languages(args.languages, names))
     cls = policy(args.batching)
     log = logging.getLogger("seq2onnx.serve")
-    logging.basicConfig(level=args.log_level.upper(), format="%(message)s")
 
     def load() -> Dict[str, Scheduler]:
         from ..translator import Translator
@@ -151,6 +150,14 @@ def serve_main(argv: List[str]) -> int:
             log.info("seq2onnx serve: %s loaded (%s, %s batching)", name, translator.variant, args.batching)
         return schedulers
 
+    return args, settings, load
+
+
+def serve_main(argv: List[str]) -> int:
+    import uvicorn                       # the extra's modules: a missing one is the CLI's one-line hint
+
+    args, settings, load = prepare(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(message)s")
     schedulers: Dict[str, Scheduler] = {}
     failure: List[str] = []
 

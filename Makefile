@@ -34,7 +34,7 @@ $(RT_VENV)/bin/python:
 
 install-dev: $(DEV_VENV)/bin/python
 	$(call INSTALL_TORCH,$(DEV_VENV),-c $(LOCK))
-	$(DEV_VENV)/bin/pip install $(PIP_FLAGS) -c $(LOCK) ".[train,convert,serve,test]"
+	$(DEV_VENV)/bin/pip install $(PIP_FLAGS) -c $(LOCK) ".[train,convert,serve,test,ray]"
 
 install-runtime: $(RT_VENV)/bin/python
 	$(RT_VENV)/bin/pip install $(PIP_FLAGS) -c $(LOCK) .

@@ -29,12 +29,16 @@ COMMANDS = {
     "info": ("seq2onnx.runtime.info", "info_main", "describe a model package", None),
     "serve": ("seq2onnx.runtime.serve.cli", "serve_main",
               "serve translations over HTTP (LibreTranslate's API and /v1), batching requests", "serve"),
+    "translate-dataset": ("seq2onnx.runtime.ray.cli", "translate_dataset_main",
+                          "translate a dataset (text, JSONL, Parquet) on a Ray cluster", "ray"),
+    "ray-serve": ("seq2onnx.runtime.ray.serve", "ray_serve_main",
+                  "the server of `serve` in replicas on a Ray cluster, behind Ray Serve's HTTP proxy", "ray"),
 }
 
 # third-party modules an extra brings; importing one that is missing means the extra is missing
 EXTRA_MODULES = {"torch", "onnx", "onnxscript", "sacrebleu", "tqdm", "num2words", "onnx_ir", "transformers",
                  "sentencepiece", "safetensors", "starlette", "uvicorn", "prometheus_client", "sse_starlette",
-                 "multipart", "python_multipart"}
+                 "multipart", "python_multipart", "ray", "pyarrow"}
 
 
 # C0, DEL and C1: the characters a terminal acts on (escape sequences, bell, carriage return, line breaks)
@@ -85,7 +89,8 @@ class OneLineParser(argparse.ArgumentParser):
 
 def usage() -> str:
     lines = ["usage: seq2onnx COMMAND [options]   (seq2onnx COMMAND --help for its options)", "", "commands:"]
-    lines += [f"  {name:<10} {help_}" for name, (_, _, help_, _) in COMMANDS.items()]
+    width = max(map(len, COMMANDS))
+    lines += [f"  {name:<{width}} {help_}" for name, (_, _, help_, _) in COMMANDS.items()]
     return "\n".join(lines)
 
 

@@ -7,7 +7,8 @@ translate-dataset` with 1 and 2 actors on a Ray cluster of this machine.
 
 Corpus: --lines (default 50,000) English numbers (num2words of numbers below 1,000,000, fixed by the seed), one a
 line, through the shipped model numbers-en-de: real translations that end on their own (--corpus FILE and --model
-MODEL take any text file and package instead). Systems, each run --repeats times in turn (median and min of the wall time):
+MODEL take any text file and package instead). Systems, each run --repeats times in turn (median and min of the
+wall time):
   cli 1 thread      seq2onnx translate --intra-threads 1: one core's worth, what an actor has
   cli               seq2onnx translate (onnxruntime's default threads: every core)
   ray N actor(s)    seq2onnx translate-dataset --actors N --cpus-per-actor 1 (so 1 onnxruntime thread an actor) on

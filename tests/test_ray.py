@@ -91,7 +91,8 @@ def files(tmp_path_factory) -> Iterator[Dict[str, object]]:
         lines.insert(at, odd)
     bulk = tmp / "numbers.txt"
     bulk.write_bytes(b"\n".join(lines))      # no line break after the last line
-    reference = Reference(bulk, *GREEDY)
+    # one onnxruntime thread, as each actor has: beside the cluster, a second one would only spin on a busy core
+    reference = Reference(bulk, *GREEDY, "--intra-threads", "1")
     yield {"tmp": tmp, "bulk": bulk, "numbers": numbers, "odd_at": odd_at, "reference": reference}
     if reference.proc.poll() is None:
         reference.proc.kill()

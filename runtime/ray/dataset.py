@@ -76,8 +76,9 @@ class RowsDatasource(FileBasedDatasource):
     byte bound), JSONL files (an object a line) or Parquet files, each with `line`, its 1-based line (row) in its
     file; TEXT, the text (None where the row has none); the id column when asked; `error`, what made the row
     unreadable (a line that is not JSON, an object without the text field); `warnings`, what reading it changed
-    (invalid UTF-8, a line cut to the byte bound); `path`, its file, where the input is several files. Blocks of
-    `block_rows` rows, so that the actors share even a single file."""
+    (invalid UTF-8, a line cut to the byte bound); `path`, its file, where the input is several files. Yielded
+    `block_rows` rows at a time (Ray Data joins them into blocks of its target size: cli.BLOCK_BYTES for the
+    command), so that a file is never held whole."""
 
     def __init__(self, paths: Any, fmt: str, text_column: str, id_column: Optional[str], max_bytes: Optional[int],
                  block_rows: int, **kwargs: Any):
@@ -268,11 +269,11 @@ def translate_dataset(ds: "ray.data.Dataset", model: str, options: Sequence[str]
                       actors: int = 1, batch_size: int = 256, cpus_per_actor: float = 1.0,
                       gpus_per_actor: float = 0.0, output: bool = False) -> "ray.data.Dataset":
     """`ds` with its TEXT column translated by `actors` actors of `cpus_per_actor` CPUs (and `gpus_per_actor` GPUs,
-    for `--device cuda` in the options), one Translator each, in
-    batches of `batch_size` rows: the columns Translate adds (TRANSLATION, ERROR, WARNINGS; HYPOTHESES and SCORES
-    with --n-best or --scores; OUTPUT with output=True). `options` are `seq2onnx translate`'s flags, e.g.
-    ["--beam-size", "1"], checked here (a bad one is a Seq2OnnxError before any work). MODEL must be a path that
-    every node can read, or a shipped model's name. Lazy, as Ray Data is: the work runs as the rows are consumed."""
+    for `--device cuda` in the options), one Translator each, in batches of `batch_size` rows: the columns
+    Translate adds (TRANSLATION, ERROR, WARNINGS; HYPOTHESES and SCORES with --n-best or --scores; OUTPUT with
+    output=True). `options` are `seq2onnx translate`'s flags, e.g. ["--beam-size", "1"], checked here (a bad one is
+    a Seq2OnnxError before any work). MODEL must be a path that every node can read, or a shipped model's name.
+    Lazy, as Ray Data is: the work runs as the rows are consumed."""
     args, decoding = parse_options(model, options)
     return translate_rows(ds, args, decoding, text_column=text_column, actors=actors, batch_size=batch_size,
                           cpus_per_actor=cpus_per_actor, gpus_per_actor=gpus_per_actor, output=output)
@@ -286,13 +287,13 @@ def translate_rows(ds: "ray.data.Dataset", args: Any, decoding: Dict[str, Any], 
                             f"got {actors}, {batch_size}, {cpus_per_actor}, {gpus_per_actor}")
     args = copy.copy(args)
     args.model_dir = model_path(args.model_dir)
+    # an actor that dies (its node lost, its process killed) is started again and its batches run again: Ray Data's
+    # actor pools have max_restarts=-1 and max_task_retries=-1 by default (tests/test_ray.py kills one mid-job)
     return ds.map_batches(
         Translate, fn_constructor_kwargs=dict(args=args, decoding=decoding, text_column=text_column, output=output,
                                               threads=max(1, int(cpus_per_actor))),
         batch_size=batch_size, batch_format="pyarrow", compute=ray.data.ActorPoolStrategy(size=actors),
         num_cpus=cpus_per_actor, num_gpus=gpus_per_actor)
-    # an actor that dies (its node lost, its process killed) is started again and its batches run again: Ray Data's
-    # actor pools have max_restarts=-1 and max_task_retries=-1 by default (tests/test_ray.py kills one mid-job)
 
 
 def check_model(args: Any) -> int:

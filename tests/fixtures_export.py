@@ -5,9 +5,10 @@ real export pipeline (trace, check, parity, quantise, write), with the toy task'
 sentences as real parity inputs. Treat it as read-only.
 
 `package_graphs` stands in for the trace (export/onnx_export.py export_graphs) in the export tests whose
-subject comes after it: a failing parity check, the write stage killed, another variant. Each trace of the tiny
-model costs tens of seconds on 2 busy cores; the package's own export (tiny_run) and the tests of the trace
-itself (test_external_data.py, test_cross_per_sentence.py, a random kill in test_export.py) trace for real.
+subject comes after it: a failing parity check, the write stage killed, another variant, external data. Each
+trace of the tiny model costs 5-10 s of CPU (tens of seconds on 2 busy cores); the package's own export
+(tiny_run) traces for real, and so do a random kill in test_export.py, the int8 variants' fused decoder steps,
+test_checkpoint_from_package.py and test_row_lengths.py.
 """
 from __future__ import annotations
 
@@ -26,8 +27,10 @@ def tiny_package(tiny_run) -> Path:
 
 
 def package_graphs(package: Path, trace_decoder: bool = False) -> Callable[..., Tuple[Path, Path]]:
-    """export_graphs for the model `package` was exported from, at the export's defaults: it copies the package's
-    fp32 graphs (what export_graphs wrote for that model) into out_dir; with trace_decoder, only the encoder is
+    """export_graphs for the model `package` was exported from, at the export's opset and decoder format: the trace
+    replaced by the package's fp32 graphs (what export_graphs wrote for that model), copied into out_dir and put
+    through the step export_graphs takes after its trace (_fuse_projections: fusion, a no-op on these graphs, and
+    with `external` the weights written into a data file beside each); with trace_decoder, only the encoder is
     copied and the decoder step is traced from the model given (one the test patched). What follows runs for real:
     the fp32 parity check of the graphs against the model given is what tells a copy that does not belong to it."""
     from seq2onnx.export import onnx_export
@@ -37,17 +40,17 @@ def package_graphs(package: Path, trace_decoder: bool = False) -> Callable[..., 
 
     def export_graphs(model, out_dir: Path, opset: int = onnx_export.DEFAULT_OPSET,
                       format_version: int = onnx_export.DECODER_FORMAT, external: bool = False) -> Tuple[Path, Path]:
-        defaults = (onnx_export.DEFAULT_OPSET, onnx_export.DECODER_FORMAT, False)
-        assert model.cfg == config and (opset, format_version, external) == defaults, (
-            "package_graphs stands in for the export of the package's own model at the export's defaults only")
+        defaults = (onnx_export.DEFAULT_OPSET, onnx_export.DECODER_FORMAT)
+        assert model.cfg == config and (opset, format_version) == defaults, (
+            "package_graphs stands in for the export of the package's own model at the export's opset and format only")
         enc, dec = Path(out_dir) / onnx_export.ENCODER_FILE, Path(out_dir) / onnx_export.DECODER_FILE
-        shutil.copyfile(package / enc.name, enc)
+        for path in (enc,) if trace_decoder else (enc, dec):
+            shutil.copyfile(package / path.name, path)
+            onnx_export._fuse_projections(path, external)
         if trace_decoder:
             import torch
             with torch.no_grad():                   # as export_graphs traces it
-                onnx_export._export_decoder(model.float().eval(), dec, opset, format_version)
-        else:
-            shutil.copyfile(package / dec.name, dec)
+                onnx_export._export_decoder(model.float().eval(), dec, opset, format_version, external=external)
         return enc, dec
 
     return export_graphs

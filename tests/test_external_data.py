@@ -20,6 +20,8 @@ import numpy as np
 import onnx
 import pytest
 
+from fixtures_export import package_graphs
+from seq2onnx.export import onnx_export
 from seq2onnx.export.commands import ExportOptions, run_export
 from seq2onnx.export.graph_files import ALIGNMENT
 from seq2onnx.runtime.errors import ModelPackageError
@@ -44,11 +46,14 @@ sys.addaudithook(_audit)
 
 
 @pytest.fixture(scope="module")
-def external_package(tiny_checkpoint, tiny_data_dir, tmp_path_factory) -> Path:
-    """The tiny checkpoint exported as tiny_package is (fp32 + int8, the same parity data), forced to external data."""
+def external_package(tiny_checkpoint, tiny_package, tiny_data_dir, tmp_path_factory) -> Path:
+    """The tiny checkpoint exported as tiny_package is (fp32 + int8, the same parity data), forced to external data;
+    its fp32 trace is tiny_package's (fixtures_export.package_graphs), written out as the export writes a trace."""
     out = tmp_path_factory.mktemp("external") / "model"
-    run_export(ExportOptions(checkpoint=tiny_checkpoint, out_dir=out, int8=True,
-                             parity_data=tiny_data_dir / "valid.tsv", external_data=True))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(onnx_export, "export_graphs", package_graphs(tiny_package))
+        run_export(ExportOptions(checkpoint=tiny_checkpoint, out_dir=out, int8=True,
+                                 parity_data=tiny_data_dir / "valid.tsv", external_data=True))
     return out
 
 

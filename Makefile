@@ -40,12 +40,12 @@ install-runtime: $(RT_VENV)/bin/python
 	$(RT_VENV)/bin/pip install $(PIP_FLAGS) -c $(LOCK) .
 
 # Three streams at once, as CI has two cores and each stream keeps about one busy: the Python suite; the web
-# suite, then Python tests that need no trained model (SIDE_TESTS: the server's and the Ray cluster's), as many
-# as make both streams end together: one run's per-file times here (low load, both pytest streams at once) add up
-# to ~660 s for the Python suite without them and ~200 s for them, after the web suite's ~536 s on CI. The other
-# streams' output follows the Python suite's; the target fails if any fails. `make test-suites` runs them without
-# installing.
-SIDE_TESTS = test_serve.py test_serve_invariance.py test_ray.py
+# suite, then Python tests that need no trained model (SIDE_TESTS: the server's, the Ray cluster's, the wheel's),
+# as many as make both streams end together: one run's per-file times here (low load, both pytest streams at once)
+# add up to ~640 s for the Python suite without them and ~215 s for them, after the web suite's ~536 s on CI. The
+# other streams' output follows the Python suite's; the target fails if any fails. `make test-suites` runs them
+# without installing.
+SIDE_TESTS = test_serve.py test_serve_invariance.py test_ray.py test_packaging.py
 test: install-dev test-suites
 
 test-suites:

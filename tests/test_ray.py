@@ -221,7 +221,9 @@ def _kill_an_actor_mid_job(job: Job, tmp: Path) -> Dict[int, int]:
 # --- Ray Serve -------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def translator() -> Translator:
-    return Translator(MODEL)
+    # one onnxruntime thread, as each replica has (ray-serve gives a replica of 1 CPU one thread): the answers compared
+    # come from the same kernels and the same split of the work, on any CPU
+    return Translator(MODEL, intra_threads=1)
 
 
 def test_ray_serve_two_replicas(cluster, translator, tmp_path):

@@ -6,7 +6,8 @@ at the end), with the shipped model numbers-en-de (no trained-model fixture):
   - one actor's process killed mid-job (JSONL in, with bad lines and ids; Parquet out): every row once, in order,
     each translation the command's, the bad lines' errors recorded, the actor started again;
   - `seq2onnx ray-serve` with two replicas behind Serve's proxy: LibreTranslate's client and /v1 answer as sequential
-    Translator.translate_batch does; SIGTERM removes the replicas.
+    Translator.translate_batch does; a replica killed under load is started again by Serve, and clients that retry
+    a failed request (as Serve's guide advises) lose nothing; SIGTERM removes the replicas.
 The single-process reference runs while the cluster starts (the machine has 2 cores)."""
 from __future__ import annotations
 
@@ -235,6 +236,8 @@ def test_ray_serve_two_replicas(cluster, translator, tmp_path):
                             stderr=subprocess.STDOUT)
     try:
         _wait_ready(url, proc, log)
+        # the proxy answers /ready once one replica serves; the other may still be starting
+        _wait(lambda: len(cluster.named(REPLICA)) == 2, "both replicas to start", 120)
         replicas = cluster.named(REPLICA)
         assert len(replicas) == 2 and len(set(replicas.values())) == 2           # one on each node
         lt = LibreTranslateAPI(url)
@@ -255,6 +258,7 @@ def test_ray_serve_two_replicas(cluster, translator, tmp_path):
                             "alternatives": [[h for h in b.hypotheses[1:] if h != b.hypotheses[0]] for b in beam]}
         bad = httpx.post(url + "/v1/translate", json={"texts": ["seven"], "beam_size": 0}, timeout=60)
         assert bad.status_code == 400 and list(bad.json()) == ["error"] and "\n" not in bad.text
+        _kill_a_replica_under_load(cluster, url, translator)
         proc.send_signal(signal.SIGTERM)             # the application is deleted: its replicas drain and stop
         assert proc.wait(60) == 0, _read(log)
         _wait(lambda: not cluster.named(REPLICA), "the replicas to stop")
@@ -262,6 +266,47 @@ def test_ray_serve_two_replicas(cluster, translator, tmp_path):
         if proc.poll() is None:
             proc.kill()
         log.close()
+
+
+def _kill_a_replica_under_load(cluster: LocalCluster, url: str, translator: Translator) -> None:
+    """SIGKILL one replica while four clients send requests, each client retrying a request that fails with a 5xx
+    or a broken connection, as Serve's fault-tolerance guide advises (a translation is idempotent): every request
+    gets its sequential answer, and Serve's controller starts a new replica in the dead one's place, which then
+    answers too."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    before = cluster.named(REPLICA)
+    texts = _numbers(120, seed=3)
+    want = {t: translator.translate_batch([t], beam_size=1)[0].hypotheses[0] for t in set(texts)}
+    failed: List[int] = []                       # the status (0: no answer) of each try that failed
+
+    def ask(text: str) -> str:
+        for _ in range(20):
+            try:
+                r = httpx.post(url + "/v1/translate", json={"texts": [text], "beam_size": 1}, timeout=60)
+            except httpx.TransportError:
+                failed.append(0)
+            else:
+                if r.status_code == 200:
+                    return r.json()["results"][0]["hypotheses"][0]
+                assert r.status_code >= 500, r.text
+                failed.append(r.status_code)
+            time.sleep(0.2)
+        raise AssertionError(f"no answer for {text!r} in 20 tries: {failed}")
+
+    with ThreadPoolExecutor(4) as pool:
+        answers = [pool.submit(ask, t) for t in texts]
+        _wait(lambda: sum(a.done() for a in answers) >= 20, "the first answers", 60)
+        victim = next(iter(before))
+        os.kill(victim, signal.SIGKILL)
+        got = [a.result(timeout=300) for a in answers]
+    assert got == [want[t] for t in texts], failed          # nothing lost, every answer the sequential one
+    _wait(lambda: len(cluster.named(REPLICA)) == 2 and victim not in cluster.named(REPLICA),
+          "Serve to start a replica in place of the killed one", 120)
+    new = set(cluster.named(REPLICA)) - set(before)
+    assert new, "no new replica"
+    for text in texts[:20]:                     # both replicas answer again: the proxy spreads these over them
+        assert ask(text) == want[text]
 
 
 def _wait_ready(url: str, proc: subprocess.Popen, log) -> None:

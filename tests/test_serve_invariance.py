@@ -21,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 
 from agreement import Float32Bounds, assert_same_decodes, engine_judge, hypotheses  # noqa: E402
 from seq2onnx.runtime import Translator  # noqa: E402
+from seq2onnx.runtime.session import cuda_status  # noqa: E402
 from seq2onnx.runtime.shipped_models import resolve_model_dir  # noqa: E402
 from test_serve import MODEL, Server  # noqa: E402
 
@@ -62,11 +63,17 @@ async def _send_all(url: str, work: List[Any]) -> List[Dict[str, Any]]:
         return await asyncio.gather(*(one(t, o) for t, o in work))
 
 
-@pytest.mark.parametrize("compute_type", ["float32", "int8"])
-def test_continuous_batching_answers_as_translate_batch_alone(tmp_path, compute_type):
+CUDA_OK, CUDA_REASON = cuda_status()
+
+
+@pytest.mark.parametrize("device, compute_type", [
+    ("cpu", "float32"), ("cpu", "int8"),
+    # the CUDA engine's rows joining and leaving (its DecoderState), on a machine with a GPU
+    pytest.param("cuda", "float32", marks=pytest.mark.skipif(not CUDA_OK, reason=f"no CUDA device: {CUDA_REASON}"))])
+def test_continuous_batching_answers_as_translate_batch_alone(tmp_path, device, compute_type):
     rng = random.Random(7)
     work = [(_text(rng), rng.choice(OPTIONS)) for _ in range(REQUESTS)]
-    server = Server(tmp_path, "--compute-type", compute_type, "--max-queue", str(REQUESTS),
+    server = Server(tmp_path, "--device", device, "--compute-type", compute_type, "--max-queue", str(REQUESTS),
                     "--max-batch-rows", "128")
     try:
         got = asyncio.run(_send_all(server.url, work))
@@ -78,7 +85,7 @@ def test_continuous_batching_answers_as_translate_batch_alone(tmp_path, compute_
     assert metrics["seq2onnx_joined_running_total"] > REQUESTS / 10, metrics
     assert metrics["seq2onnx_decoder_steps_total"] < REQUESTS * 5, metrics        # rows shared steps
 
-    tr = Translator(MODEL, device="cpu", compute_type=compute_type, intra_threads=1)
+    tr = Translator(MODEL, device=device, compute_type=compute_type, intra_threads=1)
     graph = resolve_model_dir(MODEL) / "decoder_step.onnx"
     bounds = Float32Bounds.of_graph(graph, int8=compute_type == "int8")
     judge = engine_judge(tr.engine, tr.config)

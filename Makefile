@@ -58,8 +58,12 @@ test-suites:
 	  cat $$log; rm -f $$log; test $$py -eq 0 && test $$o -eq 0
 
 # the JS package in web/ (Node, and the demo page in headless Chromium) against the Python runtime of this checkout
-WEB_RUN = cd web && SEQ2ONNX_PYTHON=$(abspath $(DEV_VENV))/bin/python npm test
-WEB_TEST = cd web && npm ci && SEQ2ONNX_PYTHON=$(abspath $(DEV_VENV))/bin/python npm test
+# Its Python children (reference answers, HF conversions in torch) run one OpenMP thread, as tests/conftest.py
+# gives pytest's: beside the other stream a second thread only contends for the two cores (a conversion's test
+# took 237 s with two, 111 s with one)
+WEB_ENV = OMP_NUM_THREADS=1 SEQ2ONNX_PYTHON=$(abspath $(DEV_VENV))/bin/python
+WEB_RUN = cd web && $(WEB_ENV) npm test
+WEB_TEST = cd web && npm ci && $(WEB_ENV) npm test
 .PHONY: test-web test-suites
 test-web: install-dev
 	$(WEB_TEST)

@@ -407,7 +407,8 @@ def test_cli_errors_are_one_line(tmp_path):
                               text=True, timeout=60)
     for args, message in [((MODEL, "--languages", "en"), "--languages takes [MODEL=]SRC:TGT"),
                           ((MODEL, "--api-keys", str(tmp_path / "none")), "--api-keys"),
-                          ((MODEL, MODEL), "two models are named")]:
+                          ((MODEL, MODEL), "two models are named"),
+                          ((MODEL, "--instances", "0"), "--instances must be positive")]:
         r = run(*args)
         assert r.returncode == 2 and message in r.stderr and r.stderr.count("\n") == 1, r.stderr
     bad = run(str(tmp_path / "no-such-model"), "--port", str(_free_port()))

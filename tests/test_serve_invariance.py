@@ -66,15 +66,18 @@ async def _send_all(url: str, work: List[Any]) -> List[Dict[str, Any]]:
 CUDA_OK, CUDA_REASON = cuda_status()
 
 
-@pytest.mark.parametrize("device, compute_type", [
-    ("cpu", "float32"), ("cpu", "int8"),
+@pytest.mark.parametrize("device, compute_type, flags", [
+    ("cpu", "float32", ()),
+    # two schedulers over the one model, a thread each (runtime/serve/pool.py)
+    ("cpu", "int8", ("--instances", "2", "--intra-threads", "1")),
     # the CUDA engine's rows joining and leaving (its DecoderState), on a machine with a GPU
-    pytest.param("cuda", "float32", marks=pytest.mark.skipif(not CUDA_OK, reason=f"no CUDA device: {CUDA_REASON}"))])
-def test_continuous_batching_answers_as_translate_batch_alone(tmp_path, device, compute_type):
+    pytest.param("cuda", "float32", (),
+                 marks=pytest.mark.skipif(not CUDA_OK, reason=f"no CUDA device: {CUDA_REASON}"))])
+def test_continuous_batching_answers_as_translate_batch_alone(tmp_path, device, compute_type, flags):
     rng = random.Random(7)
     work = [(_text(rng), rng.choice(OPTIONS)) for _ in range(REQUESTS)]
     server = Server(tmp_path, "--device", device, "--compute-type", compute_type, "--max-queue", str(REQUESTS),
-                    "--max-batch-rows", "128")
+                    "--max-batch-rows", "128", *flags)
     try:
         got = asyncio.run(_send_all(server.url, work))
         metrics = {s.name: s.value for f in text_string_to_metric_families(httpx.get(server.url + "/metrics").text)

@@ -5,6 +5,7 @@ requests get 503, those in flight finish, then the process exits 0 (SIGTERM) or 
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import signal
 import warnings
@@ -15,6 +16,7 @@ from ..cli import OneLineParser, printable
 from ..errors import Seq2OnnxError
 from .app import Settings, create_app, stop_admitting
 from .continuous import MIN_LENGTH_CLASS
+from .pool import SchedulerPool
 from .scheduler import POLICIES, Scheduler
 
 BATCHING = ("continuous", "dynamic", "request")
@@ -44,6 +46,10 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--max-wait-ms", type=float, default=10.0, help="dynamic: how long to collect (default 10)")
     g.add_argument("--max-batch-rows", type=int, default=256, help="decoder rows a batch holds (default 256)")
     g.add_argument("--max-queue", type=int, default=256, help="jobs waiting per model; more: 429 (default 256)")
+    g.add_argument("--instances", type=int, default=1,
+                   help="schedulers per model, each batching on its own thread over the one loaded model "
+                        "(Triton's instance count, CTranslate2's inter_threads); with --intra-threads 1, one a core "
+                        "(default 1)")
     g.add_argument("--min-length-class", type=int, default=MIN_LENGTH_CLASS,
                    help=f"continuous: jobs whose step limit is at most this share a batch; longer ones batch by "
                         f"cache capacity class (a power of 2); a large value: one batch (default {MIN_LENGTH_CLASS})")
@@ -114,7 +120,7 @@ def prepare(argv: List[str]) -> Tuple[argparse.Namespace, Settings, Callable[[],
     loads its models, a started Scheduler each (serve_main's; each Ray Serve replica's too: runtime/ray/serve.py)."""
     args = _parser().parse_args(argv)
     for flag in ("port", "max_batch_rows", "max_queue", "char_limit", "batch_limit", "max_body_bytes",
-                 "max_request_rows", "min_length_class"):
+                 "max_request_rows", "min_length_class", "instances"):
         if getattr(args, flag) < (0 if flag == "port" else 1):
             raise Seq2OnnxError(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
     if args.timeout <= 0 or args.max_wait_ms < 0 or args.alternatives_limit < 0:
@@ -141,12 +147,14 @@ def prepare(argv: List[str]) -> Tuple[argparse.Namespace, Settings, Callable[[],
                     raise Seq2OnnxError(f"{model}: {e}") from e
             for w in caught:
                 log.warning("seq2onnx serve: %s: %s", name, printable(str(w.message)))
-            kwargs: Dict[str, Any] = dict(max_queue=args.max_queue, max_batch_rows=args.max_batch_rows, name=name)
+            kwargs: Dict[str, Any] = dict(max_batch_rows=args.max_batch_rows, name=name)
             if args.batching == "dynamic":
                 kwargs["max_wait_ms"] = args.max_wait_ms
             if args.batching == "continuous":
                 kwargs["min_length_class"] = args.min_length_class
-            schedulers[name] = cls(translator, **kwargs).start()
+            make = functools.partial(cls, translator, **kwargs)
+            schedulers[name] = (make(max_queue=args.max_queue) if args.instances == 1 else
+                                SchedulerPool(make, args.instances, args.max_queue)).start()
             log.info("seq2onnx serve: %s loaded (%s, %s batching)", name, translator.variant, args.batching)
         return schedulers
 

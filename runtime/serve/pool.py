@@ -15,6 +15,11 @@ from typing import Any, Callable, Dict, List, Optional
 from .scheduler import OUTCOMES, Job, Scheduler
 
 
+def _total(name: str) -> property:
+    """A property of the pool: the sum of its members' `name` (0 for a member without it)."""
+    return property(lambda self: sum(getattr(m, name, 0) for m in self.members))
+
+
 class SchedulerPool:
     """`instances` schedulers made by make(max_queue=...), each holding at most ceil(max_queue / instances) waiting
     jobs; the pool answers what the app and the metrics ask of a Scheduler (submit, rows_of, close, the counts)."""
@@ -47,26 +52,12 @@ class SchedulerPool:
     def alive(self) -> bool:
         return all(m.alive for m in self.members)
 
-    # the metrics: the sums over the instances
-    @property
-    def queue_depth(self) -> int:
-        return sum(m.queue_depth for m in self.members)
-
-    @property
-    def running_rows(self) -> int:
-        return sum(m.running_rows for m in self.members)
-
-    @property
-    def tokens_generated(self) -> int:
-        return sum(m.tokens_generated for m in self.members)
-
-    @property
-    def joined_running(self) -> int:
-        return sum(getattr(m, "joined_running", 0) for m in self.members)
-
-    @property
-    def decoder_steps(self) -> int:
-        return sum(getattr(m, "decoder_steps", 0) for m in self.members)
+    # the metrics: the sums over the instances (joined_running and decoder_steps: the continuous policy's alone)
+    queue_depth = _total("queue_depth")
+    running_rows = _total("running_rows")
+    tokens_generated = _total("tokens_generated")
+    joined_running = _total("joined_running")
+    decoder_steps = _total("decoder_steps")
 
     @property
     def outcomes(self) -> Dict[str, int]:

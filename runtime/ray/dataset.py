@@ -206,9 +206,7 @@ class Translate:
         self.args, self.decoding = copy.copy(args), decoding
         if self.args.intra_threads == 0:                # onnxruntime's default, every core: the actor's CPUs instead
             self.args.intra_threads = threads
-        self.translator, self.limit = _load_translator(self.args)
-        if self.args.return_alignment:
-            _check_attention(self.translator, self.args)
+        self.translator, self.limit = load_checked(self.args)
         self.text_column, self.output = text_column, output
         self.lists = self.args.num_hypotheses > 1 or self.args.scores
 
@@ -296,10 +294,16 @@ def translate_rows(ds: "ray.data.Dataset", args: Any, decoding: Dict[str, Any], 
         num_cpus=cpus_per_actor, num_gpus=gpus_per_actor)
 
 
-def check_model(args: Any) -> int:
-    """Load the model here with the options, as an actor will (a bad model or option is a one-line error before the
-    cluster does any work); the bound of a text input line in bytes (commands.source_line_bytes)."""
+def load_checked(args: Any) -> Tuple[Any, int]:
+    """The Translator of `seq2onnx translate`'s arguments and its source limit in tokens, its attention checked
+    when --return-alignment asks for it: an actor's, and the driver's check_model."""
     translator, limit = _load_translator(args)
     if args.return_alignment:
         _check_attention(translator, args)
-    return source_line_bytes(limit)
+    return translator, limit
+
+
+def check_model(args: Any) -> int:
+    """Load the model here with the options, as an actor will (a bad model or option is a one-line error before the
+    cluster does any work); the bound of a text input line in bytes (commands.source_line_bytes)."""
+    return source_line_bytes(load_checked(args)[1])

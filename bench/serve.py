@@ -18,13 +18,13 @@ in turn (uvicorn + runtime/serve/app.py's create_app for all):
 The model is the bench's base model (bench/base_model.py; our package and the CTranslate2 model built and cached
 by bench/build.py), int8 and fp32.
 
-Load: an async aiohttp client in this process (closed_loop: why not httpx), N closed-loop clients (each sends its next request as soon as the
-previous one is answered), single-sentence POST /v1/translate requests for --warmup + --duration seconds; what
-completes in the last --duration seconds is counted. Sentences: word counts drawn from the English msgids of the
-gettext catalogs under /usr/share/locale (training/gettext_data.py; a fixed distribution of the same shape when
-none is installed), words drawn from the model's WordLevel vocabulary. The random model rarely ends a sentence
-on its own, so every request fixes its output length: min_decoding_length = max_decoding_length = L, the same in
-every system, so every system does the same work (checked: each answer's token count must be L).
+Load: an async aiohttp client in this process (closed_loop: why not httpx), N closed-loop clients (each sends its
+next request as soon as the previous one is answered), single-sentence POST /v1/translate requests for --warmup +
+--duration seconds; what completes in the last --duration seconds is counted. Sentences: word counts drawn from the
+English msgids of the gettext catalogs under /usr/share/locale (training/gettext_data.py; a fixed distribution of
+the same shape when none is installed), words drawn from the model's WordLevel vocabulary. The random model rarely
+ends a sentence on its own, so every request fixes its output length: min_decoding_length = max_decoding_length = L,
+the same in every system, so every system does the same work (checked: each answer's token count must be L).
 
 L and batching: a static batcher (dynamic, CTranslate2) batches only requests of equal options, and L is an
 option. With a trained model, sentences of one batch end at different steps under the same options; here the

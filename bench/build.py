@@ -51,9 +51,9 @@ EXPORT_ARGS = ["--int8", "--skip-int8-validation", "--overwrite"]
 # part of the cached package's key: change it when the exported graphs change, so a cached package of
 # earlier graphs is exported again (format_version 4: decoder step contract 3, a past_length per row; sibling
 # projections fused: export/fuse.py; the int8 decoder step with onnxruntime's fused attention:
-# export_fused_decoder; its few-rows step: quantize_int8_few_rows; its GroupQueryAttention on the packed QKV:
-# fuse.pack_attention_qkv; int8 embeddings: quantize.int8_embeddings)
-EXPORT_CONTRACT = ("format 4 (past_length per row), fused projections, int8 fused attention, int8 few-rows step, "
+# export_fused_decoder; its GroupQueryAttention on the packed QKV: fuse.pack_attention_qkv; int8 embeddings:
+# quantize.int8_embeddings; no few-rows step, the export's default since issue #35: what a user's package holds)
+EXPORT_CONTRACT = ("format 4 (past_length per row), fused projections, int8 fused attention, no few-rows step, "
                    "packed QKV, int8 embeddings")
 
 

@@ -58,6 +58,7 @@ class ExportOptions:
     source_lang: Optional[str] = None      # recorded in the manifest's languages (--source-lang / --target-lang)
     target_lang: Optional[str] = None
     external_data: bool = False            # every graph's weights in a data file beside it (graph_files.py)
+    few_rows: bool = False                 # int8: also a decoder step for steps of few rows (--few-rows)
 
 
 @dataclass
@@ -92,12 +93,28 @@ def parse_args(argv: List[str]) -> ExportOptions:
                         "decoder steps (one past_length for all rows; a growing cache), for comparisons")
     add_language_args(p)
     add_external_data_arg(p)
+    add_few_rows_arg(p)
     a = p.parse_args(argv)
-    if a.skip_int8_validation and not a.int8:
-        p.error("--skip-int8-validation applies to the int8 variant: add --int8")
+    check_int8_args(p, a)
     return ExportOptions(a.checkpoint, a.out_dir, a.int8, a.fp16, a.opset, a.overwrite, a.parity_data,
                          int8_validation=not a.skip_int8_validation, format_version=a.format_version,
-                         source_lang=a.source_lang, target_lang=a.target_lang, external_data=a.external_data)
+                         source_lang=a.source_lang, target_lang=a.target_lang, external_data=a.external_data,
+                         few_rows=a.few_rows)
+
+
+def add_few_rows_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--few-rows", action="store_true",
+                   help="with --int8: also write a second int8 decoder step for steps of at most "
+                        f"{quantize.FEW_ROWS_MAX} rows (8-bit MatMulNBits, onnxruntime >= "
+                        f"{version_text(quantize.FEW_ROWS_MIN_ONNXRUNTIME)}), faster at batch 1 on some CPUs; "
+                        "its weights are a second copy of the decoder's, on disk and in memory")
+
+
+def check_int8_args(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
+    """The flags that apply to the int8 variant need --int8 (one line, as every argparse error)."""
+    for flag, given in (("--skip-int8-validation", a.skip_int8_validation), ("--few-rows", a.few_rows)):
+        if given and not a.int8:
+            p.error(f"{flag} applies to the int8 variant: add --int8")
 
 
 def add_external_data_arg(p: argparse.ArgumentParser) -> None:
@@ -201,10 +218,11 @@ def write_package(model, contents: PackageContents, opts: ExportOptions, parity_
         t = time.perf_counter()
         if opts.int8:
             variants["int8"] = _int8_variant(model, staging, enc, dec, names, batches, opts.int8_validation,
-                                             opts.opset, opts.format_version, opts.external_data)
+                                             opts.opset, opts.format_version, opts.external_data, opts.few_rows)
         if opts.fp16:
             variants["fp16"] = _fp16_variant(model, staging, enc, dec, names, batches, opts.external_data)
         graph_files.add_external_data_fields(staging, variants)
+        graph_files.share_weights(staging, variants)
         stage_seconds["quantise"] = time.perf_counter() - t
         log("[4/5] quantise: " + (", ".join(_variant_line(k, v) for k, v in variants.items() if k != "fp32")
                                  or "no --int8 / --fp16 asked") + f" ({stage_seconds['quantise']:.1f}s)")
@@ -312,17 +330,20 @@ def _check_variant(fp32: Path, variant: Path, inputs: List[str], outputs: List[s
 
 def _int8_variant(model, staging: Path, enc: Path, dec: Path, names: GraphNames,
                   batches: List[parity.ParityBatch], validate: bool = True, opset: int = DEFAULT_OPSET,
-                  format_version: int = DECODER_FORMAT, external: bool = False) -> Dict[str, Any]:
+                  format_version: int = DECODER_FORMAT, external: bool = False,
+                  with_few_rows: bool = False) -> Dict[str, Any]:
     """validate False (--skip-int8-validation): the figures are measured and recorded, the thresholds
     not applied; status "validation-skipped" instead of "checked". The graph checks always apply.
 
     Formats 2 and 3: the decoder step is quantised from a trace whose attention is onnxruntime's fused CPU ops
     (onnx_export.export_fused_decoder), which first passes the fp32 parity gate as the fp32 graph does; the same
     trace is quantised a second time as the few-rows step (quantize.quantize_int8_few_rows), which passes the
-    same checks and int8 gate as the step itself (not written where this onnxruntime is older than its ops)."""
+    same checks and int8 gate as the step itself, where `with_few_rows` asks for it (--few-rows; not written where
+    this onnxruntime is older than its ops): a second copy of the step's weights, for batch-1 speed on some CPUs."""
     enc8, dec8 = (staging / f for f in VARIANT_FILES["int8"])
     source, entry = dec, {}
-    few_rows = format_version >= 2 and onnxruntime_version() >= quantize.FEW_ROWS_MIN_ONNXRUNTIME
+    few_rows = (with_few_rows and format_version >= 2
+                and onnxruntime_version() >= quantize.FEW_ROWS_MIN_ONNXRUNTIME)
     block = quantize.few_rows_block(model.cfg.d_model)
     if format_version >= 2:
         source = onnx_export.export_fused_decoder(model, staging / FUSED_DECODER_FILE, opset, external, format_version)

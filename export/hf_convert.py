@@ -358,6 +358,7 @@ class ConvertOptions:
     parity_data: Optional[Path] = None     # source sentences for the parity checks and the gate (else synthetic only)
     int8_validation: bool = True
     external_data: bool = False            # every graph's weights in a data file beside it (export/graph_files.py)
+    few_rows: bool = False                 # int8: also a decoder step for steps of few rows (--few-rows)
 
 
 def parse_args(argv: List[str]) -> ConvertOptions:
@@ -376,11 +377,11 @@ def parse_args(argv: List[str]) -> ConvertOptions:
                    help="source sentences (one a line) for the parity checks and the gate against transformers, "
                         "besides synthetic ones")
     commands.add_external_data_arg(p)
+    commands.add_few_rows_arg(p)
     a = p.parse_args(argv)
-    if a.skip_int8_validation and not a.int8:
-        p.error("--skip-int8-validation applies to the int8 variant: add --int8")
+    commands.check_int8_args(p, a)
     return ConvertOptions(a.model_dir, a.out_dir, a.int8, a.fp16, a.opset, a.overwrite, a.parity_data,
-                          not a.skip_int8_validation, a.external_data)
+                          not a.skip_int8_validation, a.external_data, a.few_rows)
 
 
 def convert_main(argv: List[str]) -> int:
@@ -410,7 +411,8 @@ def run_convert(opts: ConvertOptions, log: Callable[[str], None] = lambda msg: N
     cfg = model_config(hf_config)
     toks = hf_tokenizers.convert(folder, hf_config)
     export_opts = ExportOptions(folder, opts.out_dir, opts.int8, opts.fp16, opts.opset, opts.overwrite,
-                                opts.parity_data, opts.int8_validation, external_data=opts.external_data)
+                                opts.parity_data, opts.int8_validation, external_data=opts.external_data,
+                                few_rows=opts.few_rows)
     commands.check_opset(opts.opset)
     package.check_target(Path(opts.out_dir).absolute(), opts.overwrite)
     hf_model = load_hf_model(folder)

@@ -23,7 +23,7 @@ int8  (--int8): dynamic quantisation of the MatMul weights (onnxruntime.quantiza
       graph (encoder, step, few-rows step), on disk and in memory: at vocab 32000 and d_model 512 three float32
       tables were 188 MiB of the package. With tied embeddings the output projection is its own copy already
       (above), quantised per column as a weight; the embedding is a second, per-row int8 copy of the same matrix.
-int8, few rows (format 2, with --int8): the int8 decoder step a second time, for steps of at most
+int8, few rows (format 2, with --int8 --few-rows): the int8 decoder step a second time, for steps of at most
       FEW_ROWS_MAX rows, its embedding int8 as the step's, its weight MatMuls as onnxruntime's MatMulNBits (8-bit symmetric blocks of
       FEW_ROWS_BLOCK along the input axis, activations quantised per block at run time: accuracy_level 4), made
       by onnxruntime's MatMulNBitsQuantizer (`quantize_int8_few_rows`). At 1-2 rows its kernels read the weights

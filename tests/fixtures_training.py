@@ -118,9 +118,11 @@ def tiny_run(tiny_data_dir, tmp_path_factory) -> Path:
 
 
 def export_tiny_package(checkpoint: Path, data_dir: Path, out: Path) -> None:
-    """The export the runtime tests load: fp32 and int8, the toy task's validation sentences as parity inputs."""
+    """The export the runtime tests load: fp32 and int8 with its few-rows step (--few-rows), the toy task's
+    validation sentences as parity inputs."""
     from seq2onnx.export.commands import ExportOptions, run_export
-    run_export(ExportOptions(checkpoint=checkpoint, out_dir=out, int8=True, parity_data=data_dir / "valid.tsv"))
+    run_export(ExportOptions(checkpoint=checkpoint, out_dir=out, int8=True, parity_data=data_dir / "valid.tsv",
+                             few_rows=True))
 
 
 @pytest.fixture(scope="session")

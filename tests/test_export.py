@@ -273,6 +273,9 @@ def test_skip_int8_validation_keeps_the_variant_and_says_so(tiny_checkpoint, tin
     assert cli_main(["export", str(tiny_checkpoint), str(tmp_path / "a"), "--skip-int8-validation"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "add --int8" in err[0]
+    assert cli_main(["export", str(tiny_checkpoint), str(tmp_path / "b"), "--few-rows"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--few-rows applies to the int8 variant: add --int8" in err[0]
     out = tmp_path / "model"
     assert cli_main(["export", str(tiny_checkpoint), str(out), "--int8", "--skip-int8-validation"]) == 0
     captured = capsys.readouterr()
@@ -282,6 +285,8 @@ def test_skip_int8_validation_keeps_the_variant_and_says_so(tiny_checkpoint, tin
     assert int8["status"] == "validation-skipped" and int8["thresholds"]["top1_agreement"] == 1.01
     assert 0 < int8["parity"]["top1_agreement"] < 1.01 and 0 < int8["parity"]["greedy_token_match"] <= 1
     assert m["variants"]["fp32"]["parity"]["greedy_token_match"] == 1.0
+    # without --few-rows the int8 variant is its two graphs: no second copy of the step's weights
+    assert "few_rows" not in int8 and not list(out.glob("*few_rows*"))
     with pytest.warns(UserWarning, match="int8 variant was exported with --skip-int8-validation"):
         tr = Translator(out, device="cpu", compute_type="int8")           # loads, and says what it is
     assert tr.variant == "int8" and len(tr.translate_ids([[5, tr.config.eos_id]])) == 1

@@ -1,5 +1,6 @@
 """The int8 variant's few-rows decoder step (export/quantize.py quantize_int8_few_rows, runtime/session.py
-ArrayEngine.use_few_rows): written and checked by the export, picked by the runtime for steps of at most max_rows
+ArrayEngine.use_few_rows): written and checked by the export with --few-rows (tiny_package asks for it; without it
+the package has none: test_export.py), picked by the runtime for steps of at most max_rows
 rows, skipped where onnxruntime is older than its ops, refused when its manifest entry is broken."""
 from __future__ import annotations
 

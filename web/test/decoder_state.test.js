@@ -4,7 +4,10 @@
 // one), so their sums may round in other orders: each log-prob within tests/agreement.py's float32 bound for the
 // package's decoder step (python_reference.py "bounds"), never a figure measured here.
 import assert from "node:assert/strict";
-import { test } from "node:test";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { after, test } from "node:test";
 import { DecoderState } from "../src/decoder_state.js";
 import { padSources } from "../src/decoding.js";
 import { Translator } from "../src/index.js";
@@ -121,9 +124,13 @@ test("a decoder step of one position for all rows (format 1): rows join before t
 });
 
 test("decoderPathFor names the graph that steps that many rows: the int8 few-rows step's file up to its max_rows", async () => {
-  const translator = await Translator.load(MODEL_DIR, { computeType: "int8", intraThreads: 1 });
+  // a package exported with --few-rows (the shipped one has none: the export's default since issue #35)
+  const work = mkdtempSync(path.join(tmpdir(), "few-rows-"));
+  after(() => rmSync(work, { recursive: true, force: true }));
+  const [{ path: dir }] = await runPython([{ op: "export_random", out: path.join(work, "model"), format_version: 4, few_rows: true }]);
+  const translator = await Translator.load(dir, { computeType: "int8", intraThreads: 1, onWarning: () => {} });
   const { engine } = translator;
-  assert.ok(engine.fewRows !== null, "the shipped int8 variant has a few-rows step this onnxruntime runs");
+  assert.ok(engine.fewRows !== null, "the int8 variant has a few-rows step this onnxruntime runs");
   const max = engine.fewRows.maxRows;
   assert.match(engine.decoderPathFor(max), /decoder_step\.int8\.few_rows\.onnx/);
   assert.match(engine.decoderPathFor(max + 1), /decoder_step\.int8\.onnx/);

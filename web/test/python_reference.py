@@ -23,8 +23,9 @@ stdout, one result per job, so that a test pays for one interpreter start. Jobs:
           "seconds": S}: Translator.translate_batch(texts, return_scores=True, **options)
   {"op": "generate_tokens", "model": DIR, "compute_type": .., "text": T, "options": {..}}
       -> {"pieces": [..]}: list(Translator.generate_tokens(T, **options))
-  {"op": "export_random", "out": DIR, "format_version": 2}
-      -> {"path": DIR}: a model package (fp32 and int8) exported by `seq2onnx export`'s own pipeline (run_export)
+  {"op": "export_random", "out": DIR, "format_version": 2, "few_rows": false}
+      -> {"path": DIR}: a model package (fp32 and int8, with its few-rows step if "few_rows": --few-rows) exported
+         by `seq2onnx export`'s own pipeline (run_export)
          from a checkpoint of random weights (seed 0) with the shipped tokenizer: a small model that decodes
          until its length limit, so its cache fills and grows; needs torch (the dev venv has it)
   {"op": "check_options", "cases": [{..}, ..]}
@@ -169,7 +170,7 @@ def export_random(job: Dict[str, Any]) -> Dict[str, Any]:
     checkpoint = out.parent / f"{out.name}.pt"
     save_checkpoint(make_checkpoint(config, Transformer(config).state_dict(), tokenizer, 0, 0, {}, {}), checkpoint)
     run_export(ExportOptions(checkpoint=checkpoint, out_dir=out, int8=True, int8_validation=False,
-                             format_version=job.get("format_version", 2)))
+                             format_version=job.get("format_version", 2), few_rows=job.get("few_rows", False)))
     return {"path": str(out)}
 
 

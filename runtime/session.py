@@ -131,7 +131,7 @@ def open_session(path: Any, graph: str, config: ModelConfig, sc: SessionConfig,
     weights = data if isinstance(data, ExternalGraph) else None
     if weights is not None:
         data = weights.model
-        weights.session_options(options)
+        weights.session_options(options, sc.device)
     # On CUDA, onnxruntime warns at load for each ScatterND without reduction (a format-2 step's cache write, 2 per
     # layer) that repeated indices are unsafe: ours never repeat (one position per row and head).
     try:
@@ -146,8 +146,8 @@ def open_session(path: Any, graph: str, config: ModelConfig, sc: SessionConfig,
     check_graph_io(sess, path, graph, config, graph_format(sess) if format_version is None else format_version)
     if data is not None:
         release_model_bytes(sess, data)
-    if weights is not None:          # onnxruntime copied them into the session (add_external_initializers' contract)
-        weights.release()
+    if weights is not None:          # copied into the session, or kept by it (in place: ExternalGraph.release)
+        weights.release(sess)
     return sess
 
 
@@ -160,6 +160,19 @@ def release_model_bytes(sess: ort.InferenceSession, data: bytes) -> None:
     sess.disable_fallback()
     if getattr(sess, "_model_bytes", None) is data:
         sess._model_bytes = None
+
+
+def return_free_heap() -> None:
+    """Hand the C heap's free pages back to the system (glibc's malloc_trim; nothing elsewhere). Building a session
+    frees onnxruntime's parsed copies of the graph (the protobuf, each initializer's proto) in pieces below glibc's
+    mmap threshold, which it has raised by then (it follows the largest block freed, up to 32 MiB): they stay in
+    the heap, resident, unless trimmed (bench/results/memory_profile.md: 38 MiB after an int8 load at vocab 32000)."""
+    try:
+        import ctypes
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):          # not glibc (macOS, Windows, musl): its allocator's own business
+        return
+    trim(0)
 
 
 def graph_format(sess: ort.InferenceSession) -> int:
@@ -459,7 +472,9 @@ def open_engine(encoder_path: Any, decoder_path: Any, config: ModelConfig, sc: S
     few_rows: (path, max_rows) of a decoder step for steps of at most max_rows rows (the variant's few_rows, CPU
     only: ArrayEngine.use_few_rows)."""
     def session(path: Any, graph: str, version: Optional[int], spinning: Optional[str] = None) -> ort.InferenceSession:
-        return open_session(path, graph, config, sc, None if read is None else read(path), version, spinning)
+        built = open_session(path, graph, config, sc, None if read is None else read(path), version, spinning)
+        return_free_heap()                     # the graph's bytes and onnxruntime's parsed copies are free by now
+        return built
     encoder = session(encoder_path, "encoder", format_version)
     decoder = session(decoder_path, "decoder_step", format_version)
     if sc.device == "cuda":

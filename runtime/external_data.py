@@ -9,6 +9,13 @@ graph's bytes and, for each initializer with external data, an OrtValue over its
 of its own, lets go of the bytes once the session is built, and onnxruntime opens no file (for a graph given as
 bytes it would look for the location relative to the working directory).
 
+A data file that several graphs name (a variant's shared data file: export/graph_files.py share_weights, the
+embedding table of its encoder and decoder steps) is read once per package, and on CPU its tensors go to every
+session that uses them in place (SessionOptions.add_initializer: onnxruntime neither copies nor frees a buffer given
+so; each session keeps the OrtValues it reads). onnxruntime then checks that each reference's location names a file
+in the package folder (session.model_external_initializers_file_folder_path) and reads none of it: every external
+tensor is given. On CUDA the weights go to the GPU: they are copied as above.
+
 Every external tensor of the graph must be one of its main graph's initializers whose location is exactly the
 data file the manifest names for that graph, with an offset and length inside that file that hold exactly its
 dims x data_type bytes; anything else is one ModelPackageError line, before onnxruntime sees the graph.
@@ -19,7 +26,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 import onnxruntime as ort
@@ -27,6 +34,7 @@ import onnxruntime as ort
 from .errors import REEXPORT, ModelPackageError
 from .onnx_bytes import ExternalTensor
 
+FOLDER_KEY = "session.model_external_initializers_file_folder_path"   # onnxruntime's key (module doc)
 MAX_DATA_BYTES = 1 << 40                # a data file: NLLB-200 3.3B's fp32 decoder is ~8 GB; 1 TiB bounds the field
 FIELD = "external_data"                 # a variant's {graph file: data file} (manifest.json)
 KEYS = ("location", "offset", "length", "checksum")     # onnx's external_data keys the runtime accepts
@@ -47,15 +55,26 @@ class ExternalGraph:
     weights: bytes
     names: List[str] = field(default_factory=list)
     values: List[Any] = field(default_factory=list)          # ort.OrtValue, one per name
+    folder: Optional[Path] = None       # a data file several graphs name: the package folder (in place, module doc)
+    in_place: bool = False              # session_options gave the weights in place
 
-    def session_options(self, options: ort.SessionOptions) -> ort.SessionOptions:
-        """`options` with the weights added (they override the graph's external references)."""
-        if self.names:
+    def session_options(self, options: ort.SessionOptions, device: str = "cpu") -> ort.SessionOptions:
+        """`options` with the weights added (they override the graph's external references): in place for a shared
+        data file on CPU, else copied into the session."""
+        self.in_place = bool(self.names) and self.folder is not None and device == "cpu"
+        if self.in_place:
+            options.add_session_config_entry(FOLDER_KEY, str(self.folder))
+            for name, value in zip(self.names, self.values):
+                options.add_initializer(name, value)
+        elif self.names:
             options.add_external_initializers(self.names, self.values)
         return options
 
-    def release(self) -> None:
-        """Let go of the weights (once the session that copied them is built)."""
+    def release(self, session: Any = None) -> None:
+        """Let go of the weights once `session` is built: it copied them, or, in place, it keeps their OrtValues
+        (and through them the data file's bytes) for as long as it lives."""
+        if self.in_place and session is not None:
+            session._seq2onnx_weights = self.values
         self.names, self.values, self.weights = [], [], b""
 
 
@@ -84,10 +103,11 @@ def read_variant_field(entry: Dict[str, Any], files: Dict[str, Any], graphs: Lis
 
 
 def external_graph(model: bytes, tensors: List[ExternalTensor], graph: Path, data_name: str,
-                   weights: bytes) -> ExternalGraph:
+                   weights: bytes, shared: bool = False) -> ExternalGraph:
     """The graph `model` (the bytes of the file `graph`) with its external tensors `tensors`
-    (onnx_bytes.external_tensors) as OrtValues over `weights`, the checked bytes of its data file `data_name`."""
-    out = ExternalGraph(model, weights)
+    (onnx_bytes.external_tensors) as OrtValues over `weights`, the checked bytes of its data file `data_name`;
+    `shared`: other graphs name that file too (module doc: given in place on CPU)."""
+    out = ExternalGraph(model, weights, folder=graph.parent if shared else None)
     view = memoryview(weights)
     seen = set()
     for t in tensors:

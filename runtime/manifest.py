@@ -120,6 +120,8 @@ class ModelPackage:
     cross_per_sentence: bool = False
     verify: bool = True          # read_file checks SHA-256s
     _verified: Set[str] = dataclasses.field(default_factory=set, repr=False)   # files verify_variant checked
+    # data files that several graphs name, read once while they load: (name, checked) -> bytes (read_graph)
+    _shared: Dict[Tuple[str, bool], bytes] = dataclasses.field(default_factory=dict, repr=False)
     target_tokenizer: Optional["PackageTokenizer"] = None    # decodes output ids (None: `tokenizer`)
     languages: Optional[Languages] = None
     language_ids: Dict[str, int] = dataclasses.field(default_factory=dict)   # languages.tokens as ids
@@ -180,7 +182,18 @@ class ModelPackage:
         if data_name is None:
             raise ModelPackageError(f"{path} keeps weights in external data files, which the package's checksums "
                                     f"do not cover: no variant's external_data names a data file for it; {REEXPORT}")
-        return external_graph(data, tensors, path, data_name, self.read_file(data_name, verify))
+        users = {g for v in self.variants.values() for g, d in v.external_data.items() if d == data_name}
+        if len(users) < 2:
+            return external_graph(data, tensors, path, data_name, self.read_file(data_name, verify))
+        key = (data_name, self.verify if verify is None else verify)
+        if key not in self._shared:
+            self._shared[key] = self.read_file(data_name, verify)
+        return external_graph(data, tensors, path, data_name, self._shared[key], shared=True)
+
+    def release_shared(self) -> None:
+        """Let go of the shared data files read (read_graph) once the sessions are built: on CPU they keep the
+        weights they read in place, on CUDA they copied them."""
+        self._shared.clear()
 
     def verify_variant(self, name: str) -> None:
         """read_graph, SHA-256 checked, of each graph of the variant not verified before by this package object:

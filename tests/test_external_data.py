@@ -1,5 +1,6 @@
 """Packages whose graphs keep their weights in a data file beside them (ONNX external data, for models past
-protobuf's 2 GB limit; issue 32 "Big models"), tested on the tiny model forced to it (--external-data).
+protobuf's 2 GB limit; issue 32 "Big models"), tested on the tiny model forced to it (--external-data); and the
+variant's shared data file every export writes (a weight several graphs hold, once: issue #35), on tiny_package.
 
 The export writes one data file per graph, lists it in `files` and names it in the variant's external_data; the
 package translates exactly as the same export without external data (fp32 and int8). A data file that is changed,
@@ -23,9 +24,9 @@ import pytest
 from fixtures_export import package_graphs
 from seq2onnx.export import onnx_export
 from seq2onnx.export.commands import ExportOptions, run_export
-from seq2onnx.export.graph_files import ALIGNMENT
+from seq2onnx.export.graph_files import ALIGNMENT, SHARED_MIN_BYTES, SHARED_SUFFIX
 from seq2onnx.runtime.errors import ModelPackageError
-from seq2onnx.runtime.manifest import read_package, sha256_of
+from seq2onnx.runtime.manifest import ModelPackage, read_package, sha256_of
 from seq2onnx.runtime.onnx_bytes import external_tensors
 from seq2onnx.runtime.translator import Translator
 from test_manifest import edit_manifest
@@ -207,3 +208,55 @@ def test_a_length_that_is_not_the_tensor_size_is_refused(ext):
 def test_the_manifest_field_is_checked(ext, change, message):
     edit_manifest(ext, lambda m: change(m["variants"]["fp32"]))
     refused(ext, message, load=read_package)
+
+
+# --- a variant's shared data file (export/graph_files.py share_weights) -----------------------------------------
+def test_a_weight_that_several_graphs_hold_is_stored_once(tiny_package):
+    """The tiny model's positions table (512 x 64 float32, 128 KiB) is in both graphs of each variant: it lies once in
+    the variant's shared data file, both graphs reference the same bytes there, and nothing else does (its embedding
+    table, 32 KiB, is under SHARED_MIN_BYTES; at vocab 32000 it is shared too)."""
+    manifest = json.loads((tiny_package / "manifest.json").read_text())
+    for name, variant in manifest["variants"].items():
+        data = name + SHARED_SUFFIX
+        assert variant["external_data"] == {g: data for g in _graphs(variant)}, name
+        refs = []
+        for graph in _graphs(variant):
+            tensors = external_tensors((tiny_package / graph).read_bytes())
+            assert {dict(t.entries)["location"] for t in tensors} == {data}
+            refs.append({(dict(t.entries)["offset"], dict(t.entries)["length"]) for t in tensors})
+        assert refs[0] and all(r == refs[0] for r in refs), name
+        lengths = [int(length) for _, length in refs[0]]
+        assert all(n >= SHARED_MIN_BYTES for n in lengths) and 512 * 64 * 4 in lengths
+        size = (tiny_package / data).stat().st_size
+        assert sum(lengths) <= size < sum(lengths) + ALIGNMENT * len(lengths)
+        assert manifest["files"][data] == {"sha256": sha256_of(tiny_package / data), "bytes": size}
+
+
+@pytest.mark.parametrize("compute_type", ["float32", "int8"])
+def test_sessions_read_the_shared_weights_in_place_from_the_checked_bytes(tiny_package, tiny_data_dir, tmp_path,
+                                                                          monkeypatch, compute_type):
+    """On CPU the encoder's and the decoder step's sessions read one buffer, the bytes the runtime read and checked:
+    onnxruntime reads nothing from the file (zeros written over it after the runtime's read change no translation)
+    and copies nothing (both sessions' OrtValues point at the same memory)."""
+    sources = [line.split("\t")[0] for line in
+               (tiny_data_dir / "valid.tsv").read_text(encoding="utf-8").splitlines()[:SOURCES]]
+    want = Translator(tiny_package, device="cpu", compute_type=compute_type, intra_threads=1)
+    pkg = tmp_path / "pkg"
+    shutil.copytree(tiny_package, pkg)
+    read_file = ModelPackage.read_file
+
+    def read_then_spoil(self, name, verify=None):
+        data = read_file(self, name, verify)
+        if name.endswith(SHARED_SUFFIX):
+            (self.root / name).write_bytes(bytes(len(data)))
+        return data
+    monkeypatch.setattr(ModelPackage, "read_file", read_then_spoil)
+    got = Translator(pkg, device="cpu", compute_type=compute_type, intra_threads=1)
+    assert not (pkg / (got.variant + SHARED_SUFFIX)).read_bytes().strip(b"\0")      # zeros on disk: it was read
+    for beam in (1, 4):
+        mine = got.translate_batch(sources, beam_size=beam, num_hypotheses=beam, return_scores=True)
+        theirs = want.translate_batch(sources, beam_size=beam, num_hypotheses=beam, return_scores=True)
+        assert [(r.token_ids, r.scores) for r in mine] == [(r.token_ids, r.scores) for r in theirs]
+    pointers = [{v.data_ptr() for v in session._seq2onnx_weights} for session in (got.engine.encoder,
+                                                                                   got.engine.decoder)]
+    assert pointers[0] and pointers[0] == pointers[1]

@@ -262,6 +262,7 @@ export class ModelPackage {
     this.languages = null; // Languages (manifest_records.js), or null
     this.languageIds = {}; // languages.tokens as ids
     this.generation = {}; // the default decoding options (JS names)
+    this.sharedReads = new Map(); // "name|verify" -> the read of a data file several graphs name (readGraph)
   }
 
   /** The tokenizer that turns output ids into text (and target texts into ids). */
@@ -315,7 +316,23 @@ export class ModelPackage {
       throw new ModelPackageError(`${this.describe(file)} keeps weights in external data files, which the package's ` +
         `checksums do not cover: no variant's external_data names a data file for it; ${REEXPORT}`);
     }
-    return externalGraph(data, tensors, this.describe(file), dataName, await this.readFile(dataName, verify), REEXPORT);
+    // a data file several graphs name (a variant's shared data file) is read once while they load (releaseShared)
+    const users = Object.values(this.variants).flatMap((v) => Object.keys(v.externalData)
+      .filter((graph) => v.externalData[graph] === dataName));
+    let weights;
+    if (new Set(users).size < 2) {
+      weights = await this.readFile(dataName, verify);
+    } else {
+      const key = `${dataName}|${verify}`;
+      if (!this.sharedReads.has(key)) this.sharedReads.set(key, this.readFile(dataName, verify));
+      weights = await this.sharedReads.get(key);
+    }
+    return externalGraph(data, tensors, this.describe(file), dataName, weights, REEXPORT);
+  }
+
+  /** Let go of the shared data files read (readGraph): onnxruntime copied them into the sessions built. */
+  releaseShared() {
+    this.sharedReads.clear();
   }
 }
 

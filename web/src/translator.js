@@ -145,6 +145,7 @@ export class Translator {
     const fewRows = runsFewRows(platform.ort, variant.fewRows) ? await pkg.readGraph(variant.fewRows.decoderStep) : null;
     const engine = await openEngine(pkg, variantName, graphs,
       (graph) => platform.sessionOptions({ intraThreads, interThreads, spinning: SPINNING[graph] }), fewRows);
+    pkg.releaseShared();
     return new this(pkg, variantName, engine, onWarning);
   }
 

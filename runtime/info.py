@@ -34,6 +34,8 @@ def package_info(model_dir: str, verify: bool = True) -> Dict[str, Any]:
             variants[name]["few_rows"] = {"decoder_step": few, "bytes": pkg.file_bytes(few),
                                           "max_rows": v.few_rows.max_rows,
                                           "min_onnxruntime": version_text(v.few_rows.min_onnxruntime)}
+        if v.external_data:           # the data files its graphs read their weights from (a shared one once)
+            variants[name]["data_files"] = {d: pkg.file_bytes(d) for d in sorted(set(v.external_data.values()))}
     return {
         "path": str(pkg.root), "format": m["format"], "format_version": m["format_version"],
         "seq2onnx_version": m.get("seq2onnx_version"), "created": m.get("created"),
@@ -141,6 +143,8 @@ def _print_info(info: Dict[str, Any]) -> None:
         b = v["bytes"]
         say(f"  {name:<5} {v['precision']:<8} {v['encoder']} {_size(b['encoder'])} + "
             f"{v['decoder_step']} {_size(b['decoder_step'])}; {v['status']}")
+        if v.get("data_files"):
+            say("        external weights: " + ", ".join(f"{d} {_size(n)}" for d, n in v["data_files"].items()))
         for line in parity_lines(v):
             say(f"        {line}")
         p = v["parity"] if isinstance(v["parity"], dict) else {}

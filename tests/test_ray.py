@@ -269,8 +269,8 @@ def test_ray_serve_two_replicas(cluster, translator, tmp_path):
 
 
 def _kill_a_replica_under_load(cluster: LocalCluster, url: str, translator: Translator) -> None:
-    """SIGKILL one replica while four clients send requests, each client retrying a request that fails with a 5xx
-    or a broken connection, as Serve's fault-tolerance guide advises (a translation is idempotent): every request
+    """SIGKILL one replica while four clients send requests, each client retrying a request that fails with a 5xx,
+    the proxy's route-table 404 or a broken connection, as Serve's fault-tolerance guide advises (a translation is idempotent): every request
     gets its sequential answer, and Serve's controller starts a new replica in the dead one's place, which then
     answers too."""
     from concurrent.futures import ThreadPoolExecutor
@@ -289,7 +289,9 @@ def _kill_a_replica_under_load(cluster: LocalCluster, url: str, translator: Tran
             else:
                 if r.status_code == 200:
                     return r.json()["results"][0]["hypotheses"][0]
-                assert r.status_code >= 500, r.text
+                # a 5xx, or the proxy's own 404 while its route table is refreshed during the failover (seen once
+                # under load: "Path '/v1/translate' not found. Ping http://.../-/routes"); never the app's answer
+                assert r.status_code >= 500 or (r.status_code == 404 and "/-/routes" in r.text), r.text
                 failed.append(r.status_code)
             time.sleep(0.2)
         raise AssertionError(f"no answer for {text!r} in 20 tries: {failed}")

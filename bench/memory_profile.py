@@ -186,13 +186,16 @@ def weight_kinds(graph: Path) -> Dict[str, int]:
 
 
 def package_weights(package: Path) -> Dict[str, Dict]:
-    """Per variant: each graph's file bytes (with its data file) and its weights by kind."""
+    """Per variant: each graph's file bytes (with its own data file), its shared data file's, and the weights by
+    kind each graph reads (a shared weight counts in every graph that reads it)."""
     manifest = json.loads((package / "manifest.json").read_text())
     out = {}
     for name, v in manifest["variants"].items():
         graphs = [v["encoder"], v["decoder_step"]] + ([v["few_rows"]["decoder_step"]] if v.get("few_rows") else [])
         files = {g: (package / g).stat().st_size + sum(f.stat().st_size for f in package.glob(g + ".data"))
                  for g in graphs}
+        for data in sorted(set(v.get("external_data", {}).values()) - {g + ".data" for g in graphs}):
+            files[data] = (package / data).stat().st_size     # a shared data file, once
         out[name] = {"file_bytes": files, "total_bytes": sum(files.values()),
                      "weights": {g: weight_kinds(package / g) for g in graphs}}
     return out
@@ -249,7 +252,7 @@ def markdown(data: Dict) -> str:
         md += ["", "| variant | graph | file MiB | weights by kind (MiB) |", "|---|---|---:|---|"]
         for variant, w in v["weights"].items():
             for graph, size in w["file_bytes"].items():
-                kinds = ", ".join(f"{k} {b / MIB:.1f}" for k, b in sorted(w["weights"][graph].items(),
+                kinds = ", ".join(f"{k} {b / MIB:.1f}" for k, b in sorted(w["weights"].get(graph, {}).items(),
                                                                        key=lambda kv: -kv[1]) if b >= MIB / 10)
                 md.append(f"| {variant} | {graph} | {size / MIB:.1f} | {kinds} |")
             md.append(f"| {variant} | all | {w['total_bytes'] / MIB:.1f} | |")

@@ -57,6 +57,10 @@ def _no_mem_pattern(so) -> None:
     so.enable_mem_pattern = False
 
 
+def _arena(so) -> None:
+    so.enable_cpu_mem_arena = True              # onnxruntime's default; the runtime turns it off on CPU (#35)
+
+
 _ENV_ARENA: List[int] = []             # the extend strategy of the process's registered CPU arena, once registered
 
 
@@ -81,6 +85,7 @@ OPTION_SETS: Dict[str, List[Callable]] = {
     "no_arena": [_no_arena],                    # activations from malloc/free, not a growing arena per session
     "no_mem_pattern": [_no_mem_pattern],        # no preplanned block per input shape
     "no_arena_no_prepacking": [_no_arena, _no_prepacking],
+    "arena": [_arena],                          # the CPU arena back on: what the runtime saves without it
     "shared_arena": [_shared_arena(0)],
     "shared_arena_same_as_requested": [_shared_arena(1)],
 }
@@ -116,10 +121,12 @@ def child(spec: Dict) -> Dict:
     def session_options(self, *args, **kwargs):
         so = plain(self, *args, **kwargs)
         for name in spec["options"]:
-            for change in OPTION_SETS[name]:
+            for change in OPTION_SETS.get(name, []):
                 change(so)
         return so
     session.SessionConfig.session_options = session_options
+    if "no_trim" in spec["options"]:                # the C heap's free pages not handed back after each session
+        session.return_free_heap = lambda: None
     tr = phase("load", phases, lambda: translator.Translator(spec["package"], device="cpu",
                                                              compute_type=VARIANTS[spec["variant"]],
                                                              intra_threads=spec["threads"], inter_threads=1))
@@ -265,7 +272,7 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="run.py's tiny model: a smoke run")
     ap.add_argument("--vocab-sizes", nargs="+", type=int, help="default: run.py's (8000 32000; quick 1000 3000)")
     ap.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
-    ap.add_argument("--options", nargs="+", choices=list(OPTION_SETS), default=list(OPTION_SETS))
+    ap.add_argument("--options", nargs="+", choices=list(OPTION_SETS) + ["no_trim"], default=list(OPTION_SETS))
     ap.add_argument("--cache", type=Path, default=BENCH / ".cache", help="model files (default bench/.cache)")
     ap.add_argument("--out", type=Path, help="results folder (default bench/results, quick: CACHE/results)")
     ap.add_argument("--packages", nargs="+", type=Path, help="profile these packages of run.py's model, one per "

@@ -61,6 +61,9 @@ class SessionConfig:
         so.inter_op_num_threads = self.inter_threads
         so.execution_mode = ort.ExecutionMode.ORT_PARALLEL if self.inter_threads > 1 else ort.ExecutionMode.ORT_SEQUENTIAL
         so.graph_optimization_level = OPTIMIZATION_LEVELS[self.optimization]
+        # no CPU arena: its regions grow by powers of two and stay with the session (onnxruntime's memory docs);
+        # malloc/free per run costs no speed here (bench/results/memory_profile.md)
+        so.enable_cpu_mem_arena = self.device != "cpu"
         if spinning == "off":
             so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         elif spinning == "in_run":

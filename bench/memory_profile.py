@@ -86,6 +86,7 @@ OPTION_SETS: Dict[str, List[Callable]] = {
     "no_mem_pattern": [_no_mem_pattern],        # no preplanned block per input shape
     "no_arena_no_prepacking": [_no_arena, _no_prepacking],
     "arena": [_arena],                          # the CPU arena back on: what the runtime saves without it
+    "arena_no_trim": [_arena],                  # and the heap not trimmed: the runtime before issue #35's levers
     "shared_arena": [_shared_arena(0)],
     "shared_arena_same_as_requested": [_shared_arena(1)],
 }
@@ -125,7 +126,7 @@ def child(spec: Dict) -> Dict:
                 change(so)
         return so
     session.SessionConfig.session_options = session_options
-    if "no_trim" in spec["options"]:                # the C heap's free pages not handed back after each session
+    if any(o.endswith("no_trim") for o in spec["options"]):    # the heap's free pages kept after each session
         session.return_free_heap = lambda: None
     tr = phase("load", phases, lambda: translator.Translator(spec["package"], device="cpu",
                                                              compute_type=VARIANTS[spec["variant"]],

@@ -157,6 +157,31 @@ test("onnxruntime reads no data file: it computes with the bytes the runtime rea
   }
 });
 
+test("a variant's shared data file (what every export writes): read once for its graphs, translating as Python does", async () => {
+  const dir = path.join(work, "shared");
+  await runPython([{ op: "share_weights", model: MODEL_DIR, out: dir }]);
+  const py = await runPython(["float32", "int8"].map((computeType) => ({ op: "translate", model: dir, compute_type: computeType, texts, options: PY_OPTIONS })));
+  const manifest = readManifest(dir);
+  assert.deepEqual(manifest.variants.fp32.external_data, { "encoder.onnx": "fp32.shared.data", "decoder_step.onnx": "fp32.shared.data" });
+  const reads = [];
+  const counting = { ...nodePlatform, readFile: (root, name, ...rest) => { reads.push(name); return nodePlatform.readFile(root, name, ...rest); } };
+  const pkg = await readPackage(counting, dir);
+  const [encoder, decoder] = await pkg.readVariant("fp32");
+  assert.ok(encoder instanceof ExternalGraph && decoder.weights === encoder.weights, "one read's bytes for both graphs");
+  assert.equal(reads.filter((name) => name === "fp32.shared.data").length, 1);
+  pkg.releaseShared();
+  for (const [k, computeType] of ["float32", "int8"].entries()) {
+    const shared = await Translator.load(dir, { computeType, intraThreads: 1 });
+    try {
+      const got = await shared.translateBatch(texts, { ...OPTIONS, returnScores: true });
+      await assertSameTranslations(got, py[k].results, texts, { model: dir, computeType, options: PY_OPTIONS,
+        label: `shared weights ${computeType}` });
+    } finally {
+      await shared.release();
+    }
+  }
+});
+
 for (const name of [...Object.keys(POINTED), ...Object.keys(EDITED)]) {
   test(`${name}: refused with the Python runtime's line`, async () => {
     const computeType = (POINTED[name] ?? EDITED[name])[1];

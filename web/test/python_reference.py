@@ -56,6 +56,10 @@ stdout, one result per job, so that a test pays for one interpreter start. Jobs:
          --external-data` writes them), each variant's external_data and every file listed anew; "point" (optional):
          then every external initializer of GRAPH gets those external_data entries (e.g. location "../x"), the
          graph listed anew: a consistent, hostile package
+  {"op": "share_weights", "model": DIR, "out": DIR2}
+      -> {"path": DIR2}: a copy of the package DIR whose variants keep each weight that several of their graphs
+         hold once, in VARIANT.shared.data (export/graph_files.py share_weights, as every export writes them),
+         every file listed anew
   {"op": "schema"}
       -> the package rules the JS reader must hold as Python holds them (test/schema.test.js): runtime/manifest.py's
          format versions and limits, ModelConfig's fields (kinds, CHOICES, _RANGES, the format-3 fields' defaults),
@@ -292,6 +296,23 @@ def external_data(job: Dict[str, Any]) -> Dict[str, Any]:
     return {"path": str(out)}
 
 
+def share_weights(job: Dict[str, Any]) -> Dict[str, Any]:
+    import shutil
+
+    from seq2onnx.export.graph_files import share_weights as share
+    from seq2onnx.runtime.manifest import MANIFEST, sha256_of
+
+    out = Path(job["out"])
+    shutil.copytree(job["model"], out)
+    manifest = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
+    share(out, manifest["variants"])
+    written = {d for v in manifest["variants"].values() for d in v.get("external_data", {}).values()}
+    for name in sorted(set(manifest["files"]) | written):
+        manifest["files"][name] = {"sha256": sha256_of(out / name), "bytes": (out / name).stat().st_size}
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+    return {"path": str(out)}
+
+
 def schema(job: Dict[str, Any]) -> Dict[str, Any]:
     import dataclasses
 
@@ -345,7 +366,7 @@ def bench(job: Dict[str, Any]) -> Dict[str, Any]:
 OPS = {"corpus": corpus, "numbers": numbers, "train_tokenizer": train_tokenizer, "tokenize": tokenize, "translate": translate,
        "generate_tokens": generate_tokens, "compare": compare, "check_options": check_options, "export_random": export_random, "load": load, "bench": bench,
        "tokenizer_rules": tokenizer_rules, "schema": schema, "convert_hf": convert_hf, "external_data": external_data,
-       "bounds": bounds}
+       "share_weights": share_weights, "bounds": bounds}
 
 
 def main() -> None:

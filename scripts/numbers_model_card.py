@@ -202,9 +202,10 @@ def main() -> None:
         wall, curve = training_facts(a.earlier_card)
     files = manifest["files"]
     size = lambda names: sum(files[n]["bytes"] for n in names) / 1e6            # noqa: E731
-    fp32_files = ["encoder.onnx", "decoder_step.onnx"]
+    data_files = lambda name: sorted(set(manifest["variants"].get(name, {}).get("external_data", {}).values()))  # noqa: E731
+    fp32_files = ["encoder.onnx", "decoder_step.onnx"] + data_files("fp32")
     int8_files = [n for n in ("encoder.int8.onnx", "decoder_step.int8.onnx", "decoder_step.int8.few_rows.onnx")
-                  if n in files]
+                  if n in files] + data_files("int8")
     all_files = [n for n in files]
     averaged = sorted(int(Path(name).stem.split("_")[1]) for name in meta.get("averaged_from", []))
     shipped = (f"the average of the last {len(averaged)} checkpoints (steps {', '.join(f'{k:,}' for k in averaged)})"
@@ -302,8 +303,8 @@ FFN {cfg['d_ff']}, dropout {cfg['dropout']}; a {cfg['vocab_size']}-piece joint B
 lower-cases (`--lowercase`), makes every digit (`--split-digits`) and punctuation character
 (`--split-punctuation`) its own piece; {n_params:,} parameters.
 
-Package: {size(all_files):.1f} MB in all; fp32 graphs {size(fp32_files):.1f} MB, int8 graphs
-{size(int8_files):.1f} MB ({int8_weights(variants)}). Export parity vs PyTorch: fp32 max abs
+Package: {size(all_files):.1f} MB in all; fp32 variant {size(fp32_files):.1f} MB, int8 variant
+{size(int8_files):.1f} MB (graphs and shared weights; {int8_weights(variants)}). Export parity vs PyTorch: fp32 max abs
 log-prob diff {variants['fp32']['parity']['decoder_max_abs_diff']:.1e}; int8 top-1 agreement
 {int8_parity.get('top1_agreement', float('nan')):.3f}, greedy token match {int8_parity.get('greedy_token_match', float('nan')):.3f}.
 

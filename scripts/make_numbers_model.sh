@@ -52,7 +52,8 @@ fi
 #    parity-checked against PyTorch on validation sentences. Single checkpoints each miss a different small
 #    number (the learning rate is still 1.2e-3 at step 6,000); their average misses none.
 "$s2o" average "$work/run" --last 5 --out "$work/run/averaged.pt"
-"$s2o" export "$work/run/averaged.pt" "$out" --int8 --parity-data "$work/data/valid.tsv" --overwrite
+"$s2o" export "$work/run/averaged.pt" "$out" --int8 --parity-data "$work/data/valid.tsv" --source-lang en \
+  --target-lang de --overwrite
 
 # 4. measure every form through `seq2onnx translate` and write MODEL_CARD.md ($work/card.json: the figures)
 "$venv/bin/python" scripts/numbers_model_card.py --model "$out" --data "$work/data" --run "$work/run" \

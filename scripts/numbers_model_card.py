@@ -213,7 +213,7 @@ def main() -> None:
     export_lines = "\n".join(
         ([f"seq2onnx average RUN --last {len(averaged)} --out RUN/averaged.pt"] if averaged else []) +
         [f"seq2onnx export RUN/{'averaged' if averaged else 'best'}.pt models/numbers-en-de --int8 "
-         "--parity-data DATA/valid.tsv --overwrite"])
+         "--parity-data DATA/valid.tsv --source-lang en --target-lang de --overwrite"])
     small_errors = error_lines(rows, small_names, SHOWN_ERRORS)
     test_errors = error_lines(rows, test_names, SHOWN_ERRORS)
     variants = manifest["variants"]

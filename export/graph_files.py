@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
@@ -102,28 +102,27 @@ def share_weights(folder: Path, variants: Dict[str, Dict[str, Any]]) -> None:
     step, or int8's 15.6 MiB table of its encoder, step and few-rows step: on disk once, and in memory once
     (runtime/external_data.py). A variant whose graphs have data files of their own, or one with a graph that
     another variant also names, is left as it is."""
-    named = defaultdict(int)
-    for entry in variants.values():
-        for graph in variant_graphs(entry):
-            named[graph] += 1
+    named = Counter(g for entry in variants.values() for g in variant_graphs(entry))
     for variant, entry in variants.items():
         graphs = variant_graphs(entry)
         if entry.get(FIELD) or any(named[g] > 1 for g in graphs):
             continue
         models = {g: onnx.load(str(folder / g)) for g in graphs}
+        keys = {}                                        # (graph, initializer index) -> _same_bytes, hashed once
         holders = defaultdict(set)                       # _same_bytes -> the graphs holding that weight
         for graph, model in models.items():
-            for tensor in model.graph.initializer:
+            for i, tensor in enumerate(model.graph.initializer):
                 if tensor.HasField("raw_data") and len(tensor.raw_data) >= SHARED_MIN_BYTES:
-                    holders[_same_bytes(tensor)].add(graph)
+                    keys[graph, i] = _same_bytes(tensor)
+                    holders[keys[graph, i]].add(graph)
         shared = {key for key, where in holders.items() if len(where) > 1}
         if not shared:
             continue
         data_name, offsets, users = variant + SHARED_SUFFIX, {}, {}
         with open(folder / data_name, "wb") as out:
             for graph, model in models.items():
-                for tensor in model.graph.initializer:
-                    key = _same_bytes(tensor) if tensor.HasField("raw_data") else None
+                for i, tensor in enumerate(model.graph.initializer):
+                    key = keys.get((graph, i))
                     if key not in shared:
                         continue
                     if key not in offsets:

@@ -196,10 +196,11 @@ def weight_kinds(graph: Path) -> Dict[str, int]:
 def package_weights(package: Path) -> Dict[str, Dict]:
     """Per variant: each graph's file bytes (with its own data file), its shared data file's, and the weights by
     kind each graph reads (a shared weight counts in every graph that reads it)."""
+    from seq2onnx.export.graph_files import variant_graphs
     manifest = json.loads((package / "manifest.json").read_text())
     out = {}
     for name, v in manifest["variants"].items():
-        graphs = [v["encoder"], v["decoder_step"]] + ([v["few_rows"]["decoder_step"]] if v.get("few_rows") else [])
+        graphs = variant_graphs(v)
         files = {g: (package / g).stat().st_size + sum(f.stat().st_size for f in package.glob(g + ".data"))
                  for g in graphs}
         for data in sorted(set(v.get("external_data", {}).values()) - {g + ".data" for g in graphs}):

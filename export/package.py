@@ -23,6 +23,8 @@ from typing import Any, Dict, List, Optional
 from seq2onnx.runtime.errors import Seq2OnnxError
 from seq2onnx.runtime.manifest import FORMAT, MANIFEST, manifest_format, sha256_of   # the reader owns the format
 
+from .graph_files import variant_graphs
+
 TOKENIZER_FILE = "tokenizer.json"
 README_FILE = "README.md"
 
@@ -179,10 +181,7 @@ def finish_package(folder: Path, manifest: Dict[str, Any]) -> Dict[str, Any]:
     write_text(folder / README_FILE, render_readme(manifest))
     manifest = dict(manifest, files=file_entries(folder))
     for variant in manifest["variants"].values():
-        named = [variant["encoder"], variant["decoder_step"]]
-        if "few_rows" in variant:
-            named.append(variant["few_rows"]["decoder_step"])
-        missing = [v for v in named if v not in manifest["files"]]
+        missing = [v for v in variant_graphs(variant) if v not in manifest["files"]]
         if missing:
             raise RuntimeError(f"the manifest names files that are not in the package: {missing}")
     write_text(folder / MANIFEST, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")

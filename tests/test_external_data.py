@@ -24,7 +24,7 @@ import pytest
 from fixtures_export import package_graphs
 from seq2onnx.export import onnx_export
 from seq2onnx.export.commands import ExportOptions, run_export
-from seq2onnx.export.graph_files import ALIGNMENT, SHARED_MIN_BYTES, SHARED_SUFFIX
+from seq2onnx.export.graph_files import ALIGNMENT, SHARED_MIN_BYTES, SHARED_SUFFIX, variant_graphs
 from seq2onnx.runtime.errors import ModelPackageError
 from seq2onnx.runtime.manifest import ModelPackage, read_package, sha256_of
 from seq2onnx.runtime.onnx_bytes import external_tensors
@@ -65,16 +65,11 @@ def ext(external_package, tmp_path) -> Path:
     return copy
 
 
-def _graphs(variant: dict) -> list:
-    return [variant["encoder"], variant["decoder_step"]] + (
-        [variant["few_rows"]["decoder_step"]] if variant.get("few_rows") else [])
-
-
 def test_every_graph_has_its_own_data_file_listed_and_hashed(external_package, tiny_package):
     manifest = json.loads((external_package / "manifest.json").read_text())
     assert set(manifest["variants"]) == {"fp32", "int8"}
     for name, variant in manifest["variants"].items():
-        assert variant["external_data"] == {g: g + ".data" for g in _graphs(variant)}, name
+        assert variant["external_data"] == {g: g + ".data" for g in variant_graphs(variant)}, name
         for graph, data in variant["external_data"].items():
             entry = manifest["files"][data]
             assert entry == {"sha256": sha256_of(external_package / data),
@@ -218,9 +213,9 @@ def test_a_weight_that_several_graphs_hold_is_stored_once(tiny_package):
     manifest = json.loads((tiny_package / "manifest.json").read_text())
     for name, variant in manifest["variants"].items():
         data = name + SHARED_SUFFIX
-        assert variant["external_data"] == {g: data for g in _graphs(variant)}, name
+        assert variant["external_data"] == {g: data for g in variant_graphs(variant)}, name
         refs = []
-        for graph in _graphs(variant):
+        for graph in variant_graphs(variant):
             tensors = external_tensors((tiny_package / graph).read_bytes())
             assert {dict(t.entries)["location"] for t in tensors} == {data}
             refs.append({(dict(t.entries)["offset"], dict(t.entries)["length"]) for t in tensors})

@@ -35,6 +35,7 @@ from tokenizers import Tokenizer
 
 from .config import ModelConfig
 from .errors import REEXPORT, ModelPackageError, checkpoints_in, first_line
+from .manifest_fields import REQUIRED as _REQUIRED, count_entries as _count, field as _field, short as _short
 from .manifest_records import Languages, Tokenizers, read_generation
 from .external_data import MAX_DATA_BYTES, ExternalGraph, external_graph, read_variant_field
 from .onnx_bytes import external_tensors
@@ -211,33 +212,7 @@ def _missing_listed(path: Path) -> str:
     return f"{path} is missing (listed in {MANIFEST}); copy the whole package folder or {REEXPORT}"
 
 
-# --- fields of the manifest -------------------------------------------------------------------------
-_REQUIRED = object()
-_KIND_NAMES = {dict: "an object", list: "a list", str: "a string", int: "an integer", bool: "true or false",
-               (str, dict): "a file name or an object"}
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _field(obj: Dict[str, Any], key: str, kind: type, where: Path, name: Optional[str] = None,
-           default: Any = _REQUIRED) -> Any:
-    """obj[key], which must be a `kind` (a bool is no integer here). name: the field in messages (default
-    key). With a default, a missing or null field gives the default."""
-    name = name or key
-    value = obj.get(key)
-    if value is None and default is not _REQUIRED:
-        return default
-    if key not in obj:
-        raise ModelPackageError(f"{where}: the field {name} is missing; {REEXPORT}")
-    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
-        raise ModelPackageError(f"{where}: the field {name} should be {_KIND_NAMES[kind]}, got {_short(value)}; "
-                                f"{REEXPORT}")
-    return value
-
-
+# --- fields of the manifest (their one-line checks: manifest_fields.py) ----------------------------------
 _TOO_DEEP = f"nests lists and objects more than {MAX_JSON_DEPTH} levels deep, deeper than a manifest"
 
 
@@ -258,15 +233,6 @@ def _json_over_limits(value: Any) -> Optional[str]:
                 stack.extend((k, depth) for k in value)
             stack.extend((v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
     return None
-
-
-def _count(obj: Dict[str, Any], key: str, limit: int, where: Path) -> Dict[str, Any]:
-    """obj[key], an object of at most `limit` entries."""
-    entries = _field(obj, key, dict, where)
-    if len(entries) > limit:
-        raise ModelPackageError(f"{where}: '{key}' has {len(entries)} entries, more than a package holds ({limit}): "
-                                f"this is not a seq2onnx model package; {REEXPORT}")
-    return entries
 
 
 # the staging folder an export checks before it publishes it (export/commands.py write_package's gate): read as the

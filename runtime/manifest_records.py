@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from .errors import REEXPORT, ModelPackageError
+from .manifest_fields import short
 from .options import Arg, DecodingOptions, OptionError
 
 MAX_LANGUAGES = 4096                    # codes per side (NLLB-200: 202; OPUS-MT's multilingual models: a few hundred)
@@ -28,9 +29,8 @@ GENERATION_FIELDS = tuple(f.name for f in fields(DecodingOptions) if f.name not 
 
 
 def _shown(value: Any) -> str:
-    """A value in a message as runtime/manifest.py's _short shows it."""
-    from .manifest import _short
-    return _short(value)
+    """A value in a message as the manifest's other fields show it (manifest_fields.short)."""
+    return short(value)
 
 
 def _bad(where: Path, name: str, should: str, got: Any) -> ModelPackageError:

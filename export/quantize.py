@@ -13,16 +13,16 @@ int8  (--int8): dynamic quantisation of the MatMul weights (onnxruntime.quantiza
       weights a pair sum is at most 255*64*2 < 32767, so every int32 accumulation is exact on AVX2, AVX512
       and VNNI alike: the integer part of an int8 step no longer depends on the CPU (onnxruntime's
       quantization docs advise reduce_range for these CPUs); only the fp32 parts' rounding remains.
-      quantize_dynamic rewrites every Gemm as a MatMul, transposing its weight in place: with tied
-      embeddings that weight is also the embedding table of a Gather, which it would break. So a Gemm
-      weight shared with other nodes gets its own copy first (`untie_gemm_weights`): the output
-      projection is then quantised like the other MatMuls.
-      The embedding table (a Gather of input_ids) becomes int8 too (`int8_embeddings`): int8 rows, one float32
-      scale per row (symmetric, max |row| / 127), gathered, then Cast and Mul back to float32 (standard ops:
-      onnxruntime-web runs them as the CPU does). The table is then a quarter of its float32 bytes in every int8
-      graph (encoder, step, few-rows step), on disk and in memory: at vocab 32000 and d_model 512 three float32
-      tables were 188 MiB of the package. With tied embeddings the output projection is its own copy already
-      (above), quantised per column as a weight; the embedding is a second, per-row int8 copy of the same matrix.
+      The embedding table and the output projection are one int8 table (`int8_embeddings`, `int8_table`),
+      written before quantize_dynamic sees the graph: int8 rows 7-bit as the other weights (one float32 scale per
+      row, max |row| / 64), stored transposed [D, V], the layout of the projection's MatMulInteger (per column,
+      quantize_dynamic's own node pattern, which onnxruntime fuses into DynamicQuantizeMatMul). The embedding
+      Gathers its columns (axis 1), transposes them and multiplies each by its scale (Cast, Mul: standard ops,
+      onnxruntime-web runs them as the CPU does). Every int8 graph (encoder, step, few-rows step) quantises the
+      same float32 table to the same bytes, so the export's shared weights (graph_files.share_weights) store it
+      once per variant: at vocab 32000 and d_model 512 the float32 tables were 188 MiB of an int8 package (three
+      graphs), then two int8 copies (per-row 8-bit embedding, per-column 7-bit projection) 31 MiB, now one of
+      16 MiB. With untied embeddings each table is still quantised once, read by whatever reads it.
 int8, few rows (format 2, with --int8 --few-rows): the int8 decoder step a second time, for steps of at most
       FEW_ROWS_MAX rows, its embedding int8 as the step's, its weight MatMuls as onnxruntime's MatMulNBits (8-bit symmetric blocks of
       FEW_ROWS_BLOCK along the input axis, activations quantised per block at run time: accuracy_level 4), made
@@ -55,7 +55,7 @@ from .graph_files import remove_graph, save_graph, too_big
 PER_CHANNEL = True
 REDUCE_RANGE = True                 # 7-bit weights: exact int32 sums on AVX2 as on VNNI (module docstring)
 QUANTIZED_OPS = ["MatMul"]
-EMBEDDING_INT8_MAX = 127            # int8_embeddings: symmetric rows in [-127, 127] (no integer GEMM reads them)
+TABLE_INT8_MAX = 64                 # int8_embeddings: symmetric rows in [-64, 64], REDUCE_RANGE's (a GEMM reads them)
 EMBEDDING_ROWS, EMBEDDING_SCALES = ".embedding_rows", ".embedding_scales"   # suffixes of the table's int8 tensors
 FEW_ROWS_BITS, FEW_ROWS_ACCURACY_LEVEL = 8, 4
 FEW_ROWS_BLOCK = 256                # MatMulNBits' largest block: 256 beat 128 at 1 row (base dims)
@@ -78,60 +78,104 @@ def input_readers(model: onnx.ModelProto) -> Counter:
     return Counter(name for node in model.graph.node for name in node.input)
 
 
-def untie_gemm_weights(model: onnx.ModelProto) -> int:
-    """Give each Gemm whose weight initializer other nodes also read its own copy. -> how many."""
-    initializers = {t.name: t for t in model.graph.initializer}
-    readers = input_readers(model)
-    copies = 0
-    for node in model.graph.node:
-        if node.op_type == "Gemm" and node.input[1] in initializers and readers[node.input[1]] > 1:
-            copy = onnx.TensorProto()
-            copy.CopyFrom(initializers[node.input[1]])
-            copy.name = f"{node.input[1]}.{node.name or 'gemm'}.{copies}"
-            model.graph.initializer.append(copy)
-            readers[node.input[1]] -= 1
-            node.input[1] = copy.name
-            copies += 1
-    return copies
+def int8_table(weights):
+    """A float32 table [V, D] -> (its int8 copy transposed [D, V], one float32 scale per row [V]): symmetric 7-bit
+    rows as REDUCE_RANGE's (onnxruntime's quantizer: scale max |row| / 64, round half to even, clip to +-64), so the
+    output projection's integer GEMM can read it as its per-column weight (module docstring)."""
+    import numpy as np
+
+    absmax = np.abs(weights).max(axis=1).astype(np.float64)                     # [V]
+    scales = (absmax / TABLE_INT8_MAX).astype(np.float32)
+    scales[scales == 0] = 1.0                                                    # a zero row stays zeros
+    rows = np.clip(np.rint(weights / scales[:, None]), -TABLE_INT8_MAX, TABLE_INT8_MAX).astype(np.int8)
+    return np.ascontiguousarray(rows.T), scales
+
+
+def _rank(graph: onnx.GraphProto, name: str) -> int:
+    """The rank of the graph input `name` (input_ids: [batch, len] in the encoder, [rows, 1] in the step)."""
+    return next(len(i.type.tensor_type.shape.dim) for i in graph.input if i.name == name)
+
+
+def _table_reader(node: onnx.NodeProto, initializers) -> str:
+    """"gather" for a Gather of input_ids over a float32 [V, D] initializer (axis 0), "projection" for a Gemm
+    x @ W^T (+ C) of one (the output projection), "" for anything else."""
+    from onnx import helper
+
+    table = initializers.get(node.input[1] if node.op_type == "Gemm" else node.input[0]) if node.input else None
+    if table is None or len(table.dims) != 2 or table.data_type != onnx.TensorProto.FLOAT:
+        return ""
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    if node.op_type == "Gather" and node.input[1] == "input_ids" and attrs.get("axis", 0) == 0:
+        return "gather"
+    if (node.op_type == "Gemm" and attrs.get("transB", 0) == 1 and not attrs.get("transA", 0)
+            and attrs.get("alpha", 1.0) == 1.0 and attrs.get("beta", 1.0) == 1.0):
+        return "projection"
+    return ""
 
 
 def int8_embeddings(model: onnx.ModelProto) -> int:
-    """Each Gather of the graph input input_ids over a float32 initializer [V, D] that nothing else reads -> a Gather
-    over its int8 rows [V, D] and one over its per-row scales [V, 1], then Cast and Mul back to float32 (module
-    docstring), under the old output name. -> how many."""
+    """Each float32 table [V, D] that only Gathers of input_ids (the embedding) and output projections (a Gemm, B
+    transposed) read -> one int8 copy [D, V] with a scale per row [V] (`int8_table`), read by all of them, under
+    the old output names (module docstring):
+      Gather:     Gather(int8 [D, V], input_ids, axis 1) [D, ...] -> Transpose [..., D] -> Cast -> Mul(its scales)
+      projection: DynamicQuantizeLinear(x) -> MatMulInteger(x_q, int8 [D, V], x_zero, 0) -> Cast -> Mul(x_scale *
+                  scales) (+ C): quantize_dynamic's own pattern, which onnxruntime fuses into DynamicQuantizeMatMul
+    -> how many tables."""
     import numpy as np
     from onnx import helper, numpy_helper
 
-    initializers = {t.name: t for t in model.graph.initializer}
-    readers = input_readers(model)
-    rewritten = 0
-    for position in reversed(range(len(model.graph.node))):      # reversed: inserting keeps earlier positions
-        node = model.graph.node[position]
-        table = initializers.get(node.input[0]) if node.op_type == "Gather" else None
-        axis = {a.name: helper.get_attribute_value(a) for a in node.attribute}.get("axis", 0)
-        if (table is None or node.input[1] != "input_ids" or axis != 0 or len(table.dims) != 2
-                or table.data_type != onnx.TensorProto.FLOAT or readers[table.name] != 1):
-            continue
-        weights = numpy_helper.to_array(table)                                   # [V, D] float32
-        scales = np.abs(weights).max(axis=1, keepdims=True) / EMBEDDING_INT8_MAX  # [V, 1]
-        scales[scales == 0] = 1.0                                                # a zero row stays zeros
-        rows = np.clip(np.rint(weights / scales), -EMBEDDING_INT8_MAX, EMBEDDING_INT8_MAX).astype(np.int8)
-        out = node.output[0]
-        names = {"rows": table.name + EMBEDDING_ROWS, "scales": table.name + EMBEDDING_SCALES}
-        model.graph.initializer.extend([numpy_helper.from_array(rows, names["rows"]),
-                                        numpy_helper.from_array(scales.astype(np.float32), names["scales"])])
-        model.graph.initializer.remove(table)
-        del model.graph.node[position]
-        for offset, new in enumerate([
-                helper.make_node("Gather", [names["rows"], "input_ids"], [f"{out}.int8"], name=f"{node.name}.rows"),
-                helper.make_node("Gather", [names["scales"], "input_ids"], [f"{out}.scale"],
-                                 name=f"{node.name}.scales"),
-                helper.make_node("Cast", [f"{out}.int8"], [f"{out}.float"], to=onnx.TensorProto.FLOAT,
-                                 name=f"{node.name}.cast"),
-                helper.make_node("Mul", [f"{out}.float", f"{out}.scale"], [out], name=f"{node.name}.dequantize")]):
-            model.graph.node.insert(position + offset, new)
-        rewritten += 1
-    return rewritten
+    graph = model.graph
+    initializers = {t.name: t for t in graph.initializer}
+    readers: dict = {}
+    for node in graph.node:
+        for name in set(node.input) & initializers.keys():
+            readers.setdefault(name, []).append((node, _table_reader(node, initializers)))
+    tables = [name for name, nodes in readers.items()
+              if all((kind == "gather" and node.input[0] == name) or (kind == "projection" and node.input[1] == name)
+                     for node, kind in nodes)]
+    if not tables:
+        return 0
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
+    last = "last_axis" + EMBEDDING_SCALES
+    graph.initializer.append(numpy_helper.from_array(np.array([-1], np.int64), last))
+    for name in tables:
+        rows, scales = int8_table(numpy_helper.to_array(initializers[name]))
+        names = {"rows": name + EMBEDDING_ROWS, "scales": name + EMBEDDING_SCALES, "zero": name + ".zero_point"}
+        graph.initializer.extend([numpy_helper.from_array(rows, names["rows"]),
+                                  numpy_helper.from_array(scales, names["scales"]),
+                                  numpy_helper.from_array(np.zeros(len(scales), np.int8), names["zero"])])
+        graph.initializer.remove(initializers[name])
+        for node, kind in readers[name]:
+            position = list(graph.node).index(node)
+            out, n = node.output[0], node.name or kind
+            unsqueeze = (helper.make_node("Unsqueeze", [f"{out}.scale_rows", last], [f"{out}.scale"], name=f"{n}.axes")
+                         if opset >= 13 else
+                         helper.make_node("Unsqueeze", [f"{out}.scale_rows"], [f"{out}.scale"], axes=[-1],
+                                          name=f"{n}.axes"))
+            new = [
+                helper.make_node("Gather", [names["rows"], "input_ids"], [f"{out}.columns"], axis=1, name=f"{n}.rows"),
+                helper.make_node("Transpose", [f"{out}.columns"], [f"{out}.int8"], name=f"{n}.transpose",
+                                 perm=list(range(1, _rank(graph, "input_ids") + 1)) + [0]),
+                helper.make_node("Gather", [names["scales"], "input_ids"], [f"{out}.scale_rows"], name=f"{n}.scales"),
+                unsqueeze,
+                helper.make_node("Cast", [f"{out}.int8"], [f"{out}.float"], to=onnx.TensorProto.FLOAT, name=f"{n}.cast"),
+                helper.make_node("Mul", [f"{out}.float", f"{out}.scale"], [out], name=f"{n}.dequantize"),
+            ] if kind == "gather" else [
+                helper.make_node("DynamicQuantizeLinear", [node.input[0]],
+                                 [f"{out}.x_int8", f"{out}.x_scale", f"{out}.x_zero"], name=f"{n}.quantize"),
+                helper.make_node("Mul", [f"{out}.x_scale", names["scales"]], [f"{out}.scales"], name=f"{n}.scales"),
+                helper.make_node("MatMulInteger", [f"{out}.x_int8", names["rows"], f"{out}.x_zero", names["zero"]],
+                                 [f"{out}.int32"], name=f"{n}.matmul"),
+                helper.make_node("Cast", [f"{out}.int32"], [f"{out}.float"], to=onnx.TensorProto.FLOAT, name=f"{n}.cast"),
+                helper.make_node("Mul", [f"{out}.float", f"{out}.scales"],
+                                 [f"{out}.matmul" if len(node.input) > 2 and node.input[2] else out],
+                                 name=f"{n}.dequantize"),
+            ] + ([helper.make_node("Add", [f"{out}.matmul", node.input[2]], [out], name=f"{n}.bias")]
+                 if len(node.input) > 2 and node.input[2] else [])
+            graph.node.remove(node)
+            for offset, made in enumerate(new):
+                graph.node.insert(position + offset, made)
+    return len(tables)
 
 
 def quantize_int8(src: Path, dst: Path, per_channel: bool = PER_CHANNEL, reduce_range: bool = REDUCE_RANGE,
@@ -143,7 +187,6 @@ def quantize_int8(src: Path, dst: Path, per_channel: bool = PER_CHANNEL, reduce_
 
     model = onnx.load(str(src))
     drop_initializer_value_info(model)
-    untie_gemm_weights(model)
     int8_embeddings(model)
     external = external or too_big(model)
     fd, cleaned = tempfile.mkstemp(prefix=".cleaned.", suffix=".onnx", dir=Path(dst).parent)

@@ -380,7 +380,7 @@ def _int8_variant(model, staging: Path, enc: Path, dec: Path, names: GraphNames,
                              "reduce_range": quantize.REDUCE_RANGE,
                              # the embedding table of every int8 graph: quantize.int8_embeddings
                              "embeddings": {"weight_type": "QInt8", "per_row": True, "symmetric": True,
-                                            "max": quantize.TABLE_INT8_MAX, "layout": "[D, V]",
+                                            "max": quantize.TABLE_INT8_MAX, "layout": "[V, D]",
                                             "read_by": "Gathers of input_ids and output projections of the table"}},
             **entry,
             "thresholds": {"top1_agreement": parity.MIN_TOP1_AGREEMENT,

@@ -14,15 +14,17 @@ int8  (--int8): dynamic quantisation of the MatMul weights (onnxruntime.quantiza
       and VNNI alike: the integer part of an int8 step no longer depends on the CPU (onnxruntime's
       quantization docs advise reduce_range for these CPUs); only the fp32 parts' rounding remains.
       The embedding table and the output projection are one int8 table (`int8_embeddings`, `int8_table`),
-      written before quantize_dynamic sees the graph: int8 rows 7-bit as the other weights (one float32 scale per
-      row, max |row| / 64), stored transposed [D, V], the layout of the projection's MatMulInteger (per column,
-      quantize_dynamic's own node pattern, which onnxruntime fuses into DynamicQuantizeMatMul). The embedding
-      Gathers its columns (axis 1), transposes them and multiplies each by its scale (Cast, Mul: standard ops,
-      onnxruntime-web runs them as the CPU does). Every int8 graph (encoder, step, few-rows step) quantises the
-      same float32 table to the same bytes, so the export's shared weights (graph_files.share_weights) store it
-      once per variant: at vocab 32000 and d_model 512 the float32 tables were 188 MiB of an int8 package (three
-      graphs), then two int8 copies (per-row 8-bit embedding, per-column 7-bit projection) 31 MiB, now one of
-      16 MiB. With untied embeddings each table is still quantised once, read by whatever reads it.
+      written before quantize_dynamic sees the graph: int8 rows [V, D], 7-bit as the other weights (one float32
+      scale per row, max |row| / 64). The embedding Gathers its rows and multiplies each by its scale (Cast, Mul:
+      standard ops); the output projection reads the same rows as its transposed per-column weight through
+      onnxruntime's QGemm (com.microsoft, transB=1, float32 output, after a DynamicQuantizeLinear of its input: the
+      integers of quantize_dynamic's MatMulInteger over a [D, V] copy, bit for bit, and no slower). A [D, V] table
+      that both read was tried first: the embedding's Gather along axis 1 cost 2 ms a step at 64 rows. Every int8
+      graph (encoder, step, few-rows step) quantises the same float32 table to the same bytes, so the export's
+      shared weights (graph_files.share_weights) store it once per variant: at vocab 32000 and d_model 512 the
+      float32 tables were 188 MiB of an int8 package (three graphs), then two int8 copies (per-row 8-bit
+      embedding, per-column 7-bit projection) 31 MiB, now one of 16 MiB. With untied embeddings each table is
+      still quantised once, read by whatever reads it.
 int8, few rows (format 2, with --int8 --few-rows): the int8 decoder step a second time, for steps of at most
       FEW_ROWS_MAX rows, its embedding int8 as the step's, its weight MatMuls as onnxruntime's MatMulNBits (8-bit symmetric blocks of
       FEW_ROWS_BLOCK along the input axis, activations quantised per block at run time: accuracy_level 4), made
@@ -44,7 +46,6 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
-from collections import Counter
 from pathlib import Path
 from typing import Sequence
 
@@ -73,27 +74,17 @@ def drop_initializer_value_info(model: onnx.ModelProto) -> int:
     return dropped
 
 
-def input_readers(model: onnx.ModelProto) -> Counter:
-    """How many node inputs of the graph read each name."""
-    return Counter(name for node in model.graph.node for name in node.input)
-
-
 def int8_table(weights):
-    """A float32 table [V, D] -> (its int8 copy transposed [D, V], one float32 scale per row [V]): symmetric 7-bit
-    rows as REDUCE_RANGE's (onnxruntime's quantizer: scale max |row| / 64, round half to even, clip to +-64), so the
-    output projection's integer GEMM can read it as its per-column weight (module docstring)."""
+    """A float32 table [V, D] -> (its int8 rows [V, D], one float32 scale per row [V]): symmetric 7-bit rows as
+    REDUCE_RANGE's (onnxruntime's quantizer: scale max |row| / 64, round half to even, clip to +-64), so the output
+    projection's integer GEMM can read them as its per-column weight (module docstring)."""
     import numpy as np
 
     absmax = np.abs(weights).max(axis=1).astype(np.float64)                     # [V]
     scales = (absmax / TABLE_INT8_MAX).astype(np.float32)
     scales[scales == 0] = 1.0                                                    # a zero row stays zeros
     rows = np.clip(np.rint(weights / scales[:, None]), -TABLE_INT8_MAX, TABLE_INT8_MAX).astype(np.int8)
-    return np.ascontiguousarray(rows.T), scales
-
-
-def _rank(graph: onnx.GraphProto, name: str) -> int:
-    """The rank of the graph input `name` (input_ids: [batch, len] in the encoder, [rows, 1] in the step)."""
-    return next(len(i.type.tensor_type.shape.dim) for i in graph.input if i.name == name)
+    return rows, scales
 
 
 def _table_reader(node: onnx.NodeProto, initializers) -> str:
@@ -115,11 +106,11 @@ def _table_reader(node: onnx.NodeProto, initializers) -> str:
 
 def int8_embeddings(model: onnx.ModelProto) -> int:
     """Each float32 table [V, D] that only Gathers of input_ids (the embedding) and output projections (a Gemm, B
-    transposed) read -> one int8 copy [D, V] with a scale per row [V] (`int8_table`), read by all of them, under
+    transposed) read -> one int8 copy [V, D] with a scale per row [V] (`int8_table`), read by all of them, under
     the old output names (module docstring):
-      Gather:     Gather(int8 [D, V], input_ids, axis 1) [D, ...] -> Transpose [..., D] -> Cast -> Mul(its scales)
-      projection: DynamicQuantizeLinear(x) -> MatMulInteger(x_q, int8 [D, V], x_zero, 0) -> Cast -> Mul(x_scale *
-                  scales) (+ C): quantize_dynamic's own pattern, which onnxruntime fuses into DynamicQuantizeMatMul
+      Gather:     Gather(int8 [V, D], input_ids) [..., D] -> Cast -> Mul(its scales)
+      projection: DynamicQuantizeLinear(x) -> com.microsoft QGemm(x_q, x_scale, x_zero, int8 [V, D], scales, 0,
+                  transB=1) -> float32 (+ C by an Add: QGemm's own bias is int32)
     -> how many tables."""
     import numpy as np
     from onnx import helper, numpy_helper
@@ -136,8 +127,12 @@ def int8_embeddings(model: onnx.ModelProto) -> int:
     if not tables:
         return 0
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
-    last = "last_axis" + EMBEDDING_SCALES
-    graph.initializer.append(numpy_helper.from_array(np.array([-1], np.int64), last))
+    last = "int8_table.last_axis"                                   # Unsqueeze's axes, an input since opset 13
+    if opset >= 13:
+        graph.initializer.append(numpy_helper.from_array(np.array([-1], np.int64), last))
+    if any(kind == "projection" for name in tables for _, kind in readers[name]) and not any(
+            o.domain == "com.microsoft" for o in model.opset_import):
+        model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
     for name in tables:
         rows, scales = int8_table(numpy_helper.to_array(initializers[name]))
         names = {"rows": name + EMBEDDING_ROWS, "scales": name + EMBEDDING_SCALES, "zero": name + ".zero_point"}
@@ -148,14 +143,13 @@ def int8_embeddings(model: onnx.ModelProto) -> int:
         for node, kind in readers[name]:
             position = list(graph.node).index(node)
             out, n = node.output[0], node.name or kind
+            bias = node.input[2] if kind == "projection" and len(node.input) > 2 and node.input[2] else ""
             unsqueeze = (helper.make_node("Unsqueeze", [f"{out}.scale_rows", last], [f"{out}.scale"], name=f"{n}.axes")
                          if opset >= 13 else
                          helper.make_node("Unsqueeze", [f"{out}.scale_rows"], [f"{out}.scale"], axes=[-1],
                                           name=f"{n}.axes"))
             new = [
-                helper.make_node("Gather", [names["rows"], "input_ids"], [f"{out}.columns"], axis=1, name=f"{n}.rows"),
-                helper.make_node("Transpose", [f"{out}.columns"], [f"{out}.int8"], name=f"{n}.transpose",
-                                 perm=list(range(1, _rank(graph, "input_ids") + 1)) + [0]),
+                helper.make_node("Gather", [names["rows"], "input_ids"], [f"{out}.int8"], name=f"{n}.rows"),
                 helper.make_node("Gather", [names["scales"], "input_ids"], [f"{out}.scale_rows"], name=f"{n}.scales"),
                 unsqueeze,
                 helper.make_node("Cast", [f"{out}.int8"], [f"{out}.float"], to=onnx.TensorProto.FLOAT, name=f"{n}.cast"),
@@ -163,15 +157,10 @@ def int8_embeddings(model: onnx.ModelProto) -> int:
             ] if kind == "gather" else [
                 helper.make_node("DynamicQuantizeLinear", [node.input[0]],
                                  [f"{out}.x_int8", f"{out}.x_scale", f"{out}.x_zero"], name=f"{n}.quantize"),
-                helper.make_node("Mul", [f"{out}.x_scale", names["scales"]], [f"{out}.scales"], name=f"{n}.scales"),
-                helper.make_node("MatMulInteger", [f"{out}.x_int8", names["rows"], f"{out}.x_zero", names["zero"]],
-                                 [f"{out}.int32"], name=f"{n}.matmul"),
-                helper.make_node("Cast", [f"{out}.int32"], [f"{out}.float"], to=onnx.TensorProto.FLOAT, name=f"{n}.cast"),
-                helper.make_node("Mul", [f"{out}.float", f"{out}.scales"],
-                                 [f"{out}.matmul" if len(node.input) > 2 and node.input[2] else out],
-                                 name=f"{n}.dequantize"),
-            ] + ([helper.make_node("Add", [f"{out}.matmul", node.input[2]], [out], name=f"{n}.bias")]
-                 if len(node.input) > 2 and node.input[2] else [])
+                helper.make_node("QGemm", [f"{out}.x_int8", f"{out}.x_scale", f"{out}.x_zero", names["rows"],
+                                           names["scales"], names["zero"]], [f"{out}.matmul" if bias else out],
+                                 domain="com.microsoft", transB=1, name=f"{n}.qgemm"),
+            ] + ([helper.make_node("Add", [f"{out}.matmul", bias], [out], name=f"{n}.bias")] if bias else [])
             graph.node.remove(node)
             for offset, made in enumerate(new):
                 graph.node.insert(position + offset, made)

@@ -152,7 +152,8 @@ def int8_embeddings(model: onnx.ModelProto) -> int:
                 helper.make_node("Gather", [names["rows"], "input_ids"], [f"{out}.int8"], name=f"{n}.rows"),
                 helper.make_node("Gather", [names["scales"], "input_ids"], [f"{out}.scale_rows"], name=f"{n}.scales"),
                 unsqueeze,
-                helper.make_node("Cast", [f"{out}.int8"], [f"{out}.float"], to=onnx.TensorProto.FLOAT, name=f"{n}.cast"),
+                helper.make_node("Cast", [f"{out}.int8"], [f"{out}.float"], to=onnx.TensorProto.FLOAT,
+                                 name=f"{n}.cast"),
                 helper.make_node("Mul", [f"{out}.float", f"{out}.scale"], [out], name=f"{n}.dequantize"),
             ] if kind == "gather" else [
                 helper.make_node("DynamicQuantizeLinear", [node.input[0]],

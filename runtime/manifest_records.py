@@ -28,11 +28,6 @@ TARGET_TOKEN = ("source_prefix", "forced_bos")           # how the target langua
 GENERATION_FIELDS = tuple(f.name for f in fields(DecodingOptions) if f.name not in ("seed", "return_attention"))
 
 
-def _shown(value: Any) -> str:
-    """A value in a message as the manifest's other fields show it (manifest_fields.short)."""
-    return short(value)
-
-
 def _bad(where: Path, name: str, should: str, got: Any) -> ModelPackageError:
     text = repr(got)
     return ModelPackageError(f"{where}: the field {name} should be {should}, got "
@@ -124,7 +119,7 @@ class Languages:
                 and not (code in self.source and self.source_token)
             token_id = (target_tokenizer if on_target else source_tokenizer).token_to_id(token)
             if token_id is None:
-                raise ModelPackageError(f"{where}: languages.tokens[{_shown(code)}] = {_shown(token)} is not a token "
+                raise ModelPackageError(f"{where}: languages.tokens[{short(code)}] = {short(token)} is not a token "
                                         f"of the {'target' if on_target else 'source'} tokenizer; {REEXPORT}")
             ids[code] = token_id
         return ids

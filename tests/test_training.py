@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from fixtures_training import DE, EN, TINY_STEPS, TINY_TARGET, TINY_VOCAB, toy_pairs, write_tsv
+from fixtures_training import (DE, EN, TINY_LR_FACTOR, TINY_STEPS, TINY_TARGET, TINY_VOCAB, TINY_WARMUP, toy_pairs,
+                               write_tsv)
 from seq2onnx.runtime.cli import main as cli_main
 from seq2onnx.runtime.config import ModelConfig
 from seq2onnx.runtime.errors import Seq2OnnxError
@@ -96,9 +97,9 @@ def test_lr_schedule_follows_the_paper_formula(tiny_run):
         assert optimizer.param_groups[0]["lr"] == pytest.approx(noam_lr(n, 64, 10, 0.5), rel=1e-12)
         optimizer.step()
         scheduler.step()
-    # and so did the tiny run (lr 0.4, warmup 50), logged at the steps it was used for
+    # and so did the tiny run (its lr factor and warmup), logged at the steps it was used for
     for r in records(tiny_run, "train"):
-        assert r["lr"] == pytest.approx(noam_lr(r["step"], 64, 50, 0.4), rel=1e-9)
+        assert r["lr"] == pytest.approx(noam_lr(r["step"], 64, TINY_WARMUP, TINY_LR_FACTOR), rel=1e-9)
 
 
 # --- checkpoints ------------------------------------------------------------------------------

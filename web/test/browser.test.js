@@ -76,7 +76,8 @@ describe("the demo page in Chromium", { skip: SKIP && "SEQ2ONNX_SKIP_BROWSER=1: 
         "chromium), or set SEQ2ONNX_CHROMIUM to a Chromium executable; SEQ2ONNX_SKIP_BROWSER=1 skips this test");
     }
     const { chromium } = await import("playwright-core");
-    texts = [...(await numberTexts(Array.from({ length: 334 }, (_, i) => 3 * i), ["canonical", "digits"])), ...ODD_LINES];
+    // every 6th number in words and in digits, and the odd lines (362 texts; Node's parity test has all 1000 numbers)
+    texts = [...(await numberTexts(Array.from({ length: 167 }, (_, i) => 6 * i), ["canonical", "digits"])), ...ODD_LINES];
     python = await runPython(CONFIGS.map(([computeType, o]) => ({ op: "translate", model: MODEL_DIR, compute_type: computeType,
       texts, options: pythonOptions(o) })));
     for (const [name, [change]] of Object.entries(BROKEN)) {
@@ -121,7 +122,7 @@ describe("the demo page in Chromium", { skip: SKIP && "SEQ2ONNX_SKIP_BROWSER=1: 
   });
 
   test("a fixed list, batched, against Python and against onnxruntime-web's kernels in Node", async (t) => {
-    assert.ok(texts.length >= 600, `only ${texts.length} inputs`);
+    assert.ok(texts.length >= 350, `only ${texts.length} inputs`);
     const translators = {};
     for (const [k, [computeType, options]] of CONFIGS.entries()) {
       const js = await page.evaluate(async ([list, computeType, options]) => {

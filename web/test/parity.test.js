@@ -122,7 +122,9 @@ const OPTION_CASES = [
 describe("decoding options, Node against Python", () => {
   let texts, prefixes;
   before(async () => {
-    texts = [...(await numberTexts(NUMBERS.filter((n) => n % 10 === 3), ["canonical", "digits"])), ...ODD_LINES];
+    // 50 numbers in words and in digits and the odd lines (128 texts; every 10th number took 97 of the suite's 537 s
+    // on CI): the full 1000 numbers are the parity tests' above, this is each option's rule
+    texts = [...(await numberTexts(NUMBERS.filter((n) => n % 20 === 3), ["canonical", "digits"])), ...ODD_LINES];
     prefixes = texts.map((_, i) => [null, "", "drei", "neunhundert", "x y"][i % 5]);
   });
 

@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))   # the suite's toy task
-from fixtures_training import TINY_STEPS, TINY_TARGET, TINY_VOCAB, toy_pairs, write_tsv  # noqa: E402
+from fixtures_training import (TINY_LR_FACTOR, TINY_STEPS, TINY_TARGET, TINY_VOCAB, TINY_WARMUP,  # noqa: E402
+                               toy_pairs, write_tsv)
 
 from seq2onnx.training.model import INIT_CHOICES  # noqa: E402
 from seq2onnx.training.train import TrainArgs, train  # noqa: E402
@@ -24,7 +25,8 @@ from seq2onnx.training.train import TrainArgs, train  # noqa: E402
 TASKS = {
     # name: (train pairs, valid pairs, TrainArgs overrides) -- the toy task as the fixture trains it
     "toy (fixture)": (lambda: toy_pairs(4000, seed=1), lambda: toy_pairs(100, seed=2),
-                      dict(max_tokens=1024, lr_factor=0.4, warmup_steps=50, max_steps=2 * TINY_STEPS)),
+                      dict(max_tokens=1024, lr_factor=TINY_LR_FACTOR, warmup_steps=TINY_WARMUP,
+                           max_steps=2 * TINY_STEPS)),
     "copy 1-5 words": (lambda: [(s, s) for s, _ in toy_pairs(3000, seed=11, min_words=1, max_words=5)],
                        lambda: [(s, s) for s, _ in toy_pairs(100, seed=12, min_words=1)],
                        dict(max_tokens=1024, lr_factor=0.3, warmup_steps=50, max_steps=600)),

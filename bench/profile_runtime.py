@@ -8,7 +8,9 @@ Three views of the same work (source 32, exactly --length generated tokens):
      and the share spent inside onnxruntime's InferenceSession.run;
   2. a bare greedy loop over the package's graphs on batch x beam rows (encoder once, then
      decoder_step feeding present -> past, argmax in numpy): the floor for any runtime built on
-     these graphs as they are (for beam, the same graph work without the beam bookkeeping);
+     these graphs as they are (for beam, the same graph work without the beam bookkeeping); for a package whose
+     step writes its cache in place (contract 3) no floor: the loop feeds past and takes present as new arrays,
+     so onnxruntime copies the cache every step, where the runtime binds one buffer for both;
   3. onnxruntime's own profiler on that loop: decoder time per operator type, per step.
 PACKAGE defaults to the benchmark's package (bench/.cache/base/package, built by bench/run.py).
 --device cuda runs view 1 alone (views 2 and 3 time the CPU provider).
@@ -61,7 +63,8 @@ def bare_loop(encoder: ort.InferenceSession, decoder: ort.InferenceSession, cfg:
     rows = len(sources)
     cross = dict(zip([o.name for o in encoder.get_outputs()],
                      encoder.run(None, {"input_ids": ids, "attention_mask": mask})))
-    fixed = any(i.name == PAST_LENGTH for i in decoder.get_inputs())      # format 2: a cache of capacity `length`
+    fixed = any(i.name == PAST_LENGTH for i in decoder.get_inputs())      # format 2/3: a cache of capacity `length`
+    past_length_shape = next(((rows,) * len(i.shape) for i in decoder.get_inputs() if i.name == PAST_LENGTH), ())
     shape = (rows, cfg.n_heads, length if fixed else 0, cfg.head_dim)
     past = {name: np.zeros(shape, np.float32) for name in cache_names("past", cfg.decoder_layers)}
     out_names = [o.name for o in decoder.get_outputs()]
@@ -70,8 +73,8 @@ def bare_loop(encoder: ort.InferenceSession, decoder: ort.InferenceSession, cfg:
     for step in range(length):
         t0 = time.perf_counter()
         feed = {"input_ids": last, "encoder_attention_mask": mask, **past, **cross}
-        if fixed:
-            feed[PAST_LENGTH] = np.array(step, dtype=np.int64)
+        if fixed:     # contract 2: one 0-d past_length for all rows; contract 3: each row's, [R]
+            feed[PAST_LENGTH] = np.full(past_length_shape, step, dtype=np.int64)
         outs = dict(zip(out_names, decoder.run(None, feed)))
         logp = outs["log_probs"]                                            # [R, V]
         logp[:, [cfg.pad_id, cfg.bos_id, cfg.eos_id]] = -np.inf             # EOS forbidden: min length = length

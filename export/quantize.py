@@ -127,18 +127,20 @@ def int8_embeddings(model: onnx.ModelProto) -> int:
     if not tables:
         return 0
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
+    kinds = {name: {kind for _, kind in readers[name]} for name in tables}     # what reads each table
     last = "int8_table.last_axis"                                   # Unsqueeze's axes, an input since opset 13
-    if opset >= 13:
+    if opset >= 13 and any("gather" in k for k in kinds.values()):
         graph.initializer.append(numpy_helper.from_array(np.array([-1], np.int64), last))
-    if any(kind == "projection" for name in tables for _, kind in readers[name]) and not any(
+    if any("projection" in k for k in kinds.values()) and not any(
             o.domain == "com.microsoft" for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
     for name in tables:
         rows, scales = int8_table(numpy_helper.to_array(initializers[name]))
         names = {"rows": name + EMBEDDING_ROWS, "scales": name + EMBEDDING_SCALES, "zero": name + ".zero_point"}
         graph.initializer.extend([numpy_helper.from_array(rows, names["rows"]),
-                                  numpy_helper.from_array(scales, names["scales"]),
-                                  numpy_helper.from_array(np.zeros(len(scales), np.int8), names["zero"])])
+                                  numpy_helper.from_array(scales, names["scales"])])
+        if "projection" in kinds[name]:                             # QGemm's weight zero point (the Gathers need none)
+            graph.initializer.append(numpy_helper.from_array(np.zeros(len(scales), np.int8), names["zero"]))
         graph.initializer.remove(initializers[name])
         for node, kind in readers[name]:
             position = list(graph.node).index(node)

@@ -63,8 +63,8 @@ def bare_loop(encoder: ort.InferenceSession, decoder: ort.InferenceSession, cfg:
     rows = len(sources)
     cross = dict(zip([o.name for o in encoder.get_outputs()],
                      encoder.run(None, {"input_ids": ids, "attention_mask": mask})))
-    fixed = any(i.name == PAST_LENGTH for i in decoder.get_inputs())      # format 2/3: a cache of capacity `length`
-    past_length_shape = next(((rows,) * len(i.shape) for i in decoder.get_inputs() if i.name == PAST_LENGTH), ())
+    past_length = next((i for i in decoder.get_inputs() if i.name == PAST_LENGTH), None)
+    fixed = past_length is not None                                     # format 2/3: a cache of capacity `length`
     shape = (rows, cfg.n_heads, length if fixed else 0, cfg.head_dim)
     past = {name: np.zeros(shape, np.float32) for name in cache_names("past", cfg.decoder_layers)}
     out_names = [o.name for o in decoder.get_outputs()]
@@ -74,7 +74,7 @@ def bare_loop(encoder: ort.InferenceSession, decoder: ort.InferenceSession, cfg:
         t0 = time.perf_counter()
         feed = {"input_ids": last, "encoder_attention_mask": mask, **past, **cross}
         if fixed:     # contract 2: one 0-d past_length for all rows; contract 3: each row's, [R]
-            feed[PAST_LENGTH] = np.full(past_length_shape, step, dtype=np.int64)
+            feed[PAST_LENGTH] = np.full((rows,) * len(past_length.shape), step, dtype=np.int64)
         outs = dict(zip(out_names, decoder.run(None, feed)))
         logp = outs["log_probs"]                                            # [R, V]
         logp[:, [cfg.pad_id, cfg.bos_id, cfg.eos_id]] = -np.inf             # EOS forbidden: min length = length

@@ -393,3 +393,54 @@ def test_beam_search_keeps_a_live_beam_that_beats_the_finished_ones():
     # the num_hypotheses-th best finished against the best live beam
     assert beam_done([-0.2, -9.0, -0.5], 2, 2, -0.5) and not beam_done([-0.2, -9.0, -0.5], 2, 2, -0.4)
     assert beam_done([-0.2, -9.0, -0.5], 2, 1, -0.4) and not beam_done([-0.2, -9.0, -0.5], 4, 1, -0.4)
+
+
+# --- a continuous batch's bookkeeping (RunningBatch) --------------------------------------------------------
+def _run_cost(widths, counts, starts, run_tokens):
+    ends = [*starts[1:], len(widths)]
+    return sum(run_tokens + widths[a] * sum(counts[a:b]) for a, b in zip(starts, ends))
+
+
+@given(st.lists(st.tuples(st.integers(1, 80), st.integers(1, 4)), min_size=1, max_size=7), st.integers(0, 40))
+@PROPERTY
+def test_encoder_runs_cut_at_the_least_cost(groups, run_tokens):
+    """Every way to cut the groups (by width, longest first) into runs, tried: none costs less than encoder_runs'."""
+    from itertools import combinations
+
+    from seq2onnx.runtime.decoding import encoder_runs
+    groups.sort(key=lambda g: -g[0])
+    widths, counts = [w for w, _ in groups], [c for _, c in groups]
+    starts = encoder_runs(widths, counts, run_tokens)
+    assert starts[0] == 0 and starts == sorted(set(starts))
+    n = len(widths)
+    best = min(_run_cost(widths, counts, [0, *cut], run_tokens)
+               for k in range(n) for cut in combinations(range(1, n), k))
+    assert _run_cost(widths, counts, starts, run_tokens) == best
+
+
+def test_encoder_runs_keep_a_long_source_from_padding_short_ones():
+    from seq2onnx.runtime.decoding import encoder_runs
+    assert encoder_runs([60, 4, 3, 3, 2, 2, 2], [1] * 7, run_tokens=12) == [0, 1]
+    assert encoder_runs([5, 4, 4], [1, 1, 1], run_tokens=12) == [0]         # a run costs more than its padding
+
+
+@given(st.lists(st.tuples(st.integers(1, 4), st.booleans(), st.integers(0, 4)), min_size=1, max_size=24))
+@PROPERTY
+def test_fill_places_moves_no_more_rows_than_keeping_the_order(batch):
+    """fill_places orders the Decodings that go on (each once); gathering the rows in its order moves no more rows
+    than in the old order; with one row each, a gap is filled from the end and only those rows move."""
+    from seq2onnx.runtime.decoding import fill_places
+    sizes = [s for s, _, _ in batch]
+    kept = [None if ended else np.arange(min(s, s - shrink) if shrink < s else s) for s, ended, shrink in batch]
+    starts = np.cumsum([0, *sizes])
+
+    def moved(order):
+        index = np.concatenate([starts[i] + kept[i] for i in order]) if order else np.arange(0)
+        return int((index != np.arange(len(index))).sum())
+    order = fill_places(sizes, kept)
+    alive = [i for i, k in enumerate(kept) if k is not None]
+    assert sorted(order) == alive
+    assert moved(order) <= moved(alive)
+    if all(s == 1 for s in sizes):
+        ended = len(sizes) - len(alive)
+        assert moved(order) <= ended

@@ -4,8 +4,8 @@
     python bench/serve.py --quick          # a smoke run on the tiny model: bench/.cache/results/serve-quick.*
     python bench/serve.py --systems continuous ct2-2x1 ct2-1x2 --precisions int8 --beams 1 --clients 16
 
-Systems, each a server process of its own on 127.0.0.1 with 2 threads, started, warmed up, measured and stopped
-in turn (uvicorn + runtime/serve/app.py's create_app for all):
+Systems, each a server process of its own on 127.0.0.1 with 2 threads, all started together per precision and
+measured in turn (uvicorn + runtime/serve/app.py's create_app for all):
   continuous   seq2onnx serve --batching continuous (rows join the running batch at each decoder step), one
                scheduler of 2 onnxruntime threads;
   continuous-2x1  the same with --instances 2 --intra-threads 1: two schedulers of one thread over the one model;
@@ -19,8 +19,11 @@ The model is the bench's base model (bench/base_model.py; our package and the CT
 by bench/build.py), int8 and fp32.
 
 Load: an async aiohttp client in this process (closed_loop: why not httpx), N closed-loop clients (each sends its
-next request as soon as the previous one is answered), single-sentence POST /v1/translate requests for --warmup +
---duration seconds; what completes in the last --duration seconds is counted. Sentences: word counts drawn from the
+next request as soon as the previous one is answered), single-sentence POST /v1/translate requests. A cell's
+--duration seconds are split into --rounds rounds; in each round every system in turn gets --warmup seconds of load
+and then its share of the counted seconds (what completes in them is counted), in the reverse order every other
+round: the machine is shared, and its speed drifts from minute to minute by more than the differences measured,
+so every system's seconds fall across the same minutes. Sentences: word counts drawn from the
 English msgids of the gettext catalogs under /usr/share/locale (training/gettext_data.py; a fixed distribution of
 the same shape when none is installed), words drawn from the model's WordLevel vocabulary. The random model rarely
 ends a sentence on its own, so every request fixes its output length: min_decoding_length = max_decoding_length = L,
@@ -36,8 +39,8 @@ bucket): the static batchers' best case.
 
 Reported per cell (precision, beam, clients, system): sentences/s, generated tokens/s, latency p50/p95/p99 (ms), the
 server's peak RSS (VmHWM of its process, since it started: read after the cell), errors. Plus, per precision and
-beam, our Translator.translate_batch([one sentence]) called directly in this process, one sentence after another
-(client 0's sentences, in its order): its p50 against ours continuous at 1 client.
+beam, 1 client two ways in turn (paired_p50): each of client 0's sentences sent to ours continuous, then given to
+Translator.translate_batch([it]) called directly in this process; their p50s.
 """
 from __future__ import annotations
 
@@ -86,8 +89,9 @@ class Settings:
     vocab_size: int = 8000
     seed: int = 0
     threads: int = 2                    # intra-op threads of every server (inter x intra = 2 for CTranslate2)
-    duration: float = 6.0               # seconds counted per cell
-    warmup: float = 1.0                 # seconds of load before them, per cell
+    duration: float = 6.0               # seconds counted per cell, over its rounds
+    warmup: float = 1.0                 # seconds of load before each round's counted seconds
+    rounds: int = 2                     # a cell's seconds split into rounds, the systems in turn within each
     clients: List[int] = field(default_factory=lambda: [1, 4, 16, 64])
     precisions: List[str] = field(default_factory=lambda: ["int8", "fp32"])
     beams: List[int] = field(default_factory=lambda: [1, 4])
@@ -99,7 +103,7 @@ class Settings:
     pool: int = 4096                    # sentences, shared by the clients in turn
 
 
-QUICK = Settings(preset="tiny", vocab_size=1000, duration=2.0, warmup=0.5)
+QUICK = Settings(preset="tiny", vocab_size=1000, duration=2.0, warmup=0.5, rounds=1)
 
 
 # --- the sentences ---------------------------------------------------------------------------------------------
@@ -262,11 +266,12 @@ async def closed_loop(url: str, items: List[Tuple[str, int]], clients: int, beam
     return records
 
 
-def cell_figures(records: List[Record], window: Tuple[float, float]) -> Dict:
-    """What completed inside the counted window: sentences/s, tokens/s, latency percentiles (ms)."""
-    begin, end = window
-    seconds = end - begin
-    done = [r for r in records if r.status == 200 and begin <= r.end <= end]
+def cell_figures(rounds: List[Tuple[List[Record], Tuple[float, float]]]) -> Dict:
+    """What completed inside the counted windows of a cell's rounds (records, (begin, end)): sentences/s, tokens/s,
+    latency percentiles (ms)."""
+    seconds = sum(end - begin for _, (begin, end) in rounds)
+    done = [r for records, (begin, end) in rounds for r in records if r.status == 200 and begin <= r.end <= end]
+    records = [r for records, _ in rounds for r in records]
     latency = np.array([1000 * (r.end - r.start) for r in done]) if done else np.zeros(1)
     errors = [r for r in records if r.status != 200]
     return {"sentences": len(done), "sentences_per_s": round(len(done) / seconds, 2),
@@ -277,31 +282,78 @@ def cell_figures(records: List[Record], window: Tuple[float, float]) -> Dict:
             "wrong_length": sum(r.tokens != r.length for r in records if r.status == 200)}
 
 
-def run_cell(url: str, items, clients: int, beam: int, st: Settings) -> Dict:
+def run_round(url: str, items, clients: int, beam: int, st: Settings, seconds: float):
+    """One round of a cell: warm-up, then `seconds` counted -> (records, counted window)."""
     started = time.perf_counter()
-    records = asyncio.run(closed_loop(url, items, clients, beam, st.warmup + st.duration))
-    return cell_figures(records, (started + st.warmup, started + st.warmup + st.duration))
+    records = asyncio.run(closed_loop(url, items, clients, beam, st.warmup + seconds))
+    return records, (started + st.warmup, started + st.warmup + seconds)
 
 
-def direct_p50(package: Path, precision: str, items, beam: int, st: Settings) -> Dict:
-    """Translator.translate_batch([one]) in this process, client 0's sentences one after another: its latency."""
+def run_cell(url: str, items, clients: int, beam: int, st: Settings) -> Dict:
+    """A cell of one server alone, its rounds back to back (bench/serve_ab.py)."""
+    return cell_figures([run_round(url, items, clients, beam, st, st.duration / st.rounds)
+                         for _ in range(st.rounds)])
+
+
+def paired_p50(url: str, package: Path, precision: str, items, beam: int, st: Settings) -> Dict:
+    """1 client, two ways in turn, client 0's sentences one after another: each sentence a POST /v1/translate to the
+    server (the cells' aiohttp client), then Translator.translate_batch([it]) called directly in this process while
+    the server idles. Both in the same seconds: a shared machine's slow and fast minutes fall on both alike. -> their
+    p50s (ms)."""
+    import aiohttp
     from seq2onnx.runtime.translator import Translator
 
     with warnings.catch_warnings():             # the int8 variant's "--skip-int8-validation" (bench/build.py)
         warnings.simplefilter("ignore", UserWarning)
         translator = Translator(str(package), device="cpu", compute_type=PRECISIONS[precision],
                                 intra_threads=st.threads, inter_threads=1)
-    times, k = [], 0
-    started = time.perf_counter()
-    while time.perf_counter() < started + st.warmup + st.duration:
-        text, length = items[k % len(items)]
-        k += 1
-        t0 = time.perf_counter()
-        translator.translate_batch([text], beam_size=beam, min_decoding_length=length, max_decoding_length=length)
-        if t0 >= started + st.warmup:
-            times.append(1000 * (time.perf_counter() - t0))
-    return {"precision": precision, "beam": beam, "sentences": len(times),
-            "p50_ms": round(float(np.median(times)), 2) if times else None}
+
+    async def pairs() -> Tuple[List[float], List[float]]:
+        served, direct = [], []
+        async with aiohttp.ClientSession(url) as client:
+            started, k = time.perf_counter(), 0
+            while time.perf_counter() < started + st.warmup + st.duration:
+                text, length = items[k % len(items)]
+                k += 1
+                counted = time.perf_counter() >= started + st.warmup
+                t0 = time.perf_counter()
+                async with client.post("/v1/translate", json=request_body(text, length, beam)) as r:
+                    await r.json()
+                t1 = time.perf_counter()
+                translator.translate_batch([text], beam_size=beam, min_decoding_length=length,
+                                           max_decoding_length=length)
+                if counted:
+                    served.append(1000 * (t1 - t0))
+                    direct.append(1000 * (time.perf_counter() - t1))
+        return served, direct
+    served, direct = asyncio.run(pairs())
+    return {"precision": precision, "beam": beam, "sentences": len(direct),
+            "p50_ms": round(float(np.median(direct)), 2) if direct else None,
+            "continuous_p50_ms": round(float(np.median(served)), 2) if served else None}
+
+
+def measure_cells(servers: Dict[str, "Server"], precision: str, beam: int, clients: int, items,
+                  st: Settings) -> List[Dict]:
+    """One cell per server (all started), measured in st.rounds rounds: within a round the systems in turn, in the
+    reverse order every other round, so that each system's seconds fall across the same minutes as the others' (the
+    machine is shared: its speed drifts between minutes by more than the differences measured)."""
+    systems = list(servers)
+    rounds: Dict[str, List] = {s: [] for s in systems}
+    for r in range(st.rounds):
+        for system in (systems if r % 2 == 0 else systems[::-1]):
+            rounds[system].append(run_round(servers[system].url, items, clients, beam, st, st.duration / st.rounds))
+    cells = []
+    for system in systems:
+        cell = {"precision": precision, "beam": beam, "clients": clients, "system": system,
+                **cell_figures(rounds[system]), "peak_rss_mib": servers[system].peak_rss_mib()}
+        cells.append(cell)
+        print(f"  {precision} beam {beam} {clients:>2} clients {system:>14}: "
+              f"{cell['sentences_per_s']:7.1f} sent/s {cell['tokens_per_s']:7.0f} tok/s  p50 "
+              f"{cell['p50_ms']:7.1f} p99 {cell['p99_ms']:7.1f} ms  {cell['peak_rss_mib']:.0f} MiB"
+              + (f"  errors {cell['errors']}: {cell['first_error']}" if cell["errors"] else "")
+              + (f"  WRONG LENGTH {cell['wrong_length']}" if cell["wrong_length"] else ""),
+              file=sys.stderr, flush=True)
+    return cells
 
 
 # --- the report ------------------------------------------------------------------------------------------------
@@ -338,8 +390,9 @@ def markdown(data: Dict) -> str:
              f"Model: preset {st['preset']}, vocab {st['vocab_size']}, random weights (seed {st['seed']}); every server "
              f"a process of its own with {st['threads']} threads, behind the same HTTP front (uvicorn + create_app). "
              f"Load: {', '.join(map(str, st['clients']))} closed-loop aiohttp clients in the benchmark's process, "
-             f"single-sentence POST /v1/translate, {st['warmup']:g} s warm-up then {st['duration']:g} s counted per "
-             f"cell. Sentences: word counts from {data['sentence_lengths']}; output length L fixed per request "
+             f"single-sentence POST /v1/translate, {st['duration']:g} s counted per cell in {st['rounds']} rounds "
+             f"(each {st['warmup']:g} s warm-up, then its share), the systems in turn within a round. "
+             f"Sentences: word counts from {data['sentence_lengths']}; output length L fixed per request "
              f"(--lengths {st['lengths']}: bench/serve.py). Dynamic batchers wait up to {st['max_wait_ms']:g} ms. "
              "RSS: the server's VmHWM since it started, read after the cell.", ""]
     for precision in st["precisions"]:
@@ -373,7 +426,8 @@ def markdown(data: Dict) -> str:
         lines.append("")
     if data["direct"]:
         lines += ["## 1 client: ours continuous over HTTP against translate_batch([one]) called directly", "",
-                  "Goal: p50 within 10%.", "", "| precision | beam | direct p50 ms | continuous p50 ms | ratio |",
+                  "Goal: p50 within 10%. Each sentence sent to the server, then translated directly, in turn.", "",
+                  "| precision | beam | direct p50 ms | continuous p50 ms | ratio |",
                   "|---|---:|---:|---:|---:|"]
         for d in data["direct"]:
             cont = d.get("continuous_p50_ms")
@@ -393,20 +447,21 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help=f"the tiny model, {QUICK.duration:g} s a cell: a smoke run")
     ap.add_argument("--duration", type=float, help="seconds counted per cell (default 6; quick 2)")
-    ap.add_argument("--warmup", type=float, help="seconds of load before them (default 1; quick 0.5)")
+    ap.add_argument("--warmup", type=float, help="seconds of load before each round's (default 1; quick 0.5)")
+    ap.add_argument("--rounds", type=int, help="rounds a cell's seconds are split into (default 2; quick 1)")
     ap.add_argument("--clients", nargs="+", type=int, help="closed-loop clients (default 1 4 16 64)")
     ap.add_argument("--systems", nargs="+", choices=SYSTEMS, help="default: all")
     ap.add_argument("--precisions", nargs="+", choices=list(PRECISIONS), help="default: int8 fp32")
     ap.add_argument("--beams", nargs="+", type=int, help="beam sizes (default 1 4)")
     ap.add_argument("--max-wait-ms", type=float, help="the dynamic batchers' collection time (default 5)")
     ap.add_argument("--lengths", choices=LENGTHS, help="output length per request (module doc; default buckets)")
-    ap.add_argument("--no-direct", action="store_true", help="skip the direct translate_batch([one]) p50")
+    ap.add_argument("--no-direct", action="store_true", help="skip the 1-client p50 against translate_batch([one])")
     ap.add_argument("--cache", type=Path, default=BENCH / ".cache", help="model files (default bench/.cache)")
     ap.add_argument("--out", type=Path, help="results folder (default bench/results, quick: CACHE/results)")
     args = ap.parse_args(argv)
     st = QUICK if args.quick else Settings()
     given = {"duration": args.duration, "warmup": args.warmup, "clients": args.clients, "systems": args.systems,
-             "precisions": args.precisions, "beams": args.beams, "max_wait_ms": args.max_wait_ms,
+             "precisions": args.precisions, "rounds": args.rounds, "beams": args.beams, "max_wait_ms": args.max_wait_ms,
              "lengths": args.lengths}
     st = replace(st, **{k: v for k, v in given.items() if v is not None})
     out_dir = args.out or (args.cache / "results" if args.quick else BENCH / "results")
@@ -421,34 +476,25 @@ def main(argv=None) -> int:
     cells: List[Dict] = []
     direct: List[Dict] = []
     for precision in st.precisions:
-        for system in st.systems:
-            port = free_port()
-            server = Server(server_command(system, precision, art.package, art.ct2, port, st), port,
-                            out_dir / "serve-logs" / f"{system}-{precision}.log")
-            try:
+        servers: Dict[str, Server] = {}
+        try:
+            for system in st.systems:          # all at once: each cell's rounds take the systems in turn
+                port = free_port()
+                servers[system] = Server(server_command(system, precision, art.package, art.ct2, port, st), port,
+                                         out_dir / "serve-logs" / f"{system}-{precision}.log")
+            for server in servers.values():
                 server.wait_ready()
-                for beam in st.beams:
-                    for clients in st.clients:
-                        cell = {"precision": precision, "beam": beam, "clients": clients, "system": system,
-                                **run_cell(server.url, items, clients, beam, st), "peak_rss_mib": server.peak_rss_mib()}
-                        cells.append(cell)
-                        print(f"  {precision} beam {beam} {clients:>2} clients {system:>10}: "
-                              f"{cell['sentences_per_s']:7.1f} sent/s {cell['tokens_per_s']:7.0f} tok/s  p50 "
-                              f"{cell['p50_ms']:7.1f} p99 {cell['p99_ms']:7.1f} ms  {cell['peak_rss_mib']:.0f} MiB"
-                              + (f"  errors {cell['errors']}: {cell['first_error']}" if cell["errors"] else "")
-                              + (f"  WRONG LENGTH {cell['wrong_length']}" if cell["wrong_length"] else ""),
-                              file=sys.stderr, flush=True)
-            finally:
-                server.stop()
-        if not args.no_direct and 1 in st.clients:
             for beam in st.beams:
-                d = direct_p50(art.package, precision, items, beam, st)
-                cont = next((c for c in cells if (c["precision"], c["beam"], c["clients"], c["system"]) ==
-                             (precision, beam, 1, "continuous")), None)
-                d["continuous_p50_ms"] = cont["p50_ms"] if cont else None
-                direct.append(d)
-                print(f"  {precision} beam {beam} direct translate_batch([one]): p50 {d['p50_ms']} ms "
-                      f"(continuous at 1 client: {d['continuous_p50_ms']})", file=sys.stderr, flush=True)
+                for clients in st.clients:
+                    cells += measure_cells(servers, precision, beam, clients, items, st)
+                if not args.no_direct and 1 in st.clients and "continuous" in servers:
+                    d = paired_p50(servers["continuous"].url, art.package, precision, items, beam, st)
+                    direct.append(d)
+                    print(f"  {precision} beam {beam} 1 client, in turn: continuous p50 {d['continuous_p50_ms']} ms, "
+                          f"direct translate_batch([one]) p50 {d['p50_ms']} ms", file=sys.stderr, flush=True)
+        finally:
+            for server in servers.values():
+                server.stop()
     data = {"stem": stem, "settings": asdict(st), "sentence_lengths": where, "cells": cells,
             "ratios": ratios(cells), "direct": direct, "machine": report.machine(None),
             "load_average_before": load_before[0], "load_average_after": os.getloadavg()[0],

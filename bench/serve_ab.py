@@ -18,7 +18,7 @@ from bench.serve import PRECISIONS, Server, Settings, free_port, run_cell, sente
 
 prec, beam, clients = sys.argv[1], int(sys.argv[2]), [int(x) for x in sys.argv[3].split(",")]
 variants = sys.argv[4:]
-st = Settings(duration=float(os.environ.get("DUR", "8")), warmup=2.0)
+st = Settings(duration=float(os.environ.get("DUR", "8")), warmup=2.0, rounds=1)
 folder = ROOT / "bench" / ".cache" / "base"          # bench/serve.py's model, built by it
 bm = prepare(folder, "base", st.vocab_size, st.seed)
 items, _ = sentences(bm.tokens, st)

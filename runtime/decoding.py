@@ -264,13 +264,14 @@ def encoder_runs(widths: Sequence[int], counts: Sequence[int], run_tokens: int =
     return starts[::-1]
 
 
-def fill_places(sizes: Sequence[int], kept: Sequence[Optional[np.ndarray]]) -> List[int]:
+def fill_places(sizes: Sequence[int], kept: Sequence[Optional[np.ndarray]]) -> Tuple[List[int], np.ndarray]:
     """The order of a batch's Decodings after a step, chosen so that few rows move: kept[i] is Decoding i's rows that
     go on (None: it ended), sizes[i] its rows before. The Decodings whose rows lie within the rows that go on stay
     where they are; the gaps that ended ones leave are filled with the Decodings from past the end (the largest
     that fits first), so the cache and cross K/V move those rows alone (keep gathers only the rows whose place
     changes), not every row after a gap: in a continuous batch jobs end at nearly every step, anywhere in it. A gap
-    they cannot fill exactly shifts what follows. -> the indices of the Decodings that go on, in their new order."""
+    they cannot fill exactly shifts what follows. -> (the indices of the Decodings that go on, in their new order;
+    the batch's rows they go on from, in that order: keep's parents)."""
     starts = np.cumsum([0, *sizes])
     alive = [i for i, p in enumerate(kept) if p is not None]
     total = sum(len(kept[i]) for i in alive)
@@ -288,7 +289,8 @@ def fill_places(sizes: Sequence[int], kept: Sequence[Optional[np.ndarray]]) -> L
             at, gap = at + len(kept[fits]), gap - len(kept[fits])
         order.append(i)
         at += len(kept[i])
-    return order + movers
+    order += movers
+    return order, np.concatenate([starts[i] + kept[i] for i in order]) if order else np.zeros(0, np.int64)
 
 
 def _longest_source(d: "Decoding") -> int:
@@ -391,12 +393,11 @@ class RunningBatch:
                 if attention is not None and d.options.return_attention:
                     mine = attention[rows, :max(len(x) for x in d.sources)]
                 kept.append(d.advance(log_probs[rows], mine, broken))
-        starts = np.cumsum([0, *sizes])
         ended = [d for d in self.decodings if d.done]
-        order = fill_places(sizes, [None if d.done else p for d, p in zip(self.decodings, kept)])
+        order, parents = fill_places(sizes, [None if d.done else p for d, p in zip(self.decodings, kept)])
         self.decodings = [self.decodings[i] for i in order]
         if self.decodings:
-            self.state.keep(np.concatenate([starts[i] + kept[i] for i in order]))
+            self.state.keep(parents)
         else:
             self.state = None
         return ended

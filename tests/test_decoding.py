@@ -427,8 +427,8 @@ def test_encoder_runs_keep_a_long_source_from_padding_short_ones():
 @given(st.lists(st.tuples(st.integers(1, 4), st.booleans(), st.integers(0, 4)), min_size=1, max_size=24))
 @PROPERTY
 def test_fill_places_moves_no_more_rows_than_keeping_the_order(batch):
-    """fill_places orders the Decodings that go on (each once); gathering the rows in its order moves no more rows
-    than in the old order; with one row each, a gap is filled from the end and only those rows move."""
+    """fill_places orders the Decodings that go on (each once), with their rows in that order; gathering them moves
+    no more rows than in the old order; with one row each, a gap is filled from the end and only those rows move."""
     from seq2onnx.runtime.decoding import fill_places
     sizes = [s for s, _, _ in batch]
     kept = [None if ended else np.arange(min(s, s - shrink) if shrink < s else s) for s, ended, shrink in batch]
@@ -437,9 +437,10 @@ def test_fill_places_moves_no_more_rows_than_keeping_the_order(batch):
     def moved(order):
         index = np.concatenate([starts[i] + kept[i] for i in order]) if order else np.arange(0)
         return int((index != np.arange(len(index))).sum())
-    order = fill_places(sizes, kept)
+    order, parents = fill_places(sizes, kept)
     alive = [i for i, k in enumerate(kept) if k is not None]
     assert sorted(order) == alive
+    assert np.array_equal(parents, np.concatenate([starts[i] + kept[i] for i in order]) if order else [])
     assert moved(order) <= moved(alive)
     if all(s == 1 for s in sizes):
         ended = len(sizes) - len(alive)

@@ -295,18 +295,22 @@ def run_cell(url: str, items, clients: int, beam: int, st: Settings) -> Dict:
                          for _ in range(st.rounds)])
 
 
-def paired_p50(url: str, package: Path, precision: str, items, beam: int, st: Settings) -> Dict:
-    """1 client, two ways in turn, client 0's sentences one after another: each sentence a POST /v1/translate to the
-    server (the cells' aiohttp client), then Translator.translate_batch([it]) called directly in this process while
-    the server idles. Both in the same seconds: a shared machine's slow and fast minutes fall on both alike. -> their
-    p50s (ms)."""
-    import aiohttp
+def direct_translator(package: Path, precision: str, st: Settings):
+    """Our Translator in this process, as the servers load it (paired_p50's direct side)."""
     from seq2onnx.runtime.translator import Translator
 
     with warnings.catch_warnings():             # the int8 variant's "--skip-int8-validation" (bench/build.py)
         warnings.simplefilter("ignore", UserWarning)
-        translator = Translator(str(package), device="cpu", compute_type=PRECISIONS[precision],
-                                intra_threads=st.threads, inter_threads=1)
+        return Translator(str(package), device="cpu", compute_type=PRECISIONS[precision], intra_threads=st.threads,
+                          inter_threads=1)
+
+
+def paired_p50(url: str, translator, precision: str, items, beam: int, st: Settings) -> Dict:
+    """1 client, two ways in turn, client 0's sentences one after another: each sentence a POST /v1/translate to the
+    server (the cells' aiohttp client), then translator.translate_batch([it]) called directly in this process while
+    the server idles. Both in the same seconds: a shared machine's slow and fast minutes fall on both alike. -> their
+    p50s (ms)."""
+    import aiohttp
 
     async def pairs() -> Tuple[List[float], List[float]]:
         served, direct = [], []
@@ -477,6 +481,7 @@ def main(argv=None) -> int:
     direct: List[Dict] = []
     for precision in st.precisions:
         servers: Dict[str, Server] = {}
+        direct_side = None                      # paired_p50's Translator, loaded once per precision
         try:
             for system in st.systems:          # all at once: each cell's rounds take the systems in turn
                 port = free_port()
@@ -488,7 +493,9 @@ def main(argv=None) -> int:
                 for clients in st.clients:
                     cells += measure_cells(servers, precision, beam, clients, items, st)
                 if not args.no_direct and 1 in st.clients and "continuous" in servers:
-                    d = paired_p50(servers["continuous"].url, art.package, precision, items, beam, st)
+                    if direct_side is None:
+                        direct_side = direct_translator(art.package, precision, st)
+                    d = paired_p50(servers["continuous"].url, direct_side, precision, items, beam, st)
                     direct.append(d)
                     print(f"  {precision} beam {beam} 1 client, in turn: continuous p50 {d['continuous_p50_ms']} ms, "
                           f"direct translate_batch([one]) p50 {d['p50_ms']} ms", file=sys.stderr, flush=True)

@@ -383,6 +383,13 @@ def test_cli_without_model_dir_is_one_line(capsys):
     assert rc == 2 and err.startswith("seq2onnx info: error: the following arguments are required: MODEL_DIR")
 
 
+def length_limit_warning(line: int, result) -> str:
+    """`seq2onnx translate`'s warning for a line whose translation `result` stopped at the length limit unended."""
+    return (f"seq2onnx translate: warning: line {line}: the translation stopped at the length limit before it ended "
+            f"({len(result.token_ids[0])} tokens): the model may be looping on this input; "
+            "--max-length-a/--max-length-b/--max-decoding-length set the limit")
+
+
 @pytest.mark.parametrize("args, opts", [
     (["--beam-size", "256", "--n-best", "256"], dict(beam_size=256, num_hypotheses=256)),
     (["--max-decoding-length", "0", "--n-best", "2"], dict(max_decoding_length=0, num_hypotheses=2)),
@@ -414,9 +421,7 @@ def test_cli_option_at_its_bound_matches_the_api(tiny_package, tr, tmp_path, cap
         if e.truncated:
             warned.append(f"seq2onnx translate: warning: line {i}: longer than 1 tokens, truncated (--max-input-length)")
         if not e.finished[0]:
-            warned.append(f"seq2onnx translate: warning: line {i}: the translation stopped at the length limit before "
-                          f"it ended ({len(e.token_ids[0])} tokens): the model may be looping on this input; "
-                          "--max-length-a/--max-length-b/--max-decoding-length set the limit")
+            warned.append(length_limit_warning(i, e))
     assert err.splitlines() == warned
 
 
@@ -453,9 +458,7 @@ def test_cli_stdin_of_1000_awkward_lines(tiny_package, tr):
                           f"training ({e.source_unknown_tokens} <unk> piece(s)): it lies outside what the model "
                           "learned, so its translation cannot be trusted")
         if not e.finished[0]:          # the tiny model may loop on an odd line: the warning goes with the result
-            warned.append(f"seq2onnx translate: warning: line {i}: the translation stopped at the length limit before "
-                          f"it ended ({len(e.token_ids[0])} tokens): the model may be looping on this input; "
-                          "--max-length-a/--max-length-b/--max-decoding-length set the limit")
+            warned.append(length_limit_warning(i, e))
     assert [e.truncated for e in expected].count(True) == 1 and sum(e.source_unknown_tokens > 0 for e in expected) > 1
 
     def by_line(lines):

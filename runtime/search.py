@@ -164,8 +164,26 @@ def _row(history: Optional[np.ndarray], row: int) -> Optional[np.ndarray]:
     return None if history is None else history[row]
 
 
+def gap_order(alive: np.ndarray) -> np.ndarray:
+    """The rows that go on (alive: increasing row numbers) in the order that moves fewest: a row already within the
+    first len(alive) places keeps its place, and the rows past them take the places of the rows that left. A cache
+    gathered by it (DecoderState.keep: a row that keeps its place is not copied) moves as many rows as rows left past
+    the new end, not every row after the first that left; in a batch of sentences with their own lengths (the
+    server's, or translate_batch's of mixed lengths) one or two rows end at a time, anywhere in it."""
+    n = len(alive)
+    movers = alive[alive >= n]
+    if not len(movers):                            # the rows that left were the last ones: alive is 0..n-1
+        return alive
+    order = np.arange(n)
+    holes = np.ones(n, dtype=bool)
+    holes[alive[alive < n]] = False
+    order[holes] = movers
+    return order
+
+
 class RowSearch:
-    """Greedy (argmax, lowest id on ties) or sampling: each row is one independent hypothesis."""
+    """Greedy (argmax, lowest id on ties) or sampling: each row is one independent hypothesis. Its rows keep no
+    order (gap_order): row_ids holds each one's initial row."""
 
     def __init__(self, n_examples: int, width: int, limits: np.ndarray, eos: int, length_penalty: float,
                  sampler: Optional[Sampler] = None):
@@ -179,7 +197,8 @@ class RowSearch:
         self.finished: List[List[Hypothesis]] = [[] for _ in range(n_examples)]
 
     def _finish(self, rows: np.ndarray, lengths: int, ended: bool, drop_last: bool) -> None:
-        for r in rows.tolist():
+        """The rows' hypotheses, in the order of their initial rows (a sentence's n-best ties rank in that order)."""
+        for r in rows[np.argsort(self.row_ids[rows], kind="stable")].tolist():
             score = float(self.scores[r])
             tokens = self.tokens[r, :-1] if drop_last else self.tokens[r]
             attention = None if self.attention is None else self.attention[r, :len(tokens)]
@@ -210,7 +229,7 @@ class RowSearch:
         self._finish(np.flatnonzero(ended), step + 1, ended=True, drop_last=True)
         self._finish(np.flatnonzero(at_limit), step + 1, ended=False, drop_last=False)
         self._finish(np.flatnonzero(stuck), step, ended=False, drop_last=True)
-        parents = np.flatnonzero(~ended & ~at_limit & ~stuck)
+        parents = gap_order(np.flatnonzero(~ended & ~at_limit & ~stuck))
         if len(parents) < len(rows):
             self.row_ids, self.row_example = self.row_ids[parents], self.row_example[parents]
             self.tokens, self.scores = self.tokens[parents], self.scores[parents]

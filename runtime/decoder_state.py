@@ -12,7 +12,8 @@ Rows and cross rows: with `group` G > 1 the G rows of a sentence share its one c
 rows, when the decoder graph takes cross K/V per sentence: engine.cross_per_sentence); with G = 1 every row has its
 own copy. `keep(parents)` takes, for the rows that go on, each one's parent row; a parent is always a row of the
 same sentence (a beam search reorders within a sentence; a row that ends leaves), so the cross rows stay right when
-only the cache is gathered, and the cross K/V are gathered only when rows leave.
+only the cache is gathered, and the cross K/V are gathered only when rows leave or sentences change places
+(RunningBatch: place_rows).
 
 Rows at different positions: `extend` adds rows that have written nothing (length 0) to rows that have; the decoder
 step of contract 3 (graph_io.py) takes each row's position, older contracts one for all (engine
@@ -98,8 +99,8 @@ class DecoderState:
         if len(parents) == 0:
             self.past, self.rows = None, 0
             return
-        if len(parents) < self.rows:
-            by = parents[::self.group] // self.group if self.group > 1 else parents
+        by = parents[::self.group] // self.group if self.group > 1 else parents
+        if len(parents) < self.rows or not np.array_equal(by, np.arange(len(by))):   # rows left, or moved
             self.encoded = self.engine.take(self.encoded, by)
         if self.past is not None:
             self.past = self.engine.take(self.past, parents)

@@ -264,33 +264,31 @@ def encoder_runs(widths: Sequence[int], counts: Sequence[int], run_tokens: int =
     return starts[::-1]
 
 
-def fill_places(sizes: Sequence[int], kept: Sequence[Optional[np.ndarray]]) -> Tuple[List[int], np.ndarray]:
-    """The order of a batch's Decodings after a step, chosen so that few rows move: kept[i] is Decoding i's rows that
-    go on (None: it ended), sizes[i] its rows before. The Decodings whose rows lie within the rows that go on stay
-    where they are; the gaps that ended ones leave are filled with the Decodings from past the end (the largest
-    that fits first), so the cache and cross K/V move those rows alone (keep gathers only the rows whose place
-    changes), not every row after a gap: in a continuous batch jobs end at nearly every step, anywhere in it. A gap
-    they cannot fill exactly shifts what follows. -> (the indices of the Decodings that go on, in their new order;
-    the batch's rows they go on from, in that order: keep's parents)."""
-    starts = np.cumsum([0, *sizes])
-    alive = [i for i, p in enumerate(kept) if p is not None]
-    total = sum(len(kept[i]) for i in alive)
-    stay = [i for i in alive if starts[i] + len(kept[i]) <= total]
-    movers = sorted((i for i in alive if starts[i] + len(kept[i]) > total), key=lambda i: -len(kept[i]))
-    order, at = [], 0
-    for i in stay:
-        gap = starts[i] - at
-        while gap > 0:
-            fits = next((m for m in movers if len(kept[m]) <= gap), None)
-            if fits is None:
-                break
-            movers.remove(fits)
-            order.append(fits)
-            at, gap = at + len(kept[fits]), gap - len(kept[fits])
-        order.append(i)
-        at += len(kept[i])
-    order += movers
-    return order, np.concatenate([starts[i] + kept[i] for i in order]) if order else np.zeros(0, np.int64)
+def place_rows(sources: np.ndarray, group: int = 1) -> np.ndarray:
+    """Where the rows that go on sit in a batch after a step: sources[k] is the batch row that new row k goes on from
+    (the rows of the Decodings that go on, each Decoding's in its own order) -> places [n], a permutation of 0..n-1.
+    A row keeps its place where it can (its source lies within the first n rows, and no earlier row took it); the
+    others take the places left free, in order. So the cache and cross K/V (DecoderState.keep: a row that keeps its
+    place is not copied) move about as many rows as ended, wherever in the batch they ended and however many
+    Decodings share it: in a continuous batch a few rows end at nearly every step, anywhere. With group G > 1 the
+    rows go G at a time (a sentence's G beams share its cross row: decoder_state.py), placed by their first row."""
+    n = len(sources) // group
+    units = np.asarray(sources, dtype=np.int64)[::group] // group
+    places = np.full(n, -1, dtype=np.int64)
+    _, first = np.unique(units, return_index=True)        # the first row to go on from each unit
+    first = first[units[first] < n]
+    places[first] = units[first]
+    free = np.ones(n, dtype=bool)
+    free[units[first]] = False
+    places[places < 0] = np.flatnonzero(free)
+    return (places[:, None] * group + np.arange(group)).ravel()
+
+
+def _rows_of(places: np.ndarray) -> Any:
+    """A Decoding's batch rows as a slice when they are consecutive (a view of the log-probs), else the index."""
+    if len(places) and int(places[-1]) - int(places[0]) + 1 == len(places) and (np.diff(places) == 1).all():
+        return slice(int(places[0]), int(places[-1]) + 1)
+    return places
 
 
 def _longest_source(d: "Decoding") -> int:
@@ -301,12 +299,14 @@ class RunningBatch:
     """The rows of one or more Decodings stepped at once over one DecoderState. `add` encodes newcomers' sources
     (encoder runs of similar lengths) and appends their rows (decoder contract 3: at any step; older contracts only
     before the first); `step` runs one decoder step for every row, advances each Decoding on its own rows, and keeps
-    the rows that go on (the last Decodings' rows taking the places of those that ended: fill_places).
-    translate_batch runs one Decoding; the server's continuous batching, many."""
+    the rows that go on, each where it was when it can (place_rows): a Decoding's rows need not be consecutive
+    (`places`). translate_batch runs one Decoding, whose rows stay in its own order; the server's continuous
+    batching, many."""
 
     def __init__(self, engine: Engine, config: ModelConfig):
         self.engine, self.config = engine, config
         self.decodings: List[Decoding] = []
+        self.places: List[np.ndarray] = []    # per Decoding, the batch rows of its rows, in its own order
         self.state: Optional[DecoderState] = None
         self.group = 1                        # rows per cross row: K when beam searches of beam K share them
         self.key: Any = None                  # the caller's label (the server's: which jobs this batch takes)
@@ -340,6 +340,10 @@ class RunningBatch:
             examples.append(first + d.search.row_example)
             first += len(d.sources)
         group = decodings[0].search.k if share_cross else 1
+        first = self.rows
+        for d in decodings:
+            self.places.append(np.arange(first, first + d.rows))
+            first += d.rows
         new = DecoderState.encode(self.engine, ids, mask, np.concatenate(examples), group)
         self.group = group
         if self.state is None:
@@ -350,24 +354,14 @@ class RunningBatch:
 
     def drop(self, decoding: Decoding) -> None:
         """A Decoding whose caller went away: its rows leave now."""
-        first = 0
-        keep = []
-        for d in self.decodings:
-            if d is not decoding:
-                keep.append(np.arange(first, first + d.rows))
-            first += d.rows
         decoding.done = True
-        self.decodings = [d for d in self.decodings if d is not decoding]
-        if self.decodings:
-            self.state.keep(np.concatenate(keep))
-        else:
-            self.state = None
+        self._keep([None if d is decoding else np.arange(d.rows) for d in self.decodings])
 
     def step(self) -> List[Decoding]:
         """One decoder step for every row; each Decoding advances on its own rows -> the Decodings that ended (done,
         or dropped), which leave the batch with their rows."""
-        sizes = [d.rows for d in self.decodings]                  # rows before the step, in batch order
-        broken = partial(_broken_graph, self.engine, sum(sizes))
+        rows = sum(d.rows for d in self.decodings)                # before the step
+        broken = partial(_broken_graph, self.engine, rows)
         if len(self.decodings) == 1 and self._on_device(self.decodings[0]):
             d = self.decodings[0]             # the log-probs stay on the GPU; [R, 2K] best come back
             values, indices, attention = self.state.step_top_k(d.last, d.top_k_bias(self.config.vocab_size),
@@ -376,31 +370,45 @@ class RunningBatch:
                 raise broken()
             kept = [d.advance_top_k(values, indices, attention, broken)]
         else:
-            last = np.concatenate([d.last for d in self.decodings]) if len(self.decodings) > 1 else \
-                self.decodings[0].last
+            places = [_rows_of(p) for p in self.places]
+            if len(self.decodings) == 1 and isinstance(places[0], slice) and places[0] == slice(0, rows):
+                last = self.decodings[0].last
+            else:
+                last = np.empty((rows, 1), dtype=np.int64)
+                for d, at in zip(self.decodings, places):
+                    last[at] = d.last
             log_probs, attention = self.state.step(last, any(d.options.return_attention for d in self.decodings))
             # a NaN or +inf logit makes its whole log-softmax row NaN: one column tells, without a pass over [R, V]
             if not (log_probs[:, self.config.eos_id] < np.inf).all():
                 raise broken()
-            kept, first = [], 0
-            for d, size in zip(self.decodings, sizes):
-                rows = slice(first, first + size)
-                first += size
+            kept = []
+            for d, at in zip(self.decodings, places):
                 if d.done:                                           # dropped before this step
                     kept.append(None)
                     continue
                 mine = None                                          # its own sources' columns
                 if attention is not None and d.options.return_attention:
-                    mine = attention[rows, :max(len(x) for x in d.sources)]
-                kept.append(d.advance(log_probs[rows], mine, broken))
+                    mine = attention[at][:, :max(len(x) for x in d.sources)]
+                kept.append(d.advance(log_probs[at], mine, broken))     # a slice: a view; an index: a copy
         ended = [d for d in self.decodings if d.done]
-        order, parents = fill_places(sizes, [None if d.done else p for d, p in zip(self.decodings, kept)])
-        self.decodings = [self.decodings[i] for i in order]
-        if self.decodings:
-            self.state.keep(parents)
-        else:
-            self.state = None
+        self._keep([None if d.done else p for d, p in zip(self.decodings, kept)])
         return ended
+
+    def _keep(self, kept: List[Optional[np.ndarray]]) -> None:
+        """The rows that go on, kept[i] Decoding i's (its parents; None: it leaves): placed by place_rows among
+        several Decodings, in its own order for one (translate_batch's rows move as its search orders them)."""
+        alive = [i for i, p in enumerate(kept) if p is not None]
+        self.decodings = [self.decodings[i] for i in alive]
+        if not alive:
+            self.places, self.state = [], None
+            return
+        sources = np.concatenate([self.places[i][kept[i]] for i in alive])
+        places = place_rows(sources, self.state.group) if len(alive) > 1 else np.arange(len(sources))
+        index = np.empty(len(sources), dtype=np.int64)
+        index[places] = sources
+        self.state.keep(index)
+        bounds = np.cumsum([0, *(len(kept[i]) for i in alive)])
+        self.places = [places[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:])]
 
     def _on_device(self, d: Decoding) -> bool:
         return picks_on_device(self.engine, d.search, d.filters, self.config.vocab_size)

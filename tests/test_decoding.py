@@ -424,24 +424,37 @@ def test_encoder_runs_keep_a_long_source_from_padding_short_ones():
     assert encoder_runs([5, 4, 4], [1, 1, 1], run_tokens=12) == [0]         # a run costs more than its padding
 
 
-@given(st.lists(st.tuples(st.integers(1, 4), st.booleans(), st.integers(0, 4)), min_size=1, max_size=24))
+@given(st.integers(1, 3), st.data())
 @PROPERTY
-def test_fill_places_moves_no_more_rows_than_keeping_the_order(batch):
-    """fill_places orders the Decodings that go on (each once), with their rows in that order; gathering them moves
-    no more rows than in the old order; with one row each, a gap is filled from the end and only those rows move."""
-    from seq2onnx.runtime.decoding import fill_places
-    sizes = [s for s, _, _ in batch]
-    kept = [None if ended else np.arange(min(s, s - shrink) if shrink < s else s) for s, ended, shrink in batch]
-    starts = np.cumsum([0, *sizes])
+def test_place_rows_keeps_rows_in_place_and_fills_the_gaps(group, data):
+    """place_rows: a permutation of the new rows' places, units of `group` rows whole; every unit whose first
+    source lies within the new rows and is its source's first reader keeps its place, so a gather by it moves only
+    the units that must (as many as left past the new end, and beam-style repeats)."""
+    from seq2onnx.runtime.decoding import place_rows
+    units = data.draw(st.integers(1, 12))
+    # each new unit goes on from an old unit (repeats allowed: two beams of one sentence's parent), fewer or as many
+    new_units = data.draw(st.lists(st.integers(0, units - 1), min_size=1, max_size=units))
+    sources = np.concatenate([u * group + np.asarray(data.draw(st.permutations(range(group)))) for u in new_units])
+    places = place_rows(sources, group)
+    n = len(new_units)
+    assert sorted(places.tolist()) == list(range(n * group))
+    unit_places = places[::group] // group
+    assert np.array_equal(places, (unit_places[:, None] * group + np.arange(group)).ravel())
+    index = np.empty(len(sources), dtype=np.int64)
+    index[places] = sources
+    firsts = {u: k for k, u in reversed(list(enumerate(new_units)))}
+    for k, u in enumerate(new_units):
+        if u < n and firsts[u] == k:
+            assert unit_places[k] == u
+    moved = int((index[::group] // group != np.arange(n)).sum())
+    assert moved == sum(1 for k, u in enumerate(new_units) if not (u < n and firsts[u] == k))
 
-    def moved(order):
-        index = np.concatenate([starts[i] + kept[i] for i in order]) if order else np.arange(0)
-        return int((index != np.arange(len(index))).sum())
-    order, parents = fill_places(sizes, kept)
-    alive = [i for i, k in enumerate(kept) if k is not None]
-    assert sorted(order) == alive
-    assert np.array_equal(parents, np.concatenate([starts[i] + kept[i] for i in order]) if order else [])
-    assert moved(order) <= moved(alive)
-    if all(s == 1 for s in sizes):
-        ended = len(sizes) - len(alive)
-        assert moved(order) <= ended
+
+def test_place_rows_one_row_ended():
+    from seq2onnx.runtime.decoding import place_rows
+    # rows 0..5; row 2 ended: the last row takes its place, no other moves
+    sources = np.array([0, 1, 3, 4, 5])
+    places = place_rows(sources)
+    index = np.empty(5, dtype=np.int64)
+    index[places] = sources
+    assert index.tolist() == [0, 1, 5, 3, 4]

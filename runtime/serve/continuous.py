@@ -2,17 +2,17 @@
 
 One loop per model (the Scheduler's worker thread). Before every decoder step it admits waiting jobs, up to
 max_batch_rows decoder rows: their texts are checked and tokenized as translate_batch does them
-(Translator.prepare_batch), encoded (a few encoder runs of similar source lengths: decoding.py encoder_runs), and
-their rows appended to the running batch (decoding.py RunningBatch, over decoder_state.py's DecoderState: extend);
-the rows of jobs that end make room for the last ones' (decoding.py fill_places), so few rows move. Then one decoder
-step runs every row of every job; each job's own search (greedy, beam, sampling: decoding.py Decoding) advances on
-its own rows with its own options and step count, and the rows of a job that finished, was cancelled or passed its
-deadline leave at once (DecoderState.keep). Each row carries its own position (decoder step contract 3,
-graph_io.py). Greedy (and sampling) jobs share one batch, with a cross K/V row per row; beam jobs of beam size K
-share another, whose K rows of a sentence share its cross K/V row; and each of those is split by length class (the
-cache capacity a job's longest sentence can reach, from its step limit), so that a short sentence's step neither
-attends over a long one's cache positions nor pads its cross K/V to a long source, and a batch's row copies (rows
-joining and leaving) stay small. The loop steps each batch in turn (one decoder run per batch and step).
+(Translator.prepare_batch), encoded (a few encoder runs of similar source lengths: decoding.py encoder_runs), and their
+rows appended to the running batch (decoding.py RunningBatch, over decoder_state.py's DecoderState: extend); the rows
+of jobs that end leave places that the last rows take (decoding.py place_rows), so few rows move. Then one decoder step
+runs every row of every job; each job's own search (greedy, beam, sampling: decoding.py Decoding) advances on its own
+rows with its own options and step count, and the rows of a job that finished, was cancelled or passed its deadline
+leave at once (DecoderState.keep). Each row carries its own position (decoder step contract 3, graph_io.py). Greedy
+(and sampling) jobs share one batch, with a cross K/V row per row; beam jobs of beam size K share another, whose K rows
+of a sentence share its cross K/V row; and each of those is split by length class (the cache capacity a job's longest
+sentence can reach, from its step limit), so that a short sentence's step neither attends over a long one's cache
+positions nor pads its cross K/V to a long source, and a batch's row copies (rows joining and leaving) stay small. The
+loop steps each batch in turn (one decoder run per batch and step).
 
 A package whose decoder step takes one position for all rows (manifest format before 4) cannot take rows into a
 batch that has stepped: there, jobs that arrive while a batch runs start a batch of their own (a cohort), and each

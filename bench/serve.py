@@ -26,16 +26,23 @@ round: the machine is shared, and its speed drifts from minute to minute by more
 so every system's seconds fall across the same minutes. Sentences: word counts drawn from the
 English msgids of the gettext catalogs under /usr/share/locale (training/gettext_data.py; a fixed distribution of
 the same shape when none is installed), words drawn from the model's WordLevel vocabulary. The random model rarely
-ends a sentence on its own, so every request fixes its output length: min_decoding_length = max_decoding_length = L,
-the same in every system, so every system does the same work (checked: each answer's token count must be L).
+ends a sentence on its own, so every request's output length L is fixed (--lengths, below: min_decoding_length =
+max_decoding_length = L, or one rule for every request), the same in every system, so every system does the same work
+(checked: each answer's token count must be L).
 
-L and batching: a static batcher (dynamic, CTranslate2) batches only requests of equal options, and L is an
-option. With a trained model, sentences of one batch end at different steps under the same options; here the
-length is an option. --lengths buckets (default) rounds L = round(1.1 x source words) up to a power of 2, so the
-requests fall into a few option sets that static batchers can batch (within a set the rows all run L steps, as a
-static batch runs to its longest row); --lengths exact keeps L = round(1.1 x words), which splits the static
-batches more finely (every distinct L is its own batch), --lengths fixed gives every request one L (the mean's
-bucket): the static batchers' best case.
+L and batching: a static batcher (dynamic, CTranslate2) batches only requests of equal options. With a trained model,
+the sentences of one batch end at different steps under the same options: the batch runs to its longest row, and the
+requests that arrive meanwhile wait. --lengths buckets (default) and exact make L an option: buckets rounds L =
+round(1.1 x source words) up to a power of 2, so the requests fall into a few option sets that static batchers batch
+apart (within a set the rows all run L steps: no static batch waits on a longer row, the static batchers' best case
+short of one L for all); exact keeps L = round(1.1 x words), which splits the static batches more finely (every
+distinct L is its own batch); fixed gives every request one L (the mean's bucket). --lengths source makes L a
+property of the sentence, as with a trained model: every request has the same options, max_length_a = 1.1 and
+max_length_b = 0 (L = int(1.1 x source tokens), EOS included: fairseq's max_len_a, read per sentence by step_limits)
+with PAD, BOS and EOS suppressed, so that our batchers cannot see a request's length and a static batch runs to its
+longest row. CTranslate2 has no per-sentence length limit: its bench server (serve_ct2.py) splits each batch by step
+limit, so there it still batches by L (an advantage a trained model would not give it). Results of a mode other than
+buckets go to serve-<mode>.{json,md}.
 
 Reported per cell (precision, beam, clients, system): sentences/s, generated tokens/s, latency p50/p95/p99 (ms), the
 server's peak RSS (VmHWM of its process, since it started: read after the cell), errors. Plus, per precision and
@@ -76,7 +83,8 @@ OURS = tuple(CONTINUOUS) + ("dynamic", "request")
 CT2_CONFIGS = {"ct2-2x1": (2, 1), "ct2-1x2": (1, 2)}       # system -> (inter_threads, intra_threads)
 SYSTEMS = OURS + tuple(CT2_CONFIGS)
 PRECISIONS = {"int8": "int8", "fp32": "float32"}        # precision -> compute_type (ours and CTranslate2 alike)
-LENGTHS = ("buckets", "exact", "fixed")
+LENGTHS = ("buckets", "exact", "fixed", "source")
+SOURCE_RATIO = 1.1                  # --lengths source: max_length_a, L = int(SOURCE_RATIO x source tokens)
 # word counts of English gettext msgids (de catalogs of a Debian system, 50,244 distinct): P(words <= n), for
 # machines without catalogs
 FALLBACK_CDF = ((1, .24), (2, .39), (3, .49), (4, .58), (5, .67), (6, .75), (8, .88), (10, .94), (12, .97),
@@ -139,6 +147,8 @@ def output_length(words: int, rule: str, fixed: int) -> int:
     exact = max(1, round(1.1 * words))
     if rule == "exact":
         return exact
+    if rule == "source":                 # the runtime's rule (decoding.step_limits) over the words and EOS
+        return int(SOURCE_RATIO * (words + 1) + 0)
     if rule == "fixed":
         return fixed
     return 1 << math.ceil(math.log2(exact))         # buckets: the next power of 2
@@ -153,8 +163,17 @@ def sentences(tokens: Sequence[str], st: Settings) -> Tuple[List[Tuple[str, int]
     return [(" ".join(rng.choice(vocabulary, w)), output_length(int(w), st.lengths, fixed)) for w in words], where
 
 
-def request_body(text: str, length: int, beam: int) -> Dict:
-    return {"texts": [text], "beam_size": beam, "min_decoding_length": length, "max_decoding_length": length}
+def decoding_options(length: int, beam: int, rule: str) -> Dict:
+    """A request's decoding options (module doc, --lengths): L as its min and max decoding length, or (source) the
+    one rule every request shares, under which a sentence runs L steps."""
+    if rule == "source":
+        return {"beam_size": beam, "max_length_a": SOURCE_RATIO, "max_length_b": 0,
+                "suppress_ids": [SPECIALS.index(t) for t in ("<pad>", "<s>", "</s>")]}
+    return {"beam_size": beam, "min_decoding_length": length, "max_decoding_length": length}
+
+
+def request_body(text: str, length: int, beam: int, rule: str) -> Dict:
+    return {"texts": [text], **decoding_options(length, beam, rule)}
 
 
 # --- the servers -----------------------------------------------------------------------------------------------
@@ -231,7 +250,8 @@ class Record:
     error: str = ""
 
 
-async def closed_loop(url: str, items: List[Tuple[str, int]], clients: int, beam: int, seconds: float) -> List[Record]:
+async def closed_loop(url: str, items: List[Tuple[str, int]], clients: int, beam: int, seconds: float,
+                      rule: str) -> List[Record]:
     """`clients` clients, each sending its next request when the last is answered, for `seconds`; client c sends
     items c, c + clients, c + 2 clients, ... Requests still running at the end are awaited (and recorded).
     aiohttp's client: the load generator shares the machine's two cores with the server, and httpx's took 60-80% of
@@ -250,7 +270,7 @@ async def closed_loop(url: str, items: List[Tuple[str, int]], clients: int, beam
                 k += clients
                 start = time.perf_counter()
                 try:
-                    async with client.post("/v1/translate", json=request_body(text, length, beam)) as r:
+                    async with client.post("/v1/translate", json=request_body(text, length, beam, rule)) as r:
                         status = r.status
                         answer = await r.json()
                 except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:
@@ -285,7 +305,7 @@ def cell_figures(rounds: List[Tuple[List[Record], Tuple[float, float]]]) -> Dict
 def run_round(url: str, items, clients: int, beam: int, st: Settings, seconds: float):
     """One round of a cell: warm-up, then `seconds` counted -> (records, counted window)."""
     started = time.perf_counter()
-    records = asyncio.run(closed_loop(url, items, clients, beam, st.warmup + seconds))
+    records = asyncio.run(closed_loop(url, items, clients, beam, st.warmup + seconds, st.lengths))
     return records, (started + st.warmup, started + st.warmup + seconds)
 
 
@@ -321,11 +341,10 @@ def paired_p50(url: str, translator, precision: str, items, beam: int, st: Setti
                 k += 1
                 counted = time.perf_counter() >= started + st.warmup
                 t0 = time.perf_counter()
-                async with client.post("/v1/translate", json=request_body(text, length, beam)) as r:
+                async with client.post("/v1/translate", json=request_body(text, length, beam, st.lengths)) as r:
                     await r.json()
                 t1 = time.perf_counter()
-                translator.translate_batch([text], beam_size=beam, min_decoding_length=length,
-                                           max_decoding_length=length)
+                translator.translate_batch([text], **decoding_options(length, beam, st.lengths))
                 if counted:
                     served.append(1000 * (t1 - t0))
                     direct.append(1000 * (time.perf_counter() - t1))
@@ -396,8 +415,9 @@ def markdown(data: Dict) -> str:
              f"Load: {', '.join(map(str, st['clients']))} closed-loop aiohttp clients in the benchmark's process, "
              f"single-sentence POST /v1/translate, {st['duration']:g} s counted per cell in {st['rounds']} rounds "
              f"(each {st['warmup']:g} s warm-up, then its share), the systems in turn within a round. "
-             f"Sentences: word counts from {data['sentence_lengths']}; output length L fixed per request "
-             f"(--lengths {st['lengths']}: bench/serve.py). Dynamic batchers wait up to {st['max_wait_ms']:g} ms. "
+             f"Sentences: word counts from {data['sentence_lengths']}; output length L "
+             + ("by one rule for all, unseen by the batchers" if st["lengths"] == "source" else "fixed per request")
+             + f" (--lengths {st['lengths']}: bench/serve.py). Dynamic batchers wait up to {st['max_wait_ms']:g} ms. "
              "RSS: the server's VmHWM since it started, read after the cell.", ""]
     for precision in st["precisions"]:
         for beam in st["beams"]:
@@ -469,7 +489,7 @@ def main(argv=None) -> int:
              "lengths": args.lengths}
     st = replace(st, **{k: v for k, v in given.items() if v is not None})
     out_dir = args.out or (args.cache / "results" if args.quick else BENCH / "results")
-    stem = "serve-quick" if args.quick else "serve"
+    stem = "serve-quick" if args.quick else "serve" + ("" if st.lengths == "buckets" else f"-{st.lengths}")
     folder = args.cache / ("quick" if args.quick else "base")       # run.py's folder of the same model
 
     started, load_before = time.time(), os.getloadavg()

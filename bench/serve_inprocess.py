@@ -3,6 +3,7 @@ requests (bench/serve.py: its model, sentences and lengths) straight to a schedu
 
     python bench/serve_inprocess.py [--policy continuous|dynamic|request] [--precision int8|fp32] [--beam 1]
                                     [--clients 64] [--seconds 12] [--instances 1] [--min-length-class 16]
+                                    [--lengths buckets|exact|fixed|source]
 
 Prints sentences/s and latency (all, and by output length L: continuous batching's latency grows with L, a static
 batch's much less), then the time inside the parts of the loop over the counted seconds (encoder runs, decoder runs,
@@ -27,7 +28,7 @@ if __package__ in (None, ""):          # run as a script: python bench/serve_inp
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.base_model import prepare  # noqa: E402
-from bench.serve import PRECISIONS, Settings, request_body, sentences  # noqa: E402
+from bench.serve import LENGTHS, PRECISIONS, Settings, decoding_options, sentences  # noqa: E402
 
 BENCH = Path(__file__).resolve().parent
 
@@ -63,6 +64,7 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=2, help="onnxruntime intra-op threads")
     ap.add_argument("--min-length-class", type=int, default=16)
     ap.add_argument("--max-wait-ms", type=float, default=5.0, help="dynamic: how long to collect")
+    ap.add_argument("--lengths", choices=LENGTHS, default="buckets", help="output lengths (bench/serve.py's doc)")
     ap.add_argument("--cache", type=Path, default=BENCH / ".cache", help="bench/serve.py's model files")
     args = ap.parse_args(argv)
 
@@ -71,11 +73,11 @@ def main(argv=None) -> int:
     from seq2onnx.runtime.serve.pool import SchedulerPool
     from seq2onnx.runtime.translator import Translator
 
-    st = Settings()
+    st = Settings(lengths=args.lengths)
     folder = args.cache / "base"
     package = folder / "package"
     if not package.exists():
-        raise SystemExit(f"no {package}: run python bench/serve.py (or bench/build.py) first")
+        raise SystemExit(f"no {package}: run python bench/serve.py first (it builds the model files)")
     items, _ = sentences(prepare(folder, st.preset, st.vocab_size, st.seed).tokens, st)
     with warnings.catch_warnings():             # the int8 variant's "--skip-int8-validation" (bench/build.py)
         warnings.simplefilter("ignore", UserWarning)
@@ -121,10 +123,9 @@ def main(argv=None) -> int:
         while time.perf_counter() < end:
             text, length = items[k % len(items)]
             k += args.clients
-            options = request_body(text, length, args.beam)
-            texts = options.pop("texts")
+            options = decoding_options(length, args.beam, args.lengths)
             t0 = time.perf_counter()
-            sched.submit("translate", texts, options).future.result()
+            sched.submit("translate", [text], options).future.result()
             records.append((t0, time.perf_counter(), length))
     threads = [threading.Thread(target=client, args=(c,), daemon=True) for c in range(args.clients)]
     for t in threads:

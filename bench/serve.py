@@ -40,9 +40,9 @@ distinct L is its own batch); fixed gives every request one L (the mean's bucket
 property of the sentence, as with a trained model: every request has the same options, max_length_a = 1.1 and
 max_length_b = 0 (L = int(1.1 x source tokens), EOS included: fairseq's max_len_a, read per sentence by step_limits)
 with PAD, BOS and EOS suppressed, so that our batchers cannot see a request's length and a static batch runs to its
-longest row. CTranslate2 has no per-sentence length limit: its bench server (serve_ct2.py) splits each batch by step
-limit, so there it still batches by L (an advantage a trained model would not give it). Results of a mode other than
-buckets go to serve-<mode>.{json,md}.
+longest row. CTranslate2 has no per-sentence length limit: its bench server (serve_ct2.py) splits each batch into one
+translate_batch per distinct step limit, many small batches where a trained model would give it one: its figures in
+this mode are not comparable (CT2_NOT_COMPARABLE). Results of a mode other than buckets go to serve-<mode>.{json,md}.
 
 Reported per cell (precision, beam, clients, system): sentences/s, generated tokens/s, latency p50/p95/p99 (ms), the
 server's peak RSS (VmHWM of its process, since it started: read after the cell), errors. Plus, per precision and
@@ -85,6 +85,9 @@ SYSTEMS = OURS + tuple(CT2_CONFIGS)
 PRECISIONS = {"int8": "int8", "fp32": "float32"}        # precision -> compute_type (ours and CTranslate2 alike)
 LENGTHS = ("buckets", "exact", "fixed", "source")
 SOURCE_RATIO = 1.1                  # --lengths source: max_length_a, L = int(SOURCE_RATIO x source tokens)
+CT2_NOT_COMPARABLE = ("Under --lengths source, CTranslate2's server makes one translate_batch per distinct L (it has no "
+                      "per-sentence length limit): many small batches where a trained model would give it one, so "
+                      "the ratios to it are not comparable.")
 # word counts of English gettext msgids (de catalogs of a Debian system, 50,244 distinct): P(words <= n), for
 # machines without catalogs
 FALLBACK_CDF = ((1, .24), (2, .39), (3, .49), (4, .58), (5, .67), (6, .75), (8, .88), (10, .94), (12, .97),
@@ -448,6 +451,8 @@ def markdown(data: Dict) -> str:
                          f"{x('vs_request')} | {x('vs_dynamic')} "
                          f"| {p99d} | {x('vs_ct2_best')} | {p99c} |")
         lines.append("")
+        if st["lengths"] == "source" and any("vs_ct2_best" in r for r in data["ratios"]):
+            lines += [CT2_NOT_COMPARABLE, ""]
     if data["direct"]:
         lines += ["## 1 client: ours continuous over HTTP against translate_batch([one]) called directly", "",
                   "Goal: p50 within 10%. Each sentence sent to the server, then translated directly, in turn.", "",

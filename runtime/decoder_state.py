@@ -13,7 +13,7 @@ rows, when the decoder graph takes cross K/V per sentence: engine.cross_per_sent
 own copy. `keep(parents)` takes, for the rows that go on, each one's parent row; a parent is always a row of the
 same sentence (a beam search reorders within a sentence; a row that ends leaves), so the cross rows stay right when
 only the cache is gathered, and the cross K/V are gathered only when rows leave or sentences change places
-(RunningBatch: place_rows).
+(place_rows).
 
 Rows at different positions: `extend` adds rows that have written nothing (length 0) to rows that have; the decoder
 step of contract 3 (graph_io.py) takes each row's position, older contracts one for all (engine
@@ -123,6 +123,30 @@ class DecoderState:
         if self.past is not None:
             self.past = self.engine.append_empty_cache(self.past, other.rows)
         self.rows += other.rows
+
+
+def place_rows(sources: np.ndarray, group: int = 1) -> Tuple[np.ndarray, np.ndarray]:
+    """Where the rows that go on sit in a batch after a step: sources[k] is the batch row that new row k goes on from
+    (RunningBatch: the rows of its Decodings that go on, each Decoding's in its own order; RowSearch: its own rows
+    that go on) -> (places, index): new row k sits at places[k], a permutation of 0..n-1, and index[places] =
+    sources is keep's parents. A row keeps its place where it can (its source lies within the first n rows, and no
+    earlier row took it); the others take the places left free, in order. So the cache and cross K/V (keep: a row
+    that keeps its place is not copied) move about as many rows as ended, wherever in the batch they ended: in a
+    continuous batch a few rows end at nearly every step, anywhere. With group G > 1 the rows go G at a time (a
+    sentence's G beams share its cross row), placed by their first row."""
+    n = len(sources) // group
+    units = np.asarray(sources, dtype=np.int64)[::group] // group
+    places = np.full(n, -1, dtype=np.int64)
+    _, first = np.unique(units, return_index=True)        # the first row to go on from each unit
+    first = first[units[first] < n]
+    places[first] = units[first]
+    free = np.ones(n, dtype=bool)
+    free[units[first]] = False
+    places[places < 0] = np.flatnonzero(free)
+    places = (places[:, None] * group + np.arange(group)).ravel()
+    index = np.empty(len(places), dtype=np.int64)
+    index[places] = sources
+    return places, index
 
 
 def _rows(value: Any) -> int:

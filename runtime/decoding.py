@@ -45,7 +45,7 @@ from typing import Any, Generator, List, Optional, Protocol, Sequence, Tuple
 import numpy as np
 
 from .config import ModelConfig
-from .decoder_state import DecoderState
+from .decoder_state import DecoderState, place_rows
 from .constraints import Constraints, Phrases, check_batch_work, require_beam
 from .errors import ModelPackageError
 from .logit_filters import build_filters
@@ -264,26 +264,6 @@ def encoder_runs(widths: Sequence[int], counts: Sequence[int], run_tokens: int =
     return starts[::-1]
 
 
-def place_rows(sources: np.ndarray, group: int = 1) -> np.ndarray:
-    """Where the rows that go on sit in a batch after a step: sources[k] is the batch row that new row k goes on from
-    (the rows of the Decodings that go on, each Decoding's in its own order) -> places [n], a permutation of 0..n-1.
-    A row keeps its place where it can (its source lies within the first n rows, and no earlier row took it); the
-    others take the places left free, in order. So the cache and cross K/V (DecoderState.keep: a row that keeps its
-    place is not copied) move about as many rows as ended, wherever in the batch they ended and however many
-    Decodings share it: in a continuous batch a few rows end at nearly every step, anywhere. With group G > 1 the
-    rows go G at a time (a sentence's G beams share its cross row: decoder_state.py), placed by their first row."""
-    n = len(sources) // group
-    units = np.asarray(sources, dtype=np.int64)[::group] // group
-    places = np.full(n, -1, dtype=np.int64)
-    _, first = np.unique(units, return_index=True)        # the first row to go on from each unit
-    first = first[units[first] < n]
-    places[first] = units[first]
-    free = np.ones(n, dtype=bool)
-    free[units[first]] = False
-    places[places < 0] = np.flatnonzero(free)
-    return (places[:, None] * group + np.arange(group)).ravel()
-
-
 def _rows_of(places: np.ndarray) -> Any:
     """A Decoding's batch rows as a slice when they are consecutive (a view of the log-probs), else the index."""
     if len(places) and int(places[-1]) - int(places[0]) + 1 == len(places) and (np.diff(places) == 1).all():
@@ -340,10 +320,10 @@ class RunningBatch:
             examples.append(first + d.search.row_example)
             first += len(d.sources)
         group = decodings[0].search.k if share_cross else 1
-        first = self.rows
+        row = self.rows
         for d in decodings:
-            self.places.append(np.arange(first, first + d.rows))
-            first += d.rows
+            self.places.append(np.arange(row, row + d.rows))
+            row += d.rows
         new = DecoderState.encode(self.engine, ids, mask, np.concatenate(examples), group)
         self.group = group
         if self.state is None:
@@ -403,9 +383,10 @@ class RunningBatch:
             self.places, self.state = [], None
             return
         sources = np.concatenate([self.places[i][kept[i]] for i in alive])
-        places = place_rows(sources, self.state.group) if len(alive) > 1 else np.arange(len(sources))
-        index = np.empty(len(sources), dtype=np.int64)
-        index[places] = sources
+        if len(alive) > 1:
+            places, index = place_rows(sources, self.state.group)
+        else:
+            places, index = np.arange(len(sources)), sources
         self.state.keep(index)
         bounds = np.cumsum([0, *(len(kept[i]) for i in alive)])
         self.places = [places[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:])]

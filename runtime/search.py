@@ -40,6 +40,7 @@ from typing import List, Optional, Sequence, Union
 import numpy as np
 
 from .constraints import Constraints
+from .decoder_state import place_rows
 from .options import DecodingOptions
 from .top_candidates import top_candidates
 
@@ -164,26 +165,11 @@ def _row(history: Optional[np.ndarray], row: int) -> Optional[np.ndarray]:
     return None if history is None else history[row]
 
 
-def gap_order(alive: np.ndarray) -> np.ndarray:
-    """The rows that go on (alive: increasing row numbers) in the order that moves fewest: a row already within the
-    first len(alive) places keeps its place, and the rows past them take the places of the rows that left. A cache
-    gathered by it (DecoderState.keep: a row that keeps its place is not copied) moves as many rows as rows left past
-    the new end, not every row after the first that left; in a batch of sentences with their own lengths (the
-    server's, or translate_batch's of mixed lengths) one or two rows end at a time, anywhere in it."""
-    n = len(alive)
-    movers = alive[alive >= n]
-    if not len(movers):                            # the rows that left were the last ones: alive is 0..n-1
-        return alive
-    order = np.arange(n)
-    holes = np.ones(n, dtype=bool)
-    holes[alive[alive < n]] = False
-    order[holes] = movers
-    return order
-
-
 class RowSearch:
     """Greedy (argmax, lowest id on ties) or sampling: each row is one independent hypothesis. Its rows keep no
-    order (gap_order): row_ids holds each one's initial row."""
+    order: when rows end, the last rows take their places (place_rows), so a cache gathered by the parents moves
+    those alone, not every row after the first that ended (translate_batch sorts by length: the first rows end
+    first); row_ids holds each one's initial row."""
 
     def __init__(self, n_examples: int, width: int, limits: np.ndarray, eos: int, length_penalty: float,
                  sampler: Optional[Sampler] = None):
@@ -229,7 +215,7 @@ class RowSearch:
         self._finish(np.flatnonzero(ended), step + 1, ended=True, drop_last=True)
         self._finish(np.flatnonzero(at_limit), step + 1, ended=False, drop_last=False)
         self._finish(np.flatnonzero(stuck), step, ended=False, drop_last=True)
-        parents = gap_order(np.flatnonzero(~ended & ~at_limit & ~stuck))
+        _, parents = place_rows(np.flatnonzero(~ended & ~at_limit & ~stuck))
         if len(parents) < len(rows):
             self.row_ids, self.row_example = self.row_ids[parents], self.row_example[parents]
             self.tokens, self.scores = self.tokens[parents], self.scores[parents]

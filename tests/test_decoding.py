@@ -430,18 +430,17 @@ def test_place_rows_keeps_rows_in_place_and_fills_the_gaps(group, data):
     """place_rows: a permutation of the new rows' places, units of `group` rows whole; every unit whose first
     source lies within the new rows and is its source's first reader keeps its place, so a gather by it moves only
     the units that must (as many as left past the new end, and beam-style repeats)."""
-    from seq2onnx.runtime.decoding import place_rows
+    from seq2onnx.runtime.decoder_state import place_rows
     units = data.draw(st.integers(1, 12))
     # each new unit goes on from an old unit (repeats allowed: two beams of one sentence's parent), fewer or as many
     new_units = data.draw(st.lists(st.integers(0, units - 1), min_size=1, max_size=units))
     sources = np.concatenate([u * group + np.asarray(data.draw(st.permutations(range(group)))) for u in new_units])
-    places = place_rows(sources, group)
+    places, index = place_rows(sources, group)
     n = len(new_units)
     assert sorted(places.tolist()) == list(range(n * group))
     unit_places = places[::group] // group
     assert np.array_equal(places, (unit_places[:, None] * group + np.arange(group)).ravel())
-    index = np.empty(len(sources), dtype=np.int64)
-    index[places] = sources
+    assert np.array_equal(index[places], sources)
     firsts = {u: k for k, u in reversed(list(enumerate(new_units)))}
     for k, u in enumerate(new_units):
         if u < n and firsts[u] == k:
@@ -451,10 +450,9 @@ def test_place_rows_keeps_rows_in_place_and_fills_the_gaps(group, data):
 
 
 def test_place_rows_one_row_ended():
-    from seq2onnx.runtime.decoding import place_rows
+    from seq2onnx.runtime.decoder_state import place_rows
     # rows 0..5; row 2 ended: the last row takes its place, no other moves
     sources = np.array([0, 1, 3, 4, 5])
-    places = place_rows(sources)
-    index = np.empty(5, dtype=np.int64)
-    index[places] = sources
+    places, index = place_rows(sources)
     assert index.tolist() == [0, 1, 5, 3, 4]
+    assert places.tolist() == [0, 1, 3, 4, 2]

@@ -4,9 +4,9 @@ One loop per model (the Scheduler's worker thread). Before every decoder step it
 max_batch_rows decoder rows: their texts are checked and tokenized as translate_batch does them
 (Translator.prepare_batch), encoded (a few encoder runs of similar source lengths: decoding.py encoder_runs), and their
 rows appended to the running batch (decoding.py RunningBatch, over decoder_state.py's DecoderState: extend); the rows
-of jobs that end leave places that the last rows take (decoding.py place_rows), so few rows move. Then one decoder step
-runs every row of every job; each job's own search (greedy, beam, sampling: decoding.py Decoding) advances on its own
-rows with its own options and step count, and the rows of a job that finished, was cancelled or passed its deadline
+of jobs that end leave places that the last rows take (DecoderState: place_rows), so few rows move. Then one decoder
+step runs every row of every job; each job's own search (greedy, beam, sampling: decoding.py Decoding) advances on its
+own rows with its own options and step count, and the rows of a job that finished, was cancelled or passed its deadline
 leave at once (DecoderState.keep). Each row carries its own position (decoder step contract 3, graph_io.py). Greedy
 (and sampling) jobs share one batch, with a cross K/V row per row; beam jobs of beam size K share another, whose K rows
 of a sentence share its cross K/V row; and each of those is split by length class (the cache capacity a job's longest

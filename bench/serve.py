@@ -151,7 +151,7 @@ def output_length(words: int, rule: str, fixed: int) -> int:
     if rule == "exact":
         return exact
     if rule == "source":                 # the runtime's rule (decoding.step_limits) over the words and EOS
-        return int(SOURCE_RATIO * (words + 1) + 0)
+        return int(SOURCE_RATIO * (words + 1))
     if rule == "fixed":
         return fixed
     return 1 << math.ceil(math.log2(exact))         # buckets: the next power of 2

@@ -393,28 +393,25 @@ def ratios(cells: List[Dict]) -> List[Dict]:
     CTranslate2's better one."""
     by = {(c["precision"], c["beam"], c["clients"], c["system"]): c for c in cells}
     out = []
-    for (precision, beam, clients) in dict.fromkeys(k[:3] for k in by):
-        ours = [by[k] for k in by if k[:3] == (precision, beam, clients) and k[3] in CONTINUOUS]
-        if not ours:
+    for cell in dict.fromkeys(k[:3] for k in by):
+        def best(systems):
+            """The cell's system of `systems` that served the most sentences/s (None: none ran)."""
+            ran = [by[k] for k in by if k[:3] == cell and k[3] in systems]
+            return max(ran, key=lambda c: c["sentences_per_s"]) if ran else None
+        cont = best(CONTINUOUS)
+        if cont is None:
             continue
-        cont = max(ours, key=lambda c: c["sentences_per_s"])
+        precision, beam, clients = cell
         row = {"precision": precision, "beam": beam, "clients": clients, "continuous_best": cont["system"]}
-        o = by.get((precision, beam, clients, "request"))
-        if o and o["sentences_per_s"]:
-            row["vs_request"] = round(cont["sentences_per_s"] / o["sentences_per_s"], 2)
-            row["p99_request_ms"] = o["p99_ms"]
-        dyn = [by[k] for k in by if k[:3] == (precision, beam, clients) and k[3] in DYNAMIC]
-        if dyn:
-            best = max(dyn, key=lambda c: c["sentences_per_s"])
-            if best["sentences_per_s"]:
-                row.update(vs_dynamic=round(cont["sentences_per_s"] / best["sentences_per_s"], 2),
-                           dynamic_best=best["system"], p99_dynamic_ms=best["p99_ms"])
-        ct2 = [by[k] for k in by if k[:3] == (precision, beam, clients) and k[3] in CT2_CONFIGS]
-        if ct2:
-            best = max(ct2, key=lambda c: c["sentences_per_s"])
-            if best["sentences_per_s"]:
-                row.update(vs_ct2_best=round(cont["sentences_per_s"] / best["sentences_per_s"], 2),
-                           ct2_best=best["system"], p99_ct2_best_ms=best["p99_ms"])
+        # -> vs_<name> (throughput ratio), p99_<name>_ms, and which system it was (<which>)
+        for name, systems, which in (("request", ("request",), None), ("dynamic", DYNAMIC, "dynamic_best"),
+                                     ("ct2_best", CT2_CONFIGS, "ct2_best")):
+            other = best(systems)
+            if other is not None and other["sentences_per_s"]:
+                row[f"vs_{name}"] = round(cont["sentences_per_s"] / other["sentences_per_s"], 2)
+                row[f"p99_{name}_ms"] = other["p99_ms"]
+                if which:
+                    row[which] = other["system"]
         row["p99_continuous_ms"] = cont["p99_ms"]
         out.append(row)
     return out

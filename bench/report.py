@@ -62,6 +62,15 @@ def machine(overlay: Optional[Path]) -> Dict:
     }
 
 
+def machine_text(m: Dict, during: str = "") -> str:
+    """A results file's machine paragraph from machine(): CPU, memory, OS, Python (then `during`: the run's load and
+    time), git commit, date; then the packages."""
+    return (f"{m['cpu']}, {m['cpus_usable']} usable CPUs, {m['memory']}, {m['os']}, Python {m['python']}"
+            + (f"; {during}" if during else "")
+            + f"; git {m['git_commit']}{' (dirty)' if m['git_dirty'] else ''}; {m['date']}.\n\n"
+            + "Packages: " + ", ".join(f"{k} {v}" for k, v in m["packages"].items()) + ".")
+
+
 def speed_table(results: Dict[str, CaseResult], systems: List[str], baseline: str) -> str:
     """Rows: cases; columns: systems; cells: median target tokens/s (ratio to the baseline)."""
     head = "| case | " + " | ".join(systems) + " |"

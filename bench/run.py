@@ -302,12 +302,9 @@ def main(argv=None) -> int:
     mach = report.machine(overlay)
     if args.device == "cuda":
         mach["gpu"] = torch.cuda.get_device_name(0)
-    md += ["## Machine", "", ("GPU " + mach["gpu"] + "; " if "gpu" in mach else "") +
-           f"{mach['cpu']}, {mach['cpus_usable']} usable CPUs, {mach['memory']}, {mach['os']}, "
-           f"Python {mach['python']}; load average {load_before[0]:.2f} before, {os.getloadavg()[0]:.2f} after; "
-           f"run took {elapsed / 60:.1f} min; git {mach['git_commit']}{' (dirty)' if mach['git_dirty'] else ''}; "
-           f"{mach['date']}.", "",
-           "Packages: " + ", ".join(f"{k} {v}" for k, v in mach["packages"].items()) + "."]
+    during = (f"load average {load_before[0]:.2f} before, {os.getloadavg()[0]:.2f} after; "
+              f"run took {elapsed / 60:.1f} min")
+    md += ["## Machine", "", ("GPU " + mach["gpu"] + "; " if "gpu" in mach else "") + report.machine_text(mach, during)]
     markdown = "\n".join(md)
     print(markdown)
     data = {"settings": asdict(st), "device": args.device, "machine": mach, "baseline": baseline, "systems": names,

@@ -472,11 +472,9 @@ def markdown(data: Dict) -> str:
             lines.append(f"| {d['precision']} | {d['beam']} | {d['p50_ms']} | {cont if cont else '-'} | {ratio} |")
         lines.append("")
     m = data["machine"]
-    lines += ["## Machine", "", f"{m['cpu']}, {m['cpus_usable']} usable CPUs, {m['memory']}, {m['os']}, Python "
-              f"{m['python']}; load average {data['load_average_before']:.2f} before, "
-              f"{data['load_average_after']:.2f} after; run took {data['elapsed_s'] / 60:.1f} min; git "
-              f"{m['git_commit']}{' (dirty)' if m['git_dirty'] else ''}; {m['date']}.", "",
-              "Packages: " + ", ".join(f"{k} {v}" for k, v in m["packages"].items()) + "."]
+    lines += ["## Machine", "", report.machine_text(m, f"load average {data['load_average_before']:.2f} before, "
+                                                     f"{data['load_average_after']:.2f} after; run took "
+                                                     f"{data['elapsed_s'] / 60:.1f} min")]
     return "\n".join(lines)
 
 

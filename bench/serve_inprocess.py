@@ -203,10 +203,7 @@ def main(argv=None) -> int:
                  f"client threads submit bench/serve.py's requests (its base model, sentences and lengths) straight "
                  f"to a scheduler in this process, the policies in turn within each of {args.rounds} rounds.\n\n")
         m = report.machine(None)
-        ort_version = m["packages"].get("onnxruntime-gpu") or m["packages"].get("onnxruntime")
-        text += (f"\n\nMachine: {m['cpu']}, {m['cpus_usable']} usable CPUs, Python {m['python']}, onnxruntime "
-                 f"{ort_version}; git {m['git_commit']}{' (dirty)' if m['git_dirty'] else ''}; "
-                 f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}.")
+        text += "\n\n## Machine\n\n" + report.machine_text(m)
         report.write(args.out, stem, {"settings": vars(args) | {"out": str(args.out), "cache": str(args.cache)},
                                       "results": results, "machine": m}, title + text)
         print(f"\nwrote {args.out / stem}.json and .md")

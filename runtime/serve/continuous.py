@@ -224,7 +224,7 @@ class ContinuousScheduler(Scheduler):
                 for running in [r for r in self.running if any(d in cohort.decodings for d in r.decodings)]:
                     self.running.remove(running)
                     self.fail(running.job, e)
-                cohort.decodings, cohort.state = [], None
+                cohort.decodings, cohort.places, cohort.state = [], [], None
             if not cohort.decodings:
                 self.cohorts.remove(cohort)
         for running in list(self.running):

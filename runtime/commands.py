@@ -15,7 +15,7 @@ from .cli_io import (PROG, UTF8_MAX_BYTES, Progress, open_output, open_path, rea
 from .alignment import format_alignment
 from .errors import Seq2OnnxError
 from .constraints import check_work, normalize_phrases, require_beam
-from .options import MAX_CHARS_PER_TOKEN, Arg, DecodingOptions, NamesArgs, check_text
+from .options import MAX_CHARS_PER_TOKEN, Arg, DecodingOptions, NamesArgs, check_text, with_defaults
 from .option_table import BOOL, OPTIONS
 
 DEFAULTS = DecodingOptions()            # the API's defaults are the CLI's
@@ -247,17 +247,15 @@ def _given(argv: List[str], parser: Callable[[], argparse.ArgumentParser] = _tra
 
 
 def _beam_size(args: Any) -> int:
-    """--beam-size, or when it is not given, 1 where the options sample and the API's default otherwise:
-    `--sampling-topk 5` alone samples, as `translate_batch(sampling_topk=5)` does in CTranslate2 (whose beam
-    search samples its candidates; this runtime samples with one row per hypothesis, so a --beam-size above 1
-    given with sampling is refused)."""
+    """--beam-size, or when it is not given, the API's (options.with_defaults): 1 where the options sample, its
+    default otherwise; `--sampling-topk 5` alone samples, as `translate_batch(sampling_topk=5)` does (a --beam-size
+    above 1 given with sampling is refused: this runtime samples with one row per hypothesis)."""
     sampling = DecodingOptions.sampling.fget(args)                  # the API's test of "sampling"
     if sampling and args.constraints:
         raise Seq2OnnxError(f"--constraint needs beam search, and --sampling-topk {args.sampling_topk} samples: "
                             "drop one of them")
-    if args.beam_size is not None:
-        return args.beam_size
-    return 1 if sampling else DEFAULTS.beam_size
+    given = {"sampling_topk": args.sampling_topk, **({} if args.beam_size is None else {"beam_size": args.beam_size})}
+    return with_defaults(given).get("beam_size", DEFAULTS.beam_size)         # the API's rule
 
 
 def _check_attention(tr: Any, args: Any) -> None:

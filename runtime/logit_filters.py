@@ -20,7 +20,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from .config import ModelConfig
-from .options import Arg, DecodingOptions, OptionError
+from .options import DecodingOptions
 
 LogitFilter = Callable[[np.ndarray, np.ndarray, np.ndarray, int], None]
 
@@ -139,11 +139,8 @@ def build_filters(options: DecodingOptions, config: ModelConfig, prefixes: Optio
     and the penalty commute, the forced tokens override them, the user's target prefix follows a forced BOS,
     and renormalize comes last. (transformers suppresses its suppress_tokens after forcing, ours before: they part
     only when a forced token is also suppressed.)"""
-    vocab = config.vocab_size
+    options.check_vocabulary(config.vocab_size)            # the id-level callers' (decode) check too
     suppress = [config.pad_id, config.bos_id] if options.suppress_ids is None else list(options.suppress_ids)
-    for name, ids in (("suppress_ids", suppress), ("forced_bos_id", [options.forced_bos_id or 0])):
-        if any(x >= vocab for x in ids):
-            raise OptionError(Arg(name), f" holds an id outside the vocabulary [0, {vocab}): {max(ids)}")
     filters: List[LogitFilter] = [SuppressTokens(suppress)] if suppress else []
     if options.min_decoding_length > 0:
         filters.append(SuppressEOSBeforeMin(config.eos_id, options.min_decoding_length))

@@ -15,7 +15,7 @@ from typing import Any, Callable, Collection, Dict, List, Mapping, Optional, Tup
 
 from .options import (BATCH_TYPES, BEAM_RULES, DEFAULT_MAX_BATCH_SIZE, EARLY_STOPPING, LENGTH_PENALTY_RANGE,
                       MAX_BEAM_SIZE, MAX_LENGTH_A, MAX_LENGTH_B, MAX_SUPPRESS_IDS, MIN_TOPP, REPETITION_PENALTY_RANGE,
-                      TEMPERATURE_RANGE, Arg, DecodingOptions, OptionError, OptionTypeError, shorten)
+                      TEMPERATURE_RANGE, Arg, DecodingOptions, OptionError, OptionTypeError, shorten, with_defaults)
 
 
 # --- kinds: how a value is spelled in JSON, in text (a flag, a form field) and in a JSON Schema -----------------
@@ -125,7 +125,8 @@ def _call(name: str, kind: Kind, default: Any, help: str, range: str, flag: Opti
 _LP, _T, _RP = LENGTH_PENALTY_RANGE, TEMPERATURE_RANGE, REPETITION_PENALTY_RANGE
 OPTIONS: Tuple[Option, ...] = (
     # DecodingOptions' fields (a converted package's manifest "generation" may set other defaults: `seq2onnx info`)
-    _decoding("beam_size", INT, "beams searched (1: greedy, or sampling)", f"1..{MAX_BEAM_SIZE}", "--beam-size"),
+    _decoding("beam_size", INT, "beams searched (1: greedy, or sampling)",
+              f"1..{MAX_BEAM_SIZE} (unset, when sampling: 1)", "--beam-size"),
     _decoding("num_hypotheses", INT, "hypotheses per input, best first",
               f"1..beam size (1..{MAX_BEAM_SIZE} when sampling)", "--n-best"),
     _decoding("length_penalty", NUMBER, "hypotheses rank by score / length ** this", f"{_LP[0]:g}..{_LP[1]:g}",
@@ -218,7 +219,7 @@ def request_options(body: Mapping[str, Any], generation: Optional[Mapping[str, A
         kind = BY_NAME[name].kind
         if not kind.accepts(value):
             raise OptionTypeError(Arg(name), f" must be {kind.word}, got {_shown(value)}")
-    DecodingOptions.from_kwargs(**{**(generation or {}), **{k: v for k, v in options.items() if BY_NAME[k].decoding}})
+    DecodingOptions.from_kwargs(**with_defaults({k: v for k, v in options.items() if BY_NAME[k].decoding}, generation))
     return options
 
 

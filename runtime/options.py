@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 import math
 from dataclasses import dataclass, fields
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -221,6 +221,19 @@ class DecodingOptions:
     def sampling(self) -> bool:
         return self.sampling_topk != 1
 
+    def check_vocabulary(self, vocab_size: int) -> "DecodingOptions":
+        """The token ids these options name (suppress_ids, forced_bos_id) checked against a model's vocabulary
+        [0, vocab_size), which the constructor does not know: a one-line error naming the option, before any work
+        (translate_batch, and the server before it queues a request: an id past the vocabulary would fail the
+        decoder step of every sentence sharing it). -> self."""
+        if self.suppress_ids and max(self.suppress_ids) >= vocab_size:
+            raise OptionError(Arg("suppress_ids"), f" holds an id outside the vocabulary [0, {vocab_size}): "
+                              f"{max(self.suppress_ids)}")
+        if self.forced_bos_id is not None and self.forced_bos_id >= vocab_size:
+            raise OptionError(Arg("forced_bos_id"), f" must be an id of the vocabulary [0, {vocab_size}), got "
+                              f"{self.forced_bos_id}")
+        return self
+
     @classmethod
     def from_kwargs(cls, accepts: Optional[Callable[..., Any]] = None, /, **kwargs: Any) -> "DecodingOptions":
         """Like the constructor, but an unknown option name is a ValueError listing the known ones: these options,
@@ -239,3 +252,16 @@ class DecodingOptions:
 
     def to_dict(self) -> Dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def with_defaults(given: Mapping[str, Any], defaults: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+    """A call's decoding options over `defaults` (a package's generation defaults): the keywords DecodingOptions is
+    made of, for translate_batch, a server request and the command line alike. Where they sample (sampling_topk
+    other than 1) and the call gives no beam_size, the beam size is 1, whatever the defaults say: this runtime
+    samples one row per hypothesis (CTranslate2 samples inside its beam search, beam_size 2 by default), so that
+    `translate_batch(texts, sampling_topk=5)` samples as it does in CTranslate2 instead of failing on a default beam
+    size. A beam_size above 1 given with sampling stays an error (DecodingOptions)."""
+    options = {**(defaults or {}), **given}
+    if "beam_size" not in given and options.get("sampling_topk", DecodingOptions.sampling_topk) != 1:
+        options["beam_size"] = 1
+    return options

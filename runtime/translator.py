@@ -34,7 +34,7 @@ from .errors import ModelPackageError, Seq2OnnxError
 from .manifest import UNCHECKED, ModelPackage, read_package
 from .results import ScoringResult, TranslationResult
 from .options import (BATCH_TYPES, DEFAULT_MAX_BATCH_SIZE, MAX_CHARS_PER_TOKEN, Arg, DecodingOptions, OptionError,
-                      OptionTypeError, OptionWarning, check_ids, check_text)
+                      OptionTypeError, OptionWarning, check_ids, check_text, with_defaults)
 from .session import SessionConfig, check_onnxruntime, onnxruntime_version, open_engine, resolve_device
 from .text_input import TranslateRequest, is_blank, max_source_chars, split_batches, token_ids  # noqa: F401 (callers import them here)
 
@@ -171,10 +171,7 @@ class Translator:
                  numbers: Optional[Sequence[int]] = None, prefix: Sequence[int] = ()) -> Tuple[List[List[int]], List[bool]]:
         """texts -> source ids (prefix: language tokens, then the text's, then EOS), cut to max_input_length ids (the
         prefix and EOS kept) with a warning naming the input (its number in `numbers`, default its position)."""
-        limit = self.config.max_positions if max_input_length is None else max_input_length
-        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= self.config.max_positions:
-            raise OptionError(Arg("max_input_length"), f" must be an integer in [1, {self.config.max_positions}] "
-                              f"(the model's max_positions), got {max_input_length!r}")
+        limit = self._input_limit(max_input_length)
         sources, truncated = [], []
         for j, (ids, cut) in enumerate(zip(*token_ids(self._tokenizer, texts, limit))):
             ids = list(prefix) + ids
@@ -191,13 +188,25 @@ class Translator:
             sources.append(ids[:limit - 1] + [self.config.eos_id])
         return sources, truncated
 
+    def _input_limit(self, max_input_length: Optional[int]) -> int:
+        """The source ids kept (EOS included): max_input_length, 1..max_positions; None: max_positions."""
+        limit = self.config.max_positions if max_input_length is None else max_input_length
+        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= self.config.max_positions:
+            raise OptionError(Arg("max_input_length"), f" must be an integer in [1, {self.config.max_positions}] "
+                              f"(the model's max_positions), got {max_input_length!r}")
+        return limit
+
     def _prefixes(self, target_prefix: Optional[Sequence[Optional[str]]], n: int) -> Optional[List[List[int]]]:
         if target_prefix is None:
             return None
-        _check_per_source("target_prefix", target_prefix, n, "str (or None)", "input")
         args = [Arg("target_prefix", f"[{i}]", p) for i, p in enumerate(target_prefix)]
-        texts = ["" if p is None else check_text(Arg("target_prefix", f"[{i}]"), p) for i, p in enumerate(target_prefix)]
-        return self._target_ids(args, texts, "start with it")
+        return self._target_ids(args, self._prefix_texts(target_prefix, n), "start with it")
+
+    @staticmethod
+    def _prefix_texts(target_prefix: Sequence[Optional[str]], n: int) -> List[str]:
+        """target_prefix: one str (or None: "") per input, each valid text."""
+        _check_per_source("target_prefix", target_prefix, n, "str (or None)", "input")
+        return ["" if p is None else check_text(Arg("target_prefix", f"[{i}]"), p) for i, p in enumerate(target_prefix)]
 
     def _target_ids(self, args: Sequence[Arg], texts: Sequence[str], what: str) -> List[List[int]]:
         """Target texts tokenized alone (a target prefix, a constraint phrase), or a one-line error naming the one
@@ -266,8 +275,14 @@ class Translator:
         return prefix, ({"forced_bos_id": ids[target]} if langs.target_token == "forced_bos" else {})
 
     def _decoding(self, decoding: Dict[str, Any]) -> Dict[str, Any]:
-        """The package's generation defaults (a converted model: what its generate() does), then the call's."""
-        return {**self.package.generation, **decoding}
+        """The package's generation defaults (a converted model: what its generate() does), then the call's
+        (options.with_defaults: sampling without a beam_size decodes with beam size 1)."""
+        return with_defaults(decoding, self.package.generation)
+
+    def _decoding_options(self, accepts: Any, decoding: Dict[str, Any]) -> DecodingOptions:
+        """A call's decoding options over the package's defaults, checked, the ids they name against this model's
+        vocabulary too (accepts: the API method, named in an unknown option's error)."""
+        return DecodingOptions.from_kwargs(accepts, **self._decoding(decoding)).check_vocabulary(self.config.vocab_size)
 
     def source_ids(self, text: str, max_input_length: Optional[int] = None) -> List[int]:
         """The ids translate_batch decodes for `text`: its pieces, cut to max_input_length, and EOS."""
@@ -287,8 +302,7 @@ class Translator:
         default keeps memory flat however many sources; 0 decodes them all in one batch.
         constraint_ids: per source its phrases (id lists, or None), which every hypothesis must hold
         (translate_batch's constraints; Hypothesis.missing_constraints counts those it does not)."""
-        decoding = self._decoding(decoding)
-        options = DecodingOptions.from_kwargs(self.translate_ids, **decoding)
+        options = self._decoding_options(self.translate_ids, decoding)
         sources = self._check_id_batch(sources, max_batch_size, batch_type)
         cfg = self.config
         if target_prefix_ids is not None:
@@ -345,6 +359,44 @@ class Translator:
                                   request.source_phrases, **request.decoding)
         return self.batch_results(request, hyps)
 
+    def check_options(self, n_texts: int, max_batch_size: int = DEFAULT_MAX_BATCH_SIZE, batch_type: str = "examples",
+                      **options: Any) -> None:
+        """translate_batch's options for `n_texts` texts checked against this model as translate_batch checks them,
+        short of tokenizing: the decoding options over the package's defaults (the ids they name within the
+        vocabulary), max_input_length, the languages, the attention the package can give, and the shape and text of
+        target_prefix and constraints (what only their tokens tell, such as a character the tokenizer lacks, is
+        translate_batch's to find). One line naming the option, as translate_batch says it. The server checks each
+        request with it before it is queued, so that no batch holds a request whose options fail its step."""
+        _check_count("max_batch_size", max_batch_size, 0)
+        _check_choice("batch_type", batch_type, BATCH_TYPES)
+        self._check_request(n_texts, **options)
+
+    def _check_request(self, n: int, max_input_length: Optional[int] = None, return_scores: bool = False,
+                       target_prefix: Optional[Sequence[Optional[str]]] = None, return_alignment: bool = False,
+                       constraints: Optional[Sequence[Optional[Sequence[str]]]] = None,
+                       source_lang: Optional[str] = None, target_lang: Optional[str] = None,
+                       **decoding: Any) -> Tuple[List[int], Dict[str, Any], DecodingOptions]:
+        """check_options' checks (but the batching ones) -> the ids that start every source (its languages'), the
+        decoding keywords as given (the target language's forced_bos_id and return_alignment's attention added), and
+        their DecodingOptions as given."""
+        lang_prefix, lang_options = self._languages(source_lang, target_lang)
+        decoding = {**lang_options, **decoding}
+        options = self._decoding_options(self.translate_batch, decoding)
+        if not isinstance(return_alignment, bool):
+            raise OptionError(Arg("return_alignment"), f" must be True or False, got {return_alignment!r}")
+        if (options.return_attention or return_alignment) and not self.engine.has_attention:
+            raise self.engine.no_attention_error()
+        self._input_limit(max_input_length)
+        if target_prefix is not None:
+            self._prefix_texts(target_prefix, n)
+        if constraints is not None:
+            limit = self.config.max_positions
+            if any(normalize_phrases(constraints, n, limit, max_source_chars(limit))):
+                require_beam(options.beam_size)
+        if return_alignment:
+            decoding = dict(decoding, return_attention=True)
+        return lang_prefix, decoding, options
+
     def prepare_batch(self, texts: Sequence[str], max_input_length: Optional[int] = None, return_scores: bool = False,
                       target_prefix: Optional[Sequence[Optional[str]]] = None, return_alignment: bool = False,
                       constraints: Optional[Sequence[Optional[Sequence[str]]]] = None,
@@ -352,20 +404,13 @@ class Translator:
                       **decoding: Any) -> TranslateRequest:
         """translate_batch's arguments checked (every error before any work) and its texts tokenized: what
         decoding needs (TranslateRequest), for translate_batch and for the server's continuous batching alike."""
-        lang_prefix, lang_options = self._languages(source_lang, target_lang)
-        decoding = {**lang_options, **decoding}
-        options = DecodingOptions.from_kwargs(self.translate_batch, **self._decoding(decoding))   # fail before work
-        if not isinstance(return_alignment, bool):
-            raise OptionError(Arg("return_alignment"), f" must be True or False, got {return_alignment!r}")
-        if (options.return_attention or return_alignment) and not self.engine.has_attention:
-            raise self.engine.no_attention_error()
-        if return_alignment:
-            decoding = dict(decoding, return_attention=True)
         texts = self._check_texts(texts)
+        lang_prefix, decoding, options = self._check_request(          # every option, before any work
+            len(texts), max_input_length, return_scores, target_prefix, return_alignment, constraints, source_lang,
+            target_lang, **decoding)
         prefixes = self._prefixes(target_prefix, len(texts))
         phrases = self._constraint_ids(constraints, len(texts))
         if phrases is not None and any(phrases):
-            require_beam(options.beam_size)
             check_work("constraints", phrases, options.beam_size)
         todo = [i for i, t in enumerate(texts) if not is_blank(t)]   # blank texts: the empty hypothesis
         sources, truncated = self._sources([texts[i] for i in todo], max_input_length, todo, lang_prefix)
@@ -470,7 +515,7 @@ class Translator:
         if decoding.get("num_hypotheses", 1) != 1:
             raise OptionError("generate_tokens streams one hypothesis: ", Arg("num_hypotheses"), " must be 1")
         lang_prefix, lang_options = self._languages(source_lang, target_lang)
-        options = DecodingOptions.from_kwargs(self.generate_tokens, **self._decoding({**lang_options, **decoding}))
+        options = self._decoding_options(self.generate_tokens, {**lang_options, **decoding})
         (text,) = self._check_texts([text])
         phrases = self._constraint_ids(None if constraints is None else [constraints], 1)
         if phrases is not None and any(phrases):

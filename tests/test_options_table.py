@@ -136,7 +136,7 @@ def test_an_unknown_field_is_named_with_the_known_ones_and_the_servers_own_are_r
         request_options({"max_batch_size": 0})
 
 
-@pytest.mark.parametrize("body", [{"beam_size": 0}, {"num_hypotheses": 5}, {"sampling_topk": 5},
+@pytest.mark.parametrize("body", [{"beam_size": 0}, {"num_hypotheses": 5}, {"sampling_topk": 5, "beam_size": 4},
                                   {"early_stopping": True}, {"suppress_ids": [1, 2.0]}, {"beam_rules": "marian"},
                                   {"sampling_temperature": 1e9}, {"length_penalty": 10 ** 400}])
 def test_values_are_checked_by_decoding_options_in_its_words(body):

@@ -20,23 +20,25 @@ loop iteration steps every cohort once: batches grouped by step.
 
 A job's answer is translate_batch's for the same texts and options: the same preparation, the same Decoding per
 request, the same results (Translator.batch_results); only the rows it shares a step with differ.
+
+One job's fault is its own: its options were checked against the model before it was queued (Scheduler.check), and a
+job that fails its preparation fails alone. A batch whose step (or rows joining) raises all the same goes whole, and
+its jobs decode again from the start, each in a batch of its own, where only a job whose own rows fail gets the error
+(_broken).
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple
+import itertools
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..constraints import split_work
 from ..decoding import Decoding, RunningBatch, TextStream, step_limits
 from ..search import BeamSearch
-from ..options import Arg, OptionError
 from ..results import TranslationResult
-from .scheduler import NOT_STREAMED, SCORE, STREAM, TRANSLATE, Job, Scheduler
+from .scheduler import BATCHING_KEYWORDS, SCORE, STREAM, TRANSLATE, Job, Scheduler, stream_options
 
 # the shortest length class, in cache positions: jobs that can run at most this many steps share a batch
 MIN_LENGTH_CLASS = 16
-
-# translate_batch's keywords the scheduler sets itself (it batches), for a job's prepare_batch
-BATCHING_KEYWORDS = ("max_batch_size", "batch_type")
 
 
 class _Running:
@@ -48,6 +50,7 @@ class _Running:
     def __init__(self, job: Job, request: Any, parts: List[Tuple[Decoding, List[int], List[int]]],
                  stream: Optional[TextStream] = None):
         self.job, self.request, self.parts, self.stream = job, request, parts, stream
+        self.alone = False          # it decodes in batches of its own (a batch it shared failed)
 
     @property
     def done(self) -> bool:
@@ -76,24 +79,29 @@ class ContinuousScheduler(Scheduler):
         self.cohorts: List[RunningBatch] = []           # one with decoder contract 3; more only with older ones
         self.running: List[_Running] = []
         self.joined_running = 0                          # jobs admitted into a batch that had stepped
+        self._alone_keys = itertools.count()             # the keys of batches of one job's own (_broken)
         self.decoder_steps = 0
 
     # --- the loop ----------------------------------------------------------------------------------------
     def run(self) -> None:
-        while True:
-            idle = not self.running
-            jobs: List[Job] = []
-            room = self.max_batch_rows - self.running_rows
-            if room > 0 or idle:
-                jobs = self.take(max_rows=max(room, 1), block=idle, timeout=None if idle else 0)
-            if not jobs and idle:
-                if self.drained:
-                    return
-                continue
-            self._admit(jobs)
-            self._drop_gone()
-            if self.running:
-                self._step()
+        while self.turn():
+            pass
+
+    def turn(self, block: bool = True) -> bool:
+        """One pass of the loop: admit waiting jobs while there is room (waiting for one while nothing runs, when
+        `block`), let the rows of jobs gone leave, step every batch once. -> False once closed and drained."""
+        idle = not self.running
+        jobs: List[Job] = []
+        room = self.max_batch_rows - self.running_rows
+        if room > 0 or idle:
+            jobs = self.take(max_rows=max(room, 1), block=idle and block, timeout=None if idle else 0)
+        if not jobs and idle:
+            return not self.drained
+        self._admit(jobs)
+        self._drop_gone()
+        if self.running:
+            self._step()
+        return True
 
     def _admit(self, jobs: List[Job]) -> None:
         """Prepare each job (one-line errors fail that job alone), decode the sources of jobs with equal options in
@@ -107,29 +115,46 @@ class ContinuousScheduler(Scheduler):
                 continue
             try:
                 request = self._request(job)
+                key = self._merge_key(job, request)
             except Exception as e:  # noqa: BLE001 - one job's fault is that job's answer
                 self.fail(job, e)
                 continue
-            key = self._merge_key(job, request)
             if key is None:
-                new += self._start(self._alone(job, request))
+                new += self._start(*self._each_alone([(job, request)]))
             else:
                 merged.setdefault(key, []).append((job, request))
         for group in merged.values():
-            new += self._start(*self._together(group))
-        by_group: Dict[Tuple[int, int], List[Decoding]] = {}
-        for d in new:
-            by_group.setdefault(self._group_of(d), []).append(d)
-        for group, decodings in by_group.items():
-            cohort = next((c for c in self.cohorts if c.key == group and c.can_add()), None)
+            try:
+                running = self._together(group)
+            except Exception:  # noqa: BLE001 - each on its own, so that an error is its job's alone
+                running = self._each_alone(group)
+            new += self._start(*running)
+        self._place(new)
+
+    def _place(self, decodings: Sequence[Decoding], alone: Optional[int] = None) -> None:
+        """Add the Decodings' rows to the batches of their groups (_group_of): a running batch of the group where
+        rows can join, else a new one; `alone`: a new batch of their own, keyed by it, that no other job joins.
+        A batch whose add fails is broken (_broken)."""
+        by_group: Dict[Tuple[int, ...], List[Decoding]] = {}
+        for d in decodings:
+            group = self._group_of(d)
+            by_group.setdefault(group if alone is None else (*group, alone), []).append(d)
+        for key, group in by_group.items():
+            held = {id(d) for r in self.running for d in r.decodings}
+            group = [d for d in group if id(d) in held]        # not those of a job an earlier group's _broken took
+            if not group:
+                continue
+            cohort = next((c for c in self.cohorts if c.key == key and c.can_add()), None)
             if cohort is None:
                 cohort = RunningBatch(self.translator.engine, self.translator.config)
-                cohort.key = group
+                cohort.key = key
                 self.cohorts.append(cohort)
             elif cohort.state is not None and cohort.state.past is not None:
-                self.joined_running += len({id(r) for r in self.running
-                                            if any(d in decodings for d in r.decodings)})
-            cohort.add(decodings, share_cross=group[0] > 1)
+                self.joined_running += len({id(r) for r in self.running if any(d in group for d in r.decodings)})
+            try:
+                cohort.add(group, share_cross=key[0] > 1)
+            except Exception as e:  # noqa: BLE001 - the encoder run or the rows joining failed
+                self._broken(cohort, e, group)
         self._count_rows()
 
     def _group_of(self, d: Decoding) -> Tuple[int, int]:
@@ -148,9 +173,7 @@ class ContinuousScheduler(Scheduler):
     def _request(self, job: Job) -> Any:
         options = {k: v for k, v in job.options.items() if k not in BATCHING_KEYWORDS}
         if job.kind == STREAM:
-            options = {k: v for k, v in options.items() if k not in NOT_STREAMED}
-            if options.get("num_hypotheses", 1) != 1:
-                raise OptionError("a stream is one hypothesis: ", Arg("num_hypotheses"), " must be 1")
+            options = stream_options(options)
         return self.translator.prepare_batch(job.texts, **options)
 
     def _merge_key(self, job: Job, request: Any) -> Any:
@@ -162,7 +185,9 @@ class ContinuousScheduler(Scheduler):
         limits = step_limits(request.sources, request.decode_options, self.translator.config)
         return request.decode_options, self._length_class(int(limits.max()) if len(limits) else 0)
 
-    def _alone(self, job: Job, request: Any) -> _Running:
+    def _alone(self, job: Job, request: Any, stream: Optional[TextStream] = None) -> _Running:
+        """A job's own Decodings (a few when its constraints are much work); a stream's TextStream (`stream`: the
+        one it had, with what it emitted, when it decodes again)."""
         config, phrases = self.translator.config, request.source_phrases
         everything = list(range(len(request.sources)))
         groups = [everything] if phrases is None or not any(phrases) else \
@@ -173,8 +198,19 @@ class ContinuousScheduler(Scheduler):
                          None if request.prefixes is None else [request.prefixes[i] for i in group],
                          constraints=None if phrases is None else [phrases[i] for i in group])
             parts.append((d, group, list(range(len(group)))))
-        stream = TextStream(self.translator.detokenize) if job.kind == STREAM else None
+        if job.kind == STREAM and stream is None:
+            stream = TextStream(self.translator.detokenize)
         return _Running(job, request, parts, stream)
+
+    def _each_alone(self, jobs: Sequence[Tuple[Job, Any]]) -> List[_Running]:
+        """_alone for each job; a job whose Decodings cannot start fails, alone."""
+        out = []
+        for job, request in jobs:
+            try:
+                out.append(self._alone(job, request))
+            except Exception as e:  # noqa: BLE001 - one job's fault is that job's answer
+                self.fail(job, e)
+        return out
 
     def _together(self, group: List[Tuple[Job, Any]]) -> List[_Running]:
         """One Decoding over the sources of jobs of equal options."""
@@ -202,40 +238,77 @@ class ContinuousScheduler(Scheduler):
         return new
 
     def _drop_gone(self) -> None:
-        """Jobs whose client went away or whose deadline passed: their rows leave at this step."""
-        for running in [r for r in self.running if not r.job.live]:
-            for d in running.decodings:            # a Decoding shared with live jobs decodes on for them
-                if any(d in r.decodings for r in self.running):
-                    continue
-                for cohort in list(self.cohorts):
-                    if d in cohort.decodings:
-                        cohort.drop(d)
-                    if not cohort.decodings:
-                        self.cohorts.remove(cohort)
+        """Jobs whose client went away or whose deadline passed: their rows leave at this step (_sweep)."""
+        gone = [r for r in self.running if not r.job.live]
+        for running in gone:
             self.running.remove(running)
             self._drop(running.job)
+        if gone:
+            self._sweep()
+
+    def _sweep(self) -> None:
+        """The Decodings that no running job holds any more leave their batches, with their rows (a Decoding shared
+        by jobs of equal options decodes on while one of them runs); empty batches go."""
+        held = {id(d) for r in self.running for d in r.decodings}
+        for cohort in list(self.cohorts):
+            for d in [d for d in cohort.decodings if id(d) not in held]:
+                cohort.drop(d)
+            if not cohort.decodings:
+                self.cohorts.remove(cohort)
+        self._count_rows()
+
+    def _broken(self, cohort: RunningBatch, error: BaseException, joining: Sequence[Decoding] = ()) -> None:
+        """A batch whose step, or whose rows joining (`joining`), raised: its state is unknown, so it goes whole.
+        Whose rows caused it is known only where it held one job's: that job gets the error. Otherwise each of its
+        jobs decodes again from the start in batches of its own (its search depends on its own rows only: the same
+        answer; a stream's TextStream goes on from what it emitted), where a job whose own rows fail gets the error:
+        one request's fault never fails the requests it shared a step with."""
+        if cohort in self.cohorts:
+            self.cohorts.remove(cohort)
+        hit = [r for r in self.running if any(d in cohort.decodings or d in joining for d in r.decodings)]
+        for running in hit:
+            self.running.remove(running)
+        self._sweep()                            # their Decodings in other batches leave
+        for running in hit:
+            if not running.job.live:
+                self._drop(running.job)
+            elif len(hit) == 1 or running.alone:
+                self.fail(running.job, error)
+            else:
+                try:
+                    again = self._alone(running.job, running.request, running.stream)
+                except Exception as e:  # noqa: BLE001
+                    self.fail(running.job, e)
+                    continue
+                again.alone = True
+                self._place(self._start(again), alone=next(self._alone_keys))
 
     def _step(self) -> None:
         for cohort in list(self.cohorts):
+            if cohort not in self.cohorts:                  # broken by an earlier batch's retries
+                continue
             try:
                 self.decoder_steps += 1
                 cohort.step()
-            except Exception as e:  # noqa: BLE001 - a broken graph: every job of the cohort gets the error
-                for running in [r for r in self.running if any(d in cohort.decodings for d in r.decodings)]:
-                    self.running.remove(running)
-                    self.fail(running.job, e)
-                cohort.decodings, cohort.places, cohort.state = [], [], None
+            except Exception as e:  # noqa: BLE001 - a graph that failed on these rows, or a bug
+                self._broken(cohort, e)
+                continue
             if not cohort.decodings:
                 self.cohorts.remove(cohort)
         for running in list(self.running):
-            if running.stream is not None and not running.done:
-                piece = running.stream.update(running.decodings[0].search)      # a stream decodes alone
-                if piece:
-                    self.emit(running.job, piece)
+            try:
+                if running.stream is not None and not running.done:
+                    piece = running.stream.update(running.decodings[0].search)      # a stream decodes alone
+                    if piece:
+                        self.emit(running.job, piece)
+            except Exception as e:  # noqa: BLE001 - one job's fault is that job's answer
+                self.running.remove(running)
+                self.fail(running.job, e)
+                continue
             if running.done:
                 self.running.remove(running)
                 self._finish(running)
-        self._count_rows()
+        self._sweep()
 
     def _finish(self, running: _Running) -> None:
         job, request = running.job, running.request

@@ -34,7 +34,7 @@ from collections import deque
 from concurrent.futures import Future, InvalidStateError
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
-from ..options import MAX_BEAM_SIZE, Arg, DecodingOptions, OptionError
+from ..options import MAX_BEAM_SIZE, Arg, DecodingOptions, OptionError, with_defaults
 from ..results import TranslationResult
 
 log = logging.getLogger("seq2onnx.serve")
@@ -45,6 +45,8 @@ TRANSLATE, SCORE, STREAM = "translate", "score", "stream"
 PER_TEXT = ("target_prefix", "constraints")
 # translate_batch's keywords that generate_tokens (a stream) does not take; a stream always returns its scores
 NOT_STREAMED = ("return_scores", "max_batch_size", "batch_type")
+# translate_batch's keywords the continuous scheduler sets itself (it batches), for a job's prepare_batch
+BATCHING_KEYWORDS = ("max_batch_size", "batch_type")
 # how a job ended: results, an error (its own fault, or a bug), its client gone, its deadline passed
 OUTCOMES = ("done", "failed", "cancelled", "expired")
 RETRY_AFTER_RANGE = (1, 60)                 # seconds a full queue tells a client to wait (Retry-After)
@@ -156,10 +158,16 @@ class Scheduler:
     def submit(self, kind: str, texts: Sequence[str], options: Optional[Dict[str, Any]] = None, *,
                targets: Optional[Sequence[str]] = None, on_text: Optional[Callable[[str], None]] = None,
                timeout: Optional[float] = None) -> Job:
-        """Queue a job and return it at once; QueueFull when max_queue jobs wait, Closed once close() began."""
+        """Queue a job and return it at once; QueueFull when max_queue jobs wait, Closed once close() began. A job
+        whose options the model refuses (check) is returned resolved with its error, never queued."""
         options = dict(options or {})
         job = Job(kind, list(texts), options, targets=None if targets is None else list(targets), on_text=on_text,
                   deadline=None if timeout is None else time.monotonic() + timeout, rows=self.rows_of(texts, options))
+        try:
+            self.check(job)
+        except Exception as e:  # noqa: BLE001 - its own answer, at once: it never reaches a batch
+            self.fail(job, e)
+            return job
         with self._cond:
             if self._closed:
                 raise Closed("the server is shutting down")
@@ -171,9 +179,20 @@ class Scheduler:
             self._cond.notify_all()
         return job
 
+    def check(self, job: Job) -> None:
+        """A translation's or a stream's options checked against the model as translate_batch checks them before
+        any work but tokenizing (Translator.check_options): every policy refuses a bad option before the job is
+        queued, so that no batch holds a job that would fail its step. What only tokenizing finds (a target prefix
+        the tokenizer cannot spell) fails the job when it is prepared: alone (continuous), or when its batch is
+        retried job by job (run_translate)."""
+        if job.kind == SCORE:
+            return
+        options = stream_options(job.options) if job.kind == STREAM else job.options
+        self.translator.check_options(len(job.texts), **options)
+
     def rows_of(self, texts: Sequence[str], options: Dict[str, Any]) -> int:
         """Decoder rows the texts take: one per beam (or per sample) each."""
-        given = {**self.translator.package.generation, **options}
+        given = with_defaults(options, self.translator.package.generation)
         widths = given.get("beam_size", DecodingOptions.beam_size), given.get("num_hypotheses", 1)
         # a value of the wrong type counts 1: translate_batch refuses it before any work
         return len(texts) * min(MAX_BEAM_SIZE, max(w if type(w) is int else 1 for w in widths))
@@ -306,8 +325,8 @@ class Scheduler:
     def run_stream(self, job: Job) -> None:
         """A STREAM job on its own: translator.generate_tokens' pieces to emit(), stopped at the next piece once
         the job is not live; its result: the text, token ids, scores and finished of the Hypothesis streamed."""
-        options = {k: v for k, v in job.options.items() if k not in NOT_STREAMED}
         try:
+            options = stream_options(job.options)
             steps = self.translator.generate_tokens(job.texts[0], **_one_text(options))
             pieces = []
             while True:
@@ -396,6 +415,13 @@ class Scheduler:
                 self.running_rows = 0
                 if self.drained and not self.held:
                     return
+
+
+def stream_options(options: Dict[str, Any]) -> Dict[str, Any]:
+    """A stream's translate_batch options: those generate_tokens takes, one hypothesis."""
+    if options.get("num_hypotheses", 1) != 1:
+        raise OptionError("a stream is one hypothesis: ", Arg("num_hypotheses"), " must be 1")
+    return {k: v for k, v in options.items() if k not in NOT_STREAMED}
 
 
 def _one_text(options: Dict[str, Any]) -> Dict[str, Any]:

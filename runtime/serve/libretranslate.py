@@ -112,7 +112,7 @@ def pick_pair(service: Service, source: str, target: str) -> Tuple[str, Pair]:
 def _alternatives(value: Any, limit: int) -> int:
     try:
         n = max(0, int(value))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):              # OverflowError: 1e999, which json reads as inf
         raise HTTPError(400, "Invalid request: alternatives parameter is not a number") from None
     if n > limit:
         raise HTTPError(400, f"Invalid request: alternatives parameter must be <= {limit}")

@@ -53,6 +53,7 @@ ANSWER_BYTES_PER_TOKEN = 64
 ANSWER_BYTES_PER_VALUE = 24
 ANSWER_BYTES_PER_HYPOTHESIS = 256
 ATTENTION_VALUE_BYTES = 4
+ANSWER_PIECE_BYTES = 1 << 16            # uvicorn's high-water mark: a slow client is waited for after each
 # the Host names a server without API keys answers besides IP addresses and the name it binds (web/demo/server.js)
 LOCAL_NAMES = ("localhost",)
 
@@ -87,6 +88,20 @@ class ClientGone(Exception):
 
 class BodyTooLarge(Exception):
     pass
+
+
+class Answer(JSONResponse):
+    """A JSON answer sent in pieces: uvicorn waits for a slow client before each (its flow control), so a request
+    holds its part of --max-pending-bytes (PendingBytes) until its client has read all but the last piece; one
+    piece would be handed to the transport's buffer whole, and the request counted as answered at once."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        body = memoryview(self.body)
+        for start in range(0, len(body), ANSWER_PIECE_BYTES):
+            await send({"type": "http.response.body", "body": bytes(body[start:start + ANSWER_PIECE_BYTES]),
+                        "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 def error_response(status: int, message: str, headers: Optional[Dict[str, str]] = None) -> JSONResponse:
@@ -371,7 +386,7 @@ async def v1_translate(request: Request) -> Response:
     name, scheduler = service.scheduler(body.get("model"))
     texts = service.check_texts(body.get("texts"), "texts")
     results = await service.run(request, name, scheduler, TRANSLATE, texts, translate_options(body, scheduler))
-    return JSONResponse({"model": name, "results": [result_dict(r) for r in results]})
+    return Answer({"model": name, "results": [result_dict(r) for r in results]})
 
 
 @endpoint
@@ -447,7 +462,7 @@ async def v1_score(request: Request) -> Response:
     targets = service.check_texts(body.get("targets"), "targets")
     options = {k: v for k, v in v1_options(body).items() if k not in ("sources", "targets")}
     results = await service.run(request, name, scheduler, SCORE, sources, options, targets)
-    return JSONResponse({"model": name, "results": [result_dict(r) for r in results]})
+    return Answer({"model": name, "results": [result_dict(r) for r in results]})
 
 
 @endpoint

@@ -2,14 +2,16 @@
 
 Routes: LibreTranslate's POST /translate and GET /languages (libretranslate.py); our POST /v1/translate,
 /v1/translate/stream (Server-Sent Events), /v1/score and GET /v1/models; GET /health, /ready, /metrics.
-Every error is {"error": "<one line>"} with its status: 400 bad input, 403 API key, 413 body too large,
-429 queue full (Retry-After), 503 shutting down or not ready, 504 deadline, 500 anything else.
+Every error is {"error": "<one line>"} with its status: 400 bad input (a limit: the flag that sets it), 403 API key,
+404 no such route, 405 wrong method, 413 body too large, 421 a Host this server does not answer, 429 queue or
+--max-pending-bytes full (Retry-After), 503 shutting down or not ready, 504 deadline, 500 anything else.
 """
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 import hmac
+import ipaddress
 import json
 import logging
 import os
@@ -20,22 +22,40 @@ from typing import Any, AsyncIterator, Callable, Dict, FrozenSet, List, Optional
 from sse_starlette import EventSourceResponse
 from sse_starlette.sse import AppStatus
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..cli import printable
+from ..decoding import step_limits
 from ..errors import Seq2OnnxError
 from ..option_table import json_schema, request_options
-from ..options import OptionError
+from ..options import DecodingOptions, OptionError
+from ..text_input import token_ids
+from ..translator import _SURROGATE
 from .metrics import Metrics
-from .scheduler import SCORE, STREAM, TRANSLATE, Cancelled, Closed, DeadlineExceeded, Job, QueueFull, Scheduler
+from .scheduler import (RETRY_AFTER_RANGE, SCORE, STREAM, TRANSLATE, Cancelled, Closed, DeadlineExceeded, Job,
+                        QueueFull, Scheduler)
 
 log = logging.getLogger("seq2onnx.serve")
+PENDING_KEY = "seq2onnx.pending_bytes"          # a request's ASGI scope: the bytes it holds of pending_bytes
 
 # the fields of /v1 requests that are not translate_batch / score_batch options
 V1_FIELDS = ("model", "texts", "stream", "api_key")
+DECODING_FIELDS = frozenset(f.name for f in dataclasses.fields(DecodingOptions))
+# What a request may cost, reckoned before it is queued from the limits it decodes under (its step limits and source
+# tokens, not what it will produce), in bytes of the JSON answer: per hypothesis token (its text, its id, its
+# alignment pair), per attention value (a float as json writes it: at most 22 characters and a comma), and per
+# hypothesis (its scores and flags); and per attention value a decoder row holds while it decodes (float32).
+ANSWER_BYTES_PER_TOKEN = 64
+ANSWER_BYTES_PER_VALUE = 24
+ANSWER_BYTES_PER_HYPOTHESIS = 256
+ATTENTION_VALUE_BYTES = 4
+ANSWER_PIECE_BYTES = 1 << 16            # uvicorn's high-water mark: a slow client is waited for after each
+# the Host names a server without API keys answers besides IP addresses and the name it binds (web/demo/server.js)
+LOCAL_NAMES = ("localhost",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +66,11 @@ class Settings:
     alternatives_limit: int = 3             # LibreTranslate --alternatives-limit
     max_body_bytes: int = 1 << 20           # a request body past it: 413
     max_request_rows: int = 1024            # decoder rows one request may take: texts x max(beam, n-best)
+    max_request_tokens: int = 1 << 16       # decoder rows x step limit: the cache one request may fill (request_cost)
+    max_attention_values: int = 1 << 20     # rows x steps x source tokens of a request's attention (request_cost)
+    max_answer_bytes: int = 16 << 20        # a request's answer, reckoned up front (request_cost)
+    max_pending_bytes: int = 64 << 20       # every admitted request's answer and attention until it is sent: 429
+    allowed_hosts: Optional[FrozenSet[str]] = None   # Host names answered besides IP addresses; None: any (421)
     timeout: float = 60.0                   # seconds a request may take (504)
     api_keys: Optional[FrozenSet[str]] = None   # None: no key needed
     languages: Dict[str, Tuple[str, str]] = dataclasses.field(default_factory=dict)  # model -> (source, target)
@@ -65,8 +90,62 @@ class BodyTooLarge(Exception):
     pass
 
 
+class Answer(JSONResponse):
+    """A JSON answer sent in pieces: uvicorn waits for a slow client before each (its flow control), so a request
+    holds its part of --max-pending-bytes (PendingBytes) until its client has read all but the last piece; one
+    piece would be handed to the transport's buffer whole, and the request counted as answered at once."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        body = memoryview(self.body)
+        for start in range(0, len(body), ANSWER_PIECE_BYTES):
+            await send({"type": "http.response.body", "body": bytes(body[start:start + ANSWER_PIECE_BYTES]),
+                        "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
 def error_response(status: int, message: str, headers: Optional[Dict[str, str]] = None) -> JSONResponse:
     return JSONResponse({"error": printable(message)}, status, headers)
+
+
+@dataclasses.dataclass(frozen=True)
+class Cost:
+    """What one request may cost, reckoned before it is queued (request_cost)."""
+    tokens: int                         # decoder rows x step limit: the self-attention cache it may fill
+    attention_values: int               # rows x steps x source tokens, when it keeps attention
+    answer_bytes: int                   # its JSON answer, at most
+
+    @property
+    def held_bytes(self) -> int:
+        """What it holds until its answer is sent: the answer, and its rows' attention while they decode."""
+        return self.answer_bytes + ATTENTION_VALUE_BYTES * self.attention_values
+
+
+def request_cost(translator: Any, kind: str, texts: Sequence[str], options: Dict[str, Any]) -> Cost:
+    """The most a job may cost, from the limits it decodes under: per text, its source tokens (EOS included, at most
+    max_input_length) and its step limit (decoding.step_limits: max_decoding_length, max_length_a x source tokens +
+    max_length_b, max_positions). A score job answers one log-prob per target token."""
+    config = translator.config
+    if kind == SCORE:
+        return Cost(0, 0, len(texts) * (config.max_positions * ANSWER_BYTES_PER_TOKEN + ANSWER_BYTES_PER_HYPOTHESIS))
+    given = {**translator.package.generation, **options}
+    try:
+        decoding = DecodingOptions.from_kwargs(**{k: v for k, v in given.items() if k in DECODING_FIELDS})
+    except (OptionError, TypeError, ValueError):
+        return Cost(0, 0, 0)                    # translate_batch refuses it before any work
+    limit = given.get("max_input_length")
+    if type(limit) is not int or not 1 <= limit <= config.max_positions:
+        limit = config.max_positions            # translate_batch refuses a bad one
+    attention = decoding.return_attention or given.get("return_alignment") is True   # alignment is read from it
+    texts = [_SURROGATE.sub("\ufffd", t) for t in texts]        # as translate_batch reads them (with a warning)
+    lengths = [min(limit, len(ids) + 1) for ids in token_ids(translator._tokenizer, texts, limit)[0]]
+    steps = [int(s) for s in step_limits([range(n) for n in lengths], decoding, config)]
+    rows, hypotheses = max(decoding.beam_size, decoding.num_hypotheses), decoding.num_hypotheses
+    per_token = ANSWER_BYTES_PER_TOKEN
+    answer = sum(hypotheses * (s * (per_token + (n * ANSWER_BYTES_PER_VALUE if decoding.return_attention else 0))
+                               + ANSWER_BYTES_PER_HYPOTHESIS) for s, n in zip(steps, lengths))
+    values = sum(rows * s * n for s, n in zip(steps, lengths)) if attention else 0
+    return Cost(rows * sum(steps), values, answer)
 
 
 class Service:
@@ -75,6 +154,7 @@ class Service:
     def __init__(self, schedulers: Dict[str, Scheduler], settings: Settings):
         self.schedulers = schedulers
         self.settings = settings
+        self.pending_bytes = 0                  # Cost.held_bytes of the requests admitted and not yet answered
         self.metrics = Metrics(schedulers)
         self.ready = False
         self.load_error: Optional[str] = None
@@ -112,24 +192,63 @@ class Service:
         return name, self.schedulers[name]
 
     # --- jobs --------------------------------------------------------------------------------------------
-    def submit(self, scheduler: Scheduler, kind: str, texts: List[str], options: Dict[str, Any],
+    def submit(self, request: Request, scheduler: Scheduler, kind: str, texts: List[str], options: Dict[str, Any],
                targets: Optional[List[str]] = None, on_text: Optional[Callable[[str], None]] = None) -> Job:
+        """Queue a job within the request limits; what it may hold counts in pending_bytes until its answer has
+        been sent (PendingBytes)."""
+        limits = self.settings
         rows = scheduler.rows_of(texts, options)
-        if rows > self.settings.max_request_rows:
+        if rows > limits.max_request_rows:
             raise HTTPError(400, f"the request takes {rows} decoder rows (texts x max(beam_size, num_hypotheses)); "
-                                 f"at most {self.settings.max_request_rows}")
+                                 f"at most {limits.max_request_rows} (--max-request-rows)")
+        cost = request_cost(scheduler.translator, kind, texts, options)
+        if cost.tokens > limits.max_request_tokens:
+            raise HTTPError(400, f"the request may decode {cost.tokens:,} tokens (decoder rows x step limit); at most "
+                                 f"{limits.max_request_tokens:,} (--max-request-tokens): send fewer texts, or a "
+                                 f"smaller beam_size or max_decoding_length")
+        if cost.attention_values > limits.max_attention_values:
+            raise HTTPError(400, f"the request may keep {cost.attention_values:,} attention values (decoder rows x "
+                                 f"steps x source tokens, for return_attention or return_alignment); at most "
+                                 f"{limits.max_attention_values:,} (--max-attention-values): send fewer or shorter "
+                                 f"texts, or a smaller beam_size or max_decoding_length")
+        if cost.answer_bytes > limits.max_answer_bytes:
+            raise HTTPError(400, f"the answer may take {cost.answer_bytes:,} bytes (hypotheses x steps"
+                                 f"{' x source tokens' if cost.attention_values else ''}); at most "
+                                 f"{limits.max_answer_bytes:,} (--max-answer-bytes): send fewer texts, or a smaller "
+                                 f"num_hypotheses or max_decoding_length")
+        held = cost.held_bytes
+        if held > limits.max_pending_bytes:
+            raise HTTPError(400, f"the request may hold {held:,} bytes (its answer and its attention); at most "
+                                 f"{limits.max_pending_bytes:,} (--max-pending-bytes)")
+        if self.pending_bytes + held > limits.max_pending_bytes:
+            raise HTTPError(429, f"Slowdown: the requests in progress may hold {self.pending_bytes:,} bytes, this one "
+                                 f"{held:,}, of {limits.max_pending_bytes:,} (--max-pending-bytes); retry after "
+                                 f"{RETRY_AFTER_RANGE[0]} s", {"Retry-After": str(RETRY_AFTER_RANGE[0])})
         try:
-            return scheduler.submit(kind, texts, options, targets=targets, on_text=on_text,
-                                    timeout=self.settings.timeout)
+            job = scheduler.submit(kind, texts, options, targets=targets, on_text=on_text, timeout=limits.timeout)
         except QueueFull as e:
             raise HTTPError(429, f"Slowdown: {e}", {"Retry-After": str(e.retry_after)}) from None
         except Closed as e:
             raise HTTPError(503, str(e)) from None
+        self.pending_bytes += held
+        request.scope[PENDING_KEY] = request.scope.get(PENDING_KEY, 0) + held
+        return job
+
+    def host_allowed(self, host: str) -> bool:
+        """A Host header this server answers: any with allowed_hosts None (API keys set), else an IP address
+        (a page whose DNS name is rebound to this server sends its name, never an address) or an allowed name.
+        The port is not compared: a rebinding page picks the server's port for its own."""
+        allowed = self.settings.allowed_hosts
+        if allowed is None:
+            return True
+        name = host_name(host)
+        # no Host (HTTP/1.0): not a browser's request
+        return not name or _is_ip(name) or name in allowed
 
     async def run(self, request: Request, model: str, scheduler: Scheduler, kind: str, texts: List[str],
                   options: Dict[str, Any], targets: Optional[List[str]] = None) -> List[Any]:
         """Submit a job and await its results; a client that disconnects cancels it, its deadline answers 504."""
-        job = self.submit(scheduler, kind, texts, options, targets)
+        job = self.submit(request, scheduler, kind, texts, options, targets)
         future = asyncio.wrap_future(job.future)
         future.add_done_callback(_consume)
         gone = asyncio.ensure_future(_disconnected(request))
@@ -145,6 +264,24 @@ class Service:
             raise HTTPError(504, f"the request took longer than {self.settings.timeout:g} s")
         self.metrics.observe_job(model, job)
         return job_result(future)
+
+
+def host_name(host: str) -> str:
+    """A Host header's name, lower case, without its port, the brackets of an IPv6 address or a final dot."""
+    name = host.strip().lower()
+    if name.startswith("["):
+        name = name[1:name.find("]")]
+    elif ":" in name:
+        name = name.rpartition(":")[0]
+    return name.rstrip(".")
+
+
+def _is_ip(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+        return True
+    except ValueError:
+        return False
 
 
 def job_result(future: Any) -> List[Any]:
@@ -183,12 +320,17 @@ def result_dict(result: Any) -> Dict[str, Any]:
 async def json_object(request: Request) -> Dict[str, Any]:
     body = await request.body()
     try:
-        value = json.loads(body)
+        value = json.loads(body, parse_constant=_not_json)
     except (ValueError, RecursionError) as e:
         raise HTTPError(400, f"the body is not valid JSON: {e}") from None
     if not isinstance(value, dict):
         raise HTTPError(400, f"the body must be a JSON object, got {type(value).__name__}")
     return value
+
+
+def _not_json(name: str) -> None:
+    """NaN, Infinity and -Infinity, which Python's json reads and JSON (RFC 8259) does not have."""
+    raise ValueError(f"{name} is not a JSON value")
 
 
 def endpoint(route: Callable[[Request], Any]) -> Callable[[Request], Any]:
@@ -199,6 +341,8 @@ def endpoint(route: Callable[[Request], Any]) -> Callable[[Request], Any]:
             return await route(request)
         except HTTPError as e:
             return error_response(e.status, e.message, e.headers)
+        except StarletteHTTPException as e:                     # Starlette's form parser: too many fields, ...
+            return error_response(e.status_code, str(e.detail), e.headers)
         except BodyTooLarge:
             limit = request.app.state.service.settings.max_body_bytes
             return error_response(413, f"the request body is larger than {limit} bytes")
@@ -242,7 +386,7 @@ async def v1_translate(request: Request) -> Response:
     name, scheduler = service.scheduler(body.get("model"))
     texts = service.check_texts(body.get("texts"), "texts")
     results = await service.run(request, name, scheduler, TRANSLATE, texts, translate_options(body, scheduler))
-    return JSONResponse({"model": name, "results": [result_dict(r) for r in results]})
+    return Answer({"model": name, "results": [result_dict(r) for r in results]})
 
 
 @endpoint
@@ -265,7 +409,7 @@ async def _stream(request: Request, service: Service, body: Dict[str, Any]) -> R
     loop = asyncio.get_running_loop()
     events: "asyncio.Queue[Tuple[str, Any]]" = asyncio.Queue()
     options = translate_options(body, scheduler, own=("text",))
-    job = service.submit(scheduler, STREAM, texts, options,
+    job = service.submit(request, scheduler, STREAM, texts, options,
                          on_text=lambda piece: loop.call_soon_threadsafe(events.put_nowait, ("piece", piece)))
     job.future.add_done_callback(lambda f: loop.call_soon_threadsafe(events.put_nowait, ("done", None)))
     deadline = loop.time() + service.settings.timeout
@@ -318,7 +462,7 @@ async def v1_score(request: Request) -> Response:
     targets = service.check_texts(body.get("targets"), "targets")
     options = {k: v for k, v in v1_options(body).items() if k not in ("sources", "targets")}
     results = await service.run(request, name, scheduler, SCORE, sources, options, targets)
-    return JSONResponse({"model": name, "results": [result_dict(r) for r in results]})
+    return Answer({"model": name, "results": [result_dict(r) for r in results]})
 
 
 @endpoint
@@ -394,6 +538,36 @@ class BodyLimit:
         await self.app(scope, limited, send)
 
 
+class PendingBytes:
+    """Gives back what a request held of Service.pending_bytes once its answer has been sent (or it failed)."""
+
+    def __init__(self, app: ASGIApp, service: Service):
+        self.app, self.service = app, service
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.service.pending_bytes -= scope.get(PENDING_KEY, 0)
+
+
+class AllowedHosts:
+    """421 to a request whose Host the server does not answer (Service.host_allowed): DNS rebinding."""
+
+    def __init__(self, app: ASGIApp, service: Service):
+        self.app, self.service = app, service
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            host = dict(scope["headers"]).get(b"host", b"").decode("latin-1")
+            if not self.service.host_allowed(host):
+                names = ", ".join(sorted(n for n in self.service.settings.allowed_hosts or () if not _is_ip(n)))
+                response = error_response(421, f"this server does not answer Host {host!r}; it answers IP addresses "
+                                               f"and {names}: add the name with --allowed-hosts, or set --api-keys")
+                return await response(scope, receive, send)
+        await self.app(scope, receive, send)
+
+
 class RequestMetrics:
     """Each answered request counted by route (the app's paths; any other is "other") and status."""
 
@@ -467,14 +641,23 @@ def create_app(schedulers: Dict[str, Scheduler], settings: Settings,
         Route("/ready", ready, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={StarletteHTTPException: _http_error})
     app.state.service = service
+    # the last added runs first: metrics count every answer, a refused Host reads no body
+    app.add_middleware(PendingBytes, service=service)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    app.add_middleware(AllowedHosts, service=service)
     app.add_middleware(RequestMetrics, service=service, routes=[r.path for r in routes])
     # streams end when their translation does, not at SIGTERM (sse-starlette's default cuts them): in-flight
     # requests finish, within uvicorn's graceful shutdown timeout
     AppStatus.disable_automatic_graceful_drain()
     return app
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own refusals (404 no such route, 405 wrong method with its Allow header) as our JSON errors."""
+    assert isinstance(exc, StarletteHTTPException)
+    return error_response(exc.status_code, str(exc.detail), exc.headers)
 
 
 def stop_admitting(schedulers: Dict[str, Scheduler]) -> None:

@@ -10,11 +10,11 @@ import logging
 import signal
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, TextIO, Tuple, Type, Union
 
 from ..cli import OneLineParser, printable
 from ..errors import Seq2OnnxError
-from .app import Settings, create_app, stop_admitting
+from .app import LOCAL_NAMES, Settings, create_app, host_name, stop_admitting
 from .continuous import MIN_LENGTH_CLASS
 from .pool import SchedulerPool
 from .scheduler import POLICIES, Scheduler
@@ -38,6 +38,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="the LibreTranslate pair of a package that records no languages (default: the pair its "
                         "name ends with, e.g. opus-mt-en-de); MODEL= may be left out with one model")
     p.add_argument("--api-keys", metavar="FILE", help="a file of API keys, one a line: requests need one (403)")
+    p.add_argument("--allowed-hosts", action="append", default=[], metavar="NAME[,NAME]",
+                   help="without --api-keys the server answers only requests whose Host is an IP address, localhost "
+                        "or the --host name (421: a web page's DNS name rebound to it gets nothing); these names "
+                        "too, e.g. the name of a proxy in front of it; '*': any")
     g = p.add_argument_group("batching")
     g.add_argument("--batching", choices=BATCHING, default=DEFAULT_BATCHING,
                    help=f"continuous: rows join the running batch at each step; dynamic: collect requests for "
@@ -61,6 +65,19 @@ def _parser() -> argparse.ArgumentParser:
     lim.add_argument("--max-body-bytes", type=int, default=DEFAULTS.max_body_bytes)
     lim.add_argument("--max-request-rows", type=int, default=DEFAULTS.max_request_rows,
                      help="decoder rows one request may take: texts x max(beam_size, num_hypotheses)")
+    lim.add_argument("--max-request-tokens", type=int, default=DEFAULTS.max_request_tokens,
+                     help="decoder tokens one request may decode: rows x its texts' step limits (max_decoding_length, "
+                          f"max_length_a/b over the source tokens), the cache it fills (default "
+                          f"{DEFAULTS.max_request_tokens})")
+    lim.add_argument("--max-attention-values", type=int, default=DEFAULTS.max_attention_values,
+                     help="attention values one request may keep, for return_attention or return_alignment: decoder "
+                          f"rows x step limit x source tokens (default {DEFAULTS.max_attention_values})")
+    lim.add_argument("--max-answer-bytes", type=int, default=DEFAULTS.max_answer_bytes,
+                     help="the JSON answer one request may take, reckoned from its step limits before it is queued "
+                          f"(default {DEFAULTS.max_answer_bytes})")
+    lim.add_argument("--max-pending-bytes", type=int, default=DEFAULTS.max_pending_bytes,
+                     help="what the requests admitted and not yet answered may hold together, their answers and "
+                          f"attention; past it: 429 (default {DEFAULTS.max_pending_bytes})")
     lim.add_argument("--timeout", type=float, default=DEFAULTS.timeout, help="seconds per request (504)")
     m = p.add_argument_group("model")
     m.add_argument("--device", default="auto", help="auto, cpu or cuda (as Translator)")
@@ -107,6 +124,15 @@ def read_keys(path: str) -> frozenset:
     return keys
 
 
+def allowed_hosts(host: str, given: List[str]) -> Optional[FrozenSet[str]]:
+    """The Host names a server without API keys answers besides IP addresses: localhost, the name it binds, the
+    --allowed-hosts; None (any) when they hold '*'."""
+    names = {n.strip().lower().rstrip(".") for item in given for n in item.split(",") if n.strip()}
+    if "*" in names:
+        return None
+    return frozenset({*LOCAL_NAMES, host_name(host), *names} - {""})
+
+
 def model_names(models: List[str]) -> List[str]:
     names = [Path(m).name for m in models]
     dup = next((n for n in names if names.count(n) > 1), None)
@@ -120,16 +146,24 @@ def prepare(argv: List[str]) -> Tuple[argparse.Namespace, Settings, Callable[[],
     loads its models, a started Scheduler each (serve_main's; each Ray Serve replica's too: runtime/ray/serve.py)."""
     args = _parser().parse_args(argv)
     for flag in ("port", "max_batch_rows", "max_queue", "char_limit", "batch_limit", "max_body_bytes",
-                 "max_request_rows", "min_length_class", "instances"):
+                 "max_request_rows", "min_length_class", "instances", "max_request_tokens", "max_attention_values", "max_answer_bytes",
+                 "max_pending_bytes"):
         if getattr(args, flag) < (0 if flag == "port" else 1):
             raise Seq2OnnxError(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
     if args.timeout <= 0 or args.max_wait_ms < 0 or args.alternatives_limit < 0:
         raise Seq2OnnxError("--timeout must be > 0, --max-wait-ms and --alternatives-limit >= 0")
+    if args.max_answer_bytes > args.max_pending_bytes:
+        raise Seq2OnnxError(f"--max-answer-bytes ({args.max_answer_bytes}) must be at most --max-pending-bytes "
+                            f"({args.max_pending_bytes}), which holds every answer in progress")
     names = model_names(args.models)
+    api_keys = None if args.api_keys is None else read_keys(args.api_keys)
     settings = Settings(char_limit=args.char_limit, batch_limit=args.batch_limit,
                         alternatives_limit=args.alternatives_limit, max_body_bytes=args.max_body_bytes,
-                        max_request_rows=args.max_request_rows, timeout=args.timeout,
-                        api_keys=None if args.api_keys is None else read_keys(args.api_keys),
+                        max_request_rows=args.max_request_rows, max_request_tokens=args.max_request_tokens,
+                        max_attention_values=args.max_attention_values,
+                        max_answer_bytes=args.max_answer_bytes, max_pending_bytes=args.max_pending_bytes,
+                        timeout=args.timeout, api_keys=api_keys,
+                        allowed_hosts=None if api_keys is not None else allowed_hosts(args.host, args.allowed_hosts),
                         languages=parse_languages(args.languages, names))
     cls = policy(args.batching)
     log = logging.getLogger("seq2onnx.serve")
@@ -161,11 +195,19 @@ def prepare(argv: List[str]) -> Tuple[argparse.Namespace, Settings, Callable[[],
     return args, settings, load
 
 
+def _log_warning(message: Union[Warning, str], category: Type[Warning], filename: str, lineno: int,
+                 file: Optional[TextIO] = None, line: Optional[str] = None) -> None:
+    """A Python warning (a text truncated to max_input_length, lone surrogates replaced) as one line of the
+    server's log, without the source file and line that Python's own format adds."""
+    logging.getLogger("seq2onnx.serve").warning("seq2onnx serve: %s: %s", category.__name__, printable(str(message)))
+
+
 def serve_main(argv: List[str]) -> int:
     import uvicorn                       # the extra's modules: a missing one is the CLI's one-line hint
 
     args, settings, load = prepare(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(message)s")
+    warnings.showwarning = _log_warning
     schedulers: Dict[str, Scheduler] = {}
     failure: List[str] = []
 

@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from .app import HTTPError, Service, endpoint
+from .app import Answer, HTTPError, Service, endpoint
 from .scheduler import TRANSLATE
 
 # a package name that ends with its language pair, as OPUS-MT's do: "opus-mt-en-de", "numbers-en-de"
@@ -112,7 +112,7 @@ def pick_pair(service: Service, source: str, target: str) -> Tuple[str, Pair]:
 def _alternatives(value: Any, limit: int) -> int:
     try:
         n = max(0, int(value))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):              # OverflowError: 1e999, which json reads as inf
         raise HTTPError(400, "Invalid request: alternatives parameter is not a number") from None
     if n > limit:
         raise HTTPError(400, f"Invalid request: alternatives parameter must be <= {limit}")
@@ -159,4 +159,4 @@ async def translate(request: Request) -> Response:
         answer["detectedLanguage"] = [detected] * len(texts) if batch else detected
     if n_alt:
         answer["alternatives"] = alternatives if batch else alternatives[0]
-    return JSONResponse(answer)
+    return Answer(answer)

@@ -12,7 +12,7 @@ import stat
 import sys
 import time
 from contextlib import contextmanager, suppress
-from typing import BinaryIO, Callable, Iterator, List, Optional, TextIO, Tuple
+from typing import BinaryIO, Callable, Iterator, List, Optional, TextIO, Tuple, Union
 
 from .cli import printable
 from .errors import Seq2OnnxError
@@ -197,10 +197,14 @@ def stdout_text() -> TextIO:
 
 
 @contextmanager
-def open_output(path: Optional[str]) -> Iterator[BinaryIO]:
-    """Where the translations go (TRANSLATE_FORMAT, "output"), checked before any work is done."""
+def open_output(path: Optional[str], option: str = "--output", source: Optional[BinaryIO] = None,
+                source_name: str = "") -> Iterator[BinaryIO]:
+    """Where the translations go (TRANSLATE_FORMAT, "output"), checked before any work is done: given to `option`
+    (named so in errors); never `source`, the input being read (source_name: how the command line names it)."""
     if path is None:
-        yield stdout_text().buffer
+        out = stdout_text().buffer
+        _refuse_the_input("stdout", out, source, source_name)
+        yield out
         return
     target = os.path.realpath(path)                     # through symlinks: the link stays, its target changes
     try:
@@ -208,21 +212,22 @@ def open_output(path: Optional[str]) -> Iterator[BinaryIO]:
     except FileNotFoundError:
         st = None
     except OSError as e:
-        raise Seq2OnnxError(f"--output {path}: {e.strerror}") from None
+        raise Seq2OnnxError(f"{option} {path}: {e.strerror}") from None
     if st is not None and stat.S_ISDIR(st.st_mode):
-        raise Seq2OnnxError(f"--output {path} is a folder; give the path of a file to write")
+        raise Seq2OnnxError(f"{option} {path} is a folder; give the path of a file to write")
+    _refuse_the_input(f"{option} {path}", path, source, source_name)
     if _DESCRIPTOR.fullmatch(os.path.abspath(path)) or (st is not None and not stat.S_ISREG(st.st_mode)):
-        with open_path("--output", path, "wb") as f:   # a device, FIFO, socket, /dev/stdout: no temporary file
+        with open_path(option, path, "wb") as f:       # a device, FIFO, socket, /dev/stdout: no temporary file
             yield f
         return
     folder = os.path.dirname(target)
     if not os.path.isdir(folder):
-        raise Seq2OnnxError(f"--output {path}: the folder {folder} does not exist; create it first")
+        raise Seq2OnnxError(f"{option} {path}: the folder {folder} does not exist; create it first")
     if st is not None and not os.access(target, os.W_OK):
-        raise Seq2OnnxError(f"--output {path}: the file is not writable; make it writable or choose another")
+        raise Seq2OnnxError(f"{option} {path}: the file is not writable; make it writable or choose another")
     tmp = os.path.join(folder, f".tmp-{secrets.token_hex(6)}-{os.path.basename(target)}")
     try:                                                # created inside: whatever stops us removes it
-        with _create(path, tmp, st) as f:
+        with _create(option, path, tmp, st) as f:
             yield f
         os.replace(tmp, target)
     except BaseException:                               # errors, KeyboardInterrupt, cli.Terminated
@@ -231,13 +236,29 @@ def open_output(path: Optional[str]) -> Iterator[BinaryIO]:
         raise
 
 
-def _create(path: str, tmp: str, replaced: Optional[os.stat_result]) -> BinaryIO:
-    """The temporary file for --output `path`: mode 0666 less the umask, or the mode (and, where allowed,
-    the owner) of the file it will replace."""
+def _refuse_the_input(output: str, written: Union[str, BinaryIO], source: Optional[BinaryIO],
+                      source_name: str) -> None:
+    """An output (`written`: a path, or a stream) that is the regular file being read (`source`; by its path, a
+    symlink, a hard link, /dev/stdout, or stdin and stdout redirected to it: the same device and inode, as
+    os.path.samefile compares) would replace or grow the input while it is read: refused, as `cat` refuses "input
+    file is output". A device or a FIFO may be both."""
+    try:
+        read = os.fstat(source.fileno())                               # type: ignore[union-attr]
+        out = os.stat(written) if isinstance(written, str) else os.fstat(written.fileno())
+    except (AttributeError, OSError, ValueError):      # no input file, no output file yet, no descriptor
+        return
+    if stat.S_ISREG(read.st_mode) and os.path.samestat(read, out):
+        raise Seq2OnnxError(f"{output} is the input file ({source_name}): writing to it would destroy what is "
+                            "being read; write somewhere else")
+
+
+def _create(option: str, path: str, tmp: str, replaced: Optional[os.stat_result]) -> BinaryIO:
+    """The temporary file for `option` `path` (--output FILE): mode 0666 less the umask, or the mode (and, where
+    allowed, the owner) of the file it will replace."""
     try:
         f = open(tmp, "xb")
     except OSError as e:
-        raise Seq2OnnxError(f"--output {path}: cannot create a file in {os.path.dirname(tmp)} ({e.strerror}); "
+        raise Seq2OnnxError(f"{option} {path}: cannot create a file in {os.path.dirname(tmp)} ({e.strerror}); "
                             f"choose a folder you can write to") from None
     if replaced is not None:
         with suppress(PermissionError):                 # only root may give a file to another owner

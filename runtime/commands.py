@@ -77,9 +77,10 @@ output: lines in input order, written (and flushed) batch by batch, to stdout or
 A regular FILE (or the file a symlink FILE points to) is replaced when everything is written: by a
 temporary file beside it, with FILE's mode (a new FILE: 0666 less the umask), removed on an error,
 Ctrl-C, SIGTERM or SIGHUP. Anything else (a device, a FIFO, /dev/stdout) is written to directly.
-A folder, or a FILE that cannot be written, is refused before any work. Line breaks inside a
-translation become spaces; on a terminal, control characters are shown as \\xNN (to a file or a
-pipe, the bytes are exact).
+A folder, a FILE that cannot be written, or the input file itself (by any path or link, or
+stdout redirected to it) is refused before any work. Line breaks inside a translation become
+spaces; on a terminal, control characters are shown as \\xNN (to a file or a pipe, the bytes
+are exact).
   default           TEXT                        one line per input
   --scores          SCORE<TAB>TEXT              SCORE = normalized score (score / length ** length_penalty)
   --n-best K        LINE<TAB>TEXT               up to K lines per input, best first, LINE = 1-based input line
@@ -298,15 +299,16 @@ def _check_options(args: Any, **decoding: Any) -> None:
 def _run_lines(args: Any, max_bytes: Callable[[Any, int], Tuple[int, Optional[int]]],
                handle: Callable[[Any, int, List[Tuple[int, str]], BinaryIO], Any],
                check: Optional[Callable[[Any], None]] = None) -> int:
-    """What `translate` and `score` share: open --input and --output (a bad --output is refused before the
-    model loads), load the model, read the lines (cli_io.read_lines, bounded by max_bytes(translator, limit):
-    (bytes of a line, None) or, for SOURCE<TAB>TARGET lines, (bytes of a source, bytes of a target)) in
-    chunks of --max-batch-size (64 for token batches), let handle(translator, limit, chunk, out) write
-    each chunk's output, flush it, and show progress on a terminal."""
+    """What `translate` and `score` share: open --input and --output (a bad --output, the input file among
+    them, is refused before the model loads), load the model, read the lines (cli_io.read_lines, bounded by
+    max_bytes(translator, limit): (bytes of a line, None) or, for SOURCE<TAB>TARGET lines, (bytes of a source,
+    bytes of a target)) in chunks of --max-batch-size (64 for token batches), let handle(translator, limit,
+    chunk, out) write each chunk's output, flush it, and show progress on a terminal."""
     with terminate_raises():                           # SIGTERM, SIGHUP: the temporary output file goes too
         source = stdin_bytes() if args.input is None else open_path("--input", args.input, "rb")
         try:
-            with open_output(args.output) as out:
+            with open_output(args.output, source=source,
+                             source_name="stdin" if args.input is None else f"--input {args.input}") as out:
                 tr, limit = _load_translator(args)
                 if check is not None:
                     check(tr)

@@ -119,6 +119,35 @@ def test_missing_model_dir_is_one_line(tmp_path, capsys):
     assert rc == 2 and "manifest.json is missing" in err
 
 
+def test_an_output_that_is_the_input_is_refused_before_any_work(tmp_path, capsys):
+    """--output naming the file being read (its path spelled otherwise, a symlink, a hard link; /dev/stdout or stdout
+    redirected to it) would replace or grow the input with its translations: one line, exit 2, before the model
+    folder is looked at (it does not exist here), the input intact and no temporary file left. Another file is not
+    refused (the model folder is, then)."""
+    src = tmp_path / "in.txt"
+    src.write_text("one two\n")
+    (tmp_path / "link.txt").symlink_to(src)
+    os.link(src, tmp_path / "hard.txt")
+    model = str(tmp_path / "no-model")
+    for given, output in [(src, src), (src, tmp_path / "." / "in.txt"), (src, tmp_path / "link.txt"),
+                          (src, tmp_path / "hard.txt"), (tmp_path / "link.txt", src)]:
+        rc, _, err = run_cli(["translate", model, "-i", str(given), "-o", str(output)], capsys)
+        assert rc == 2 and len(err.strip().splitlines()) == 1, err
+        assert f"--output {output} is the input file (--input {given})" in err, err
+    for flags, said in [(["-i", str(src), "-o", "/dev/stdout"], f"--output /dev/stdout is the input file (--input "
+                                                                   f"{src})"),
+                        ([], "stdout is the input file (stdin)")]:
+        with open(src, "rb") as stdin, open(src, "ab") as stdout:
+            proc = subprocess.run([sys.executable, "-m", "seq2onnx.runtime.cli", "translate", model, *flags],
+                                  stdin=stdin, stdout=stdout, stderr=subprocess.PIPE, timeout=120)
+        err = proc.stderr.decode()
+        assert proc.returncode == 2 and len(err.strip().splitlines()) == 1 and said in err, err
+    assert src.read_text() == "one two\n"
+    assert sorted(os.listdir(tmp_path)) == ["hard.txt", "in.txt", "link.txt"]
+    rc, _, err = run_cli(["translate", model, "-i", str(src), "-o", str(tmp_path / "out.txt")], capsys)
+    assert rc == 2 and "does not exist" in err and "is the input file" not in err, err
+
+
 def test_info_text_and_json(tiny_package, capsys):
     rc, out, _ = run_cli(["info", str(tiny_package)], capsys)
     assert rc == 0

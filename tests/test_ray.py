@@ -34,7 +34,6 @@ from seq2onnx.runtime import Translator  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))      # the repository root: `bench` package
 from bench.ray_scaling import RAY_ENV, LocalCluster, free_port  # noqa: E402
-from seq2onnx.runtime.cli import main  # noqa: E402
 
 MODEL = "numbers-en-de"
 LINES = 50_000
@@ -337,17 +336,54 @@ def _read(log) -> str:
 
 
 # --- without a cluster: the command's one-line errors --------------------------------------------------------
-@pytest.mark.parametrize("args, message", [
-    (["in.txt", "out.txt", "--output", "x"], "--output is not an option of a dataset job"),
-    (["in.txt", "out.txt", "--plot-attention", "d"], "--plot-attention is not an option of a dataset job"),
-    (["in.txt", "out.txt", "--beam-size", "0"], "--beam-size"),
-    (["in.txt", "out.txt", "--id-column", "id"], "--id-column names a JSONL or Parquet field"),
-    (["in.jsonl", "out.parquet", "--errors", "e"], "--errors is for a text OUTPUT"),
-])
-def test_translate_dataset_errors_are_one_line(tmp_path, monkeypatch, capsys, args, message):
+REFUSE = """
+import contextlib, io, json, sys
+from seq2onnx.runtime.cli import main
+said = []
+for argv in json.loads(sys.argv[1]):
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        said.append([main(argv), err.getvalue()])
+print(json.dumps({"said": said, "ray": sorted(m for m in sys.modules if m.split(".")[0] == "ray")}))
+"""
+
+
+def test_translate_dataset_refuses_bad_arguments_before_ray(tmp_path):
+    """A bad option, MODEL, INPUT or OUTPUT (an OUTPUT or --errors that is INPUT, by any path or link, would replace
+    it) is one line, exit 2, before Ray is imported, so before any cluster starts (a refusal takes the seconds
+    Python takes to start, not the cluster's): all of them in one process, which imports no module of Ray."""
     (tmp_path / "in.txt").write_text("one\n")
     (tmp_path / "in.jsonl").write_text('{"text": "one"}\n')
-    monkeypatch.chdir(tmp_path)
-    assert main(["translate-dataset", MODEL, *args]) == 2
-    out, err = capsys.readouterr()
-    assert out == "" and message in err and len(err.strip().splitlines()) == 1, err
+    (tmp_path / "link.txt").symlink_to(tmp_path / "in.txt")
+    os.link(tmp_path / "in.txt", tmp_path / "hard.txt")
+    (tmp_path / "folder").mkdir()
+    os.mkfifo(tmp_path / "fifo")
+    cases = [
+        (["in.txt", "out.txt", "--output", "x"], "--output is not an option of a dataset job"),
+        (["in.txt", "out.txt", "--plot-attention", "d"], "--plot-attention is not an option of a dataset job"),
+        (["in.txt", "out.txt", "--beam-size", "0"], "--beam-size"),
+        (["in.txt", "out.txt", "--id-column", "id"], "--id-column names a JSONL or Parquet field"),
+        (["in.jsonl", "out.parquet", "--errors", "e"], "--errors is for a text OUTPUT"),
+        (["missing.txt", "out.txt"], "INPUT missing.txt: no such file"),
+        (["fifo", "out.txt"], "INPUT fifo is not a file or a folder of files"),
+        (["in.txt", "in.txt"], "OUTPUT in.txt is the input file (INPUT in.txt)"),
+        (["in.txt", "./in.txt"], "OUTPUT ./in.txt is the input file (INPUT in.txt)"),
+        (["in.txt", "link.txt"], "OUTPUT link.txt is the input file (INPUT in.txt)"),
+        (["link.txt", "hard.txt"], "OUTPUT hard.txt is the input file (INPUT link.txt)"),
+        (["in.txt", "out.txt", "--errors", "hard.txt"], "--errors hard.txt is the input file (INPUT in.txt)"),
+        (["in.txt", "out.txt", "--errors", "./out.txt"], "--errors ./out.txt is OUTPUT"),
+        (["in.txt", "folder"], "OUTPUT folder is a folder"),
+        (["in.txt", "nowhere/out.txt"], "OUTPUT nowhere/out.txt: the folder"),
+        (["in.txt", "out.txt", "--no-such-flag", "x"], "unrecognized arguments"),
+    ]
+    argv = [["translate-dataset", MODEL, *args] for args, _ in cases]
+    argv.append(["translate-dataset", "no-model", "in.txt", "out.txt"])          # after INPUT's and OUTPUT's checks
+    done = subprocess.run([sys.executable, "-c", REFUSE, json.dumps(argv)], cwd=tmp_path, env=RAY_ENV,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    for (args, message), (rc, err) in zip(cases + [(argv[-1], "no-model does not exist")], report["said"]):
+        assert rc == 2 and message in err and len(err.strip().splitlines()) == 1, (args, err)
+    assert report["ray"] == []                       # no cluster could have started
+    assert (tmp_path / "in.txt").read_text() == "one\n"
+    assert sorted(os.listdir(tmp_path)) == ["fifo", "folder", "hard.txt", "in.jsonl", "in.txt", "link.txt"]

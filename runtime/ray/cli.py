@@ -4,28 +4,33 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import stat
 import sys
-from typing import Any, BinaryIO, Dict, List, Optional
+from contextlib import nullcontext
+from typing import Any, BinaryIO, ContextManager, Dict, List, Optional
 
-from ..cli_io import PROG, open_output
+from ..cli_io import PROG, open_output, open_path
 from ..commands import _translate_parser, translate_options
 from ..errors import Seq2OnnxError
-from .dataset import (ERROR, FORMATS, HYPOTHESES, LINE, NOT_FLAGS, OUTPUT, PATH, SCORES, TRANSLATION, WARNINGS,
-                      check_model, file_format, model_path, read_rows, refuse_flags, translate_rows)
+from . import connect
+from .job import (ERROR, FORMATS, HYPOTHESES, LINE, NOT_FLAGS, OUTPUT, PATH, SCORES, TRANSLATION, WARNINGS, check_model,
+                  file_format, model_path, refuse_flags)
 
 NAME = "seq2onnx translate-dataset"
 BLOCK_BYTES = 64 << 10                  # Ray Data's blocks (DataContext.target_max_block_size): ~1,000 lines of text
 
 FORMAT = """\
-INPUT: a file, a folder of files, or a glob, on any filesystem Ray Data reads (a local path every node can read,
-s3://, gs://, ...; .gz, .bz2, .zst by their suffix), by --input-format (default: by INPUT's suffix: .jsonl/.json
-JSONL, .parquet Parquet, else text):
+INPUT: a file, or a folder of files (those whose names start with neither . nor _), on any filesystem Ray Data
+reads (a local path every node can read, s3://, gs://, ...; .gz, .bz2, .zst by their suffix), by --input-format
+(default: by INPUT's suffix: .jsonl/.json JSONL, .parquet Parquet, else text):
   text      a line each, read as `seq2onnx translate` reads its input (invalid UTF-8 replaced, a BOM dropped, a line
             cut to its byte bound, each with a warning);
   jsonl     an object a line, its --text-column field the text (--id-column: its id);
   parquet   its --text-column column the text (--id-column: its id).
 OUTPUT: a file, written here as the rows come, in the input's order (files in the order Ray lists them), replaced
-when everything is written (as `seq2onnx translate --output`), by --output-format (default: by OUTPUT's suffix):
+when everything is written (as `seq2onnx translate --output`; never INPUT, by any path or link), by --output-format
+(default: by OUTPUT's suffix):
   text      `seq2onnx translate`'s output, byte for byte: the same lines as `seq2onnx translate MODEL < INPUT`
             with the same options (--n-best, --scores, --alignment included); a row that failed gets a blank line's
             output. Its rows' errors and warnings go to --errors FILE (default OUTPUT.errors.jsonl), an object a line:
@@ -35,12 +40,17 @@ when everything is written (as `seq2onnx translate --output`), by --output-forma
             (null, or why the row failed) and "warnings" (a list);
   parquet   the same columns.
 A bad row (not JSON, no text, a translation that fails) does not stop the job: its error is recorded, and the
-summary line on stderr counts them (exit status 0; 2 a bad option, model or INPUT; 1 an unexpected error).
+summary line on stderr counts them (exit status 0; 2 a bad option, MODEL, INPUT or OUTPUT, one line, before Ray
+starts; 1 an unexpected error).
 Ray: --ray-address auto joins the cluster this machine belongs to (`ray start`), ADDRESS another; without it,
-Ray's own rule (RAY_ADDRESS, else a cluster started for this job on this machine). MODEL must be a path every node
-can read, or a shipped model's name. --actors actors of --cpus-per-actor CPUs each load MODEL once and translate
-batches of --batch-size rows (onnxruntime with --intra-threads, default the actor's CPUs); an actor that dies is
-started again and its batches run again. Progress: Ray Data's progress bars, on stderr.
+Ray's own rule (RAY_ADDRESS, else that of `ray start` on this machine, else a cluster started for this job on this
+machine, with Ray's token authentication on: its default). MODEL must be a path every node can read, or a shipped
+model's name. --actors actors of --cpus-per-actor CPUs each load MODEL once and translate batches of --batch-size
+rows (onnxruntime with --intra-threads, default the actor's CPUs); an actor that dies is started again and its
+batches run again. Progress: Ray Data's progress bars, on stderr, with Ray's own lines;
+among them, once, an error line of Ray's core_worker.cc: an actor "has constructor arguments in the object store
+and max_restarts > 0" (ray-project/ray#53727). Those are Ray Data's own for its actors; they stay in the object
+store until the job ends, so an actor's restart finds them.
 The options below "input and batching" are `seq2onnx translate`'s (see its --help), less --input, --output and
 --plot-attention.
 """
@@ -76,8 +86,6 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def translate_dataset_main(argv: List[str]) -> int:
-    import ray                          # the extra's modules: a missing one is the CLI's one-line hint
-
     PROG["name"] = NAME
     args, decoding = translate_options(argv, _parser)
     refuse_flags(args)
@@ -92,9 +100,17 @@ def translate_dataset_main(argv: List[str]) -> int:
     elif args.errors is not None:
         raise Seq2OnnxError(f"--errors is for a text OUTPUT; a {out_format} OUTPUT holds each row's error and "
                             "warnings")
-    with open_output(args.dataset_output) as out, _maybe_output(errors_path) as errors_out:
+    if errors_path is not None and _same_path(errors_path, args.dataset_output):
+        raise Seq2OnnxError(f"--errors {errors_path} is OUTPUT: one would replace the other; give another --errors")
+    # every argument is checked here, before Ray starts (seconds): INPUT, OUTPUT and --errors, then MODEL
+    with _open_input(args.dataset_input) as source, \
+            open_output(args.dataset_output, "OUTPUT", source, f"INPUT {args.dataset_input}") as out, \
+            _maybe_output(errors_path, source, f"INPUT {args.dataset_input}") as errors_out:
         max_bytes = check_model(args)
-        ray.init(address=args.ray_address, logging_level="WARNING", configure_logging=True)
+        import ray                      # the extra's modules (a missing one is the CLI's one-line hint): seconds
+
+        from .dataset import read_rows, translate_rows
+        connect(args.ray_address)
         try:
             ctx = ray.data.DataContext.get_current()
             ctx.execution_options.preserve_order = True              # OUTPUT in INPUT's order
@@ -123,17 +139,41 @@ def _format_of(given: str, path: str) -> str:
     return file_format(path) if given == "auto" else given
 
 
+def _same_path(a: str, b: str) -> bool:
+    """Two paths of one file: the same path once links are resolved, or (both existing) the same file."""
+    try:
+        return os.path.realpath(a) == os.path.realpath(b) or os.path.samefile(a, b)
+    except OSError:                                     # one does not exist (yet)
+        return False
+
+
+def _open_input(path: str) -> ContextManager[Optional[BinaryIO]]:
+    """A local INPUT file opened as `seq2onnx translate --input` opens it (its one-line errors: no such file, cannot
+    open it), to be checked against the outputs; None for a folder (Ray Data reads its files) or a URI (Ray's
+    filesystem checks it)."""
+    if "://" in path:
+        return nullcontext()
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:                                     # open_path says what
+        mode = stat.S_IFREG
+    if stat.S_ISDIR(mode):
+        return nullcontext()
+    if not stat.S_ISREG(mode):                          # opening a FIFO would wait for a writer
+        raise Seq2OnnxError(f"INPUT {path} is not a file or a folder of files; Ray Data reads files")
+    return open_path("INPUT", path, "rb")
+
+
 def _local_absolute(path: str) -> str:
     """A local INPUT path made absolute (Ray's tasks run elsewhere); a URI (s3://...) as it is."""
-    import os
     return path if "://" in path else os.path.abspath(path)
 
 
 class _maybe_output:
-    """open_output(path), or nothing (None) without a path."""
+    """open_output(path) for --errors, or nothing (None) without a path."""
 
-    def __init__(self, path: Optional[str]):
-        self.context = open_output(path) if path is not None else None
+    def __init__(self, path: Optional[str], source: Optional[BinaryIO], source_name: str):
+        self.context = open_output(path, "--errors", source, source_name) if path is not None else None
 
     def __enter__(self) -> Optional[BinaryIO]:
         return self.context.__enter__() if self.context is not None else None

@@ -13,8 +13,7 @@ from __future__ import annotations
 import copy
 import io
 import json
-import os
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -24,50 +23,11 @@ from ray.data.datasource import FileBasedDatasource
 
 from ..cli import printable
 from ..cli_io import read_lines
-from ..commands import (_check_attention, _format, _load_translator, output_lines, source_line_bytes,
-                        translate_options, translate_texts)
+from ..commands import _format, output_lines, translate_texts
 from ..errors import Seq2OnnxError
 from ..translator import _SURROGATE
-
-FORMATS = ("text", "jsonl", "parquet")
-# the columns a job adds to its rows (and the readers' `line`): an input column of one of these names is replaced
-LINE, TRANSLATION, HYPOTHESES, SCORES, OUTPUT, ERROR, WARNINGS, PATH = (
-    "line", "translation", "hypotheses", "scores", "output", "error", "warnings", "path")
-# the dests of `seq2onnx translate`'s flags that a dataset job has no use for: its input and output are the job's
-# own, and its pictures would land on whichever node an actor runs on
-NOT_FLAGS = ("input", "output", "plot_attention")
-
-
-def file_format(path: str) -> str:
-    """A file's format by its name (a compression suffix aside): .jsonl/.json JSONL, .parquet Parquet, else text."""
-    name = path.lower()
-    for suffix in (".gz", ".bz2", ".zst", ".lz4", ".snappy"):
-        name = name.removesuffix(suffix)
-    if name.endswith((".jsonl", ".json", ".ndjson")):
-        return "jsonl"
-    return "parquet" if name.endswith(".parquet") else "text"
-
-
-def parse_options(model: str, options: Sequence[str]) -> Tuple[Any, Dict[str, Any]]:
-    """`seq2onnx translate`'s flags (options) for MODEL, parsed and checked as the command does:
-    (its arguments, the translate_batch keywords). A flag a job cannot take is a one-line error."""
-    args, decoding = translate_options([model, *options])
-    refuse_flags(args)
-    return args, decoding
-
-
-def refuse_flags(args: Any) -> None:
-    """`seq2onnx translate`'s flags that a dataset job does not take (NOT_FLAGS)."""
-    for dest in NOT_FLAGS:
-        if getattr(args, dest) is not None:
-            raise Seq2OnnxError(f"--{dest.replace('_', '-')} is not an option of a dataset job: its input and output "
-                                "are INPUT and OUTPUT, and --plot-attention is the single-process command's")
-
-
-def model_path(model: str) -> str:
-    """MODEL as every node can name it: an existing path made absolute (an actor's working folder is not the
-    driver's), else as given (a shipped model's name)."""
-    return os.path.abspath(model) if os.path.exists(model) else model
+from .job import (ERROR, FORMATS, HYPOTHESES, LINE, OUTPUT, PATH, SCORES, TRANSLATION, WARNINGS, load_checked,
+                  model_path, parse_options)
 
 
 # --- reading ---------------------------------------------------------------------------------------------------
@@ -292,18 +252,3 @@ def translate_rows(ds: "ray.data.Dataset", args: Any, decoding: Dict[str, Any], 
                                               threads=max(1, int(cpus_per_actor))),
         batch_size=batch_size, batch_format="pyarrow", compute=ray.data.ActorPoolStrategy(size=actors),
         num_cpus=cpus_per_actor, num_gpus=gpus_per_actor)
-
-
-def load_checked(args: Any) -> Tuple[Any, int]:
-    """The Translator of `seq2onnx translate`'s arguments and its source limit in tokens, its attention checked
-    when --return-alignment asks for it: an actor's, and the driver's check_model."""
-    translator, limit = _load_translator(args)
-    if args.return_alignment:
-        _check_attention(translator, args)
-    return translator, limit
-
-
-def check_model(args: Any) -> int:
-    """Load the model here with the options, as an actor will (a bad model or option is a one-line error before the
-    cluster does any work); the bound of a text input line in bytes (commands.source_line_bytes)."""
-    return source_line_bytes(load_checked(args)[1])

@@ -19,6 +19,7 @@ from typing import Any, Dict, List
 
 from ray import serve
 
+from . import connect
 from ..errors import Seq2OnnxError
 from ..serve.app import create_app
 from ..serve.cli import _parser as serve_parser
@@ -102,7 +103,7 @@ def ray_serve_main(argv: List[str]) -> int:
     args = _parser().parse_args(argv)
     server_argv = _without(argv, RAY_FLAGS)
     app = application(server_argv, args.replicas, args.cpus_per_replica)
-    ray.init(address=args.ray_address, logging_level="WARNING")
+    connect(args.ray_address)
     stop = threading.Event()              # after ray.init, whose SIGTERM handler would end the process at once
     previous = {s: signal.signal(s, lambda signum, frame: stop.set()) for s in (signal.SIGTERM, signal.SIGINT)}
     try:

@@ -31,6 +31,7 @@ from seq2onnx.runtime.manifest import STAGED, version_text
 from seq2onnx.runtime.manifest_records import LANGUAGE_CODE, Languages
 from seq2onnx.runtime.session import onnxruntime_log_severity, onnxruntime_version
 from seq2onnx.training.checkpoint import load_checkpoint
+from seq2onnx.training.report import checkpoint_verdict
 from seq2onnx.training.tokenizer import SPECIAL_TOKENS, tokenizer_from_json
 
 from . import graph_files, onnx_export, package, parity, quantize
@@ -161,9 +162,14 @@ def run_export(opts: ExportOptions, log: Callable[[str], None] = lambda msg: Non
     model = onnx_export.model_from_checkpoint(ckpt)
     special_tokens = _special_tokens(ckpt["tokenizer"], model.cfg, opts.checkpoint)
     sources = _parity_sources(opts.parity_data, tokenizer_from_json(ckpt["tokenizer"]), model.cfg)
+    source = {"file": Path(opts.checkpoint).name, "train_meta": ckpt.get("train_meta", {})}
+    verdict = checkpoint_verdict(source["train_meta"], model.cfg.vocab_size)
+    if verdict is not None:             # the trainer's rule on this checkpoint: said again, and kept for `info`
+        source["undertrained"] = verdict.reasons
+        for line in verdict.lines(f"{source['file']} (step {source['train_meta']['step']})"):
+            log(line)
     contents = PackageContents({package.TOKENIZER_FILE: ckpt["tokenizer"]}, package.TOKENIZER_FILE, special_tokens,
-                               {"file": Path(opts.checkpoint).name, "train_meta": ckpt.get("train_meta", {})},
-                               languages_field(opts.source_lang, opts.target_lang))
+                               source, languages_field(opts.source_lang, opts.target_lang))
     return write_package(model, contents, opts, sources, log, start)
 
 

@@ -364,7 +364,7 @@ class ConvertOptions:
 def parse_args(argv: List[str]) -> ConvertOptions:
     p = OneLineParser(prog="seq2onnx convert", description=__doc__.split("\n\n")[0],
                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("model_dir", type=Path, help="a transformers model folder (huggingface-cli download MODEL "
+    p.add_argument("model_dir", type=Path, help="a transformers model folder (hf download MODEL "
                    "--local-dir FOLDER): config.json, the weights, generation_config.json, the tokenizer files")
     p.add_argument("out_dir", type=Path, help="the model package folder to write")
     p.add_argument("--int8", action="store_true", help="also write the int8 (dynamic quantisation) variant")

@@ -116,6 +116,45 @@ def parity_lines(v: Dict[str, Any]) -> List[str]:
     return lines
 
 
+def _figure(value: Any, form: str) -> str:
+    x = _number(value)
+    return "?" if x is None else format(x, form)
+
+
+def training_lines(src: Dict[str, Any]) -> List[str]:
+    """The checkpoint a package came from and its training summary (its train_meta, written by seq2onnx train:
+    the step, the best --best-metric, the scores of the validation it was saved at), and the trainer's verdict
+    when it called it undertrained (source_checkpoint.undertrained, recorded by export)."""
+    if not src:
+        return []
+    meta = src.get("train_meta") if isinstance(src.get("train_meta"), dict) else {}
+    about = [f"step {_figure(meta.get('step'), '.0f')}"] if "step" in meta else []
+    if "epoch" in meta:
+        about.append(f"epoch {_figure(meta.get('epoch'), '.0f')}")
+    if isinstance(meta.get("averaged_from"), list):
+        about.append(f"averaged from {len(meta['averaged_from'])} checkpoints")
+    lines = [f"checkpoint     {src.get('file')}" + (f" ({', '.join(about)})" if about else "")]
+    best, metrics = meta.get("best"), meta.get("metrics")
+    scores = []
+    if isinstance(best, dict) and best.get("value") is not None:
+        scores.append(f"best {best.get('metric')} {_figure(best.get('value'), '.4g')} "
+                      f"at step {_figure(best.get('step'), '.0f')}")
+    if isinstance(metrics, dict) and metrics:
+        last = [f"loss {_figure(metrics.get('loss'), '.3f')}"]
+        if _number(metrics.get("n_decoded")):
+            last += [f"chrF {_figure(metrics.get('chrf'), '.1f')}", f"BLEU {_figure(metrics.get('bleu'), '.1f')}",
+                     f"exact match {_share(metrics.get('exact_match'))} of {_figure(metrics.get('n_decoded'), '.0f')} "
+                     "sentences"]
+        averaged = " (before averaging)" if "averaged_from" in meta else ""
+        scores.append(f"validation at step {_figure(meta.get('step'), '.0f')}{averaged}: " + ", ".join(last))
+    if scores:
+        lines.append("training       " + "; ".join(scores))
+    if src.get("undertrained"):
+        lines.append("               undertrained (the trainer's verdict), its translations will be poor:")
+        lines += [f"                 - {reason}" for reason in src["undertrained"]]
+    return lines
+
+
 def _print_info(info: Dict[str, Any]) -> None:
     """The text of `seq2onnx info`: its strings come from the model folder, so control characters are
     shown as \\xNN."""
@@ -170,10 +209,8 @@ def _print_info(info: Dict[str, Any]) -> None:
             f"{src_model.get('transformers_version')})")
     exporter = ", ".join(f"{k} {val}" for k, val in info["exporter"].items())
     say(f"exporter       {exporter}; opset {info['opset']}, IR {info['ir_version']}")
-    src = info["source_checkpoint"]
-    if src:
-        step = (src.get("train_meta") or {}).get("step")
-        say(f"checkpoint     {src.get('file')}" + (f" (step {step})" if step is not None else ""))
+    for line in training_lines(info["source_checkpoint"]):
+        say(line)
     say(f"total size     {_size(info['total_bytes'])}; checksums "
         f"{'verified' if info['verified'] else 'not checked (--no-verify)'}")
 

@@ -398,6 +398,9 @@ def _check_described_fields(where: Path, manifest: Dict[str, Any]) -> None:
     source = _field(manifest, "source_checkpoint", dict, where, default={})
     _field(source, "file", str, where, "source_checkpoint.file", default=None)
     _field(source, "train_meta", dict, where, "source_checkpoint.train_meta", default=None)
+    reasons = _field(source, "undertrained", list, where, "source_checkpoint.undertrained", default=[])
+    for i, reason in enumerate(reasons):
+        _field({i: reason}, i, str, where, f"source_checkpoint.undertrained[{i}]")
 
 
 # --- the tokenizer (its guards: package_tokenizer.py) ------------------------------------------------

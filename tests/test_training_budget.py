@@ -19,7 +19,7 @@ from seq2onnx.runtime.config import ModelConfig
 from seq2onnx.training.budget import (DECODE_CHUNK, DECODE_TARGET, FIRST_CHUNK, VALID_SHARE, ValidationClock,
                                       next_chunk_fits)
 from seq2onnx.training.logs import MetricsLog, Progress, curves_figure
-from seq2onnx.training.report import BLEU_UNTRAINED, LOSS_MOVED, stopped_by, undertrained
+from seq2onnx.training.report import BLEU_UNTRAINED, CHRF_UNTRAINED, LOSS_MOVED, stopped_by, undertrained
 from seq2onnx.training.train import TrainArgs, improves, train
 
 
@@ -161,10 +161,11 @@ def test_best_pt_is_the_validation_the_rule_picks(tiny_data_dir, tmp_path):
 # --- the end of a run ------------------------------------------------------------------------
 def test_the_issues_run_is_called_undertrained_with_each_reason_and_the_flags():
     v = undertrained(step=49, warmup_steps=4000, stopped_by="--max-minutes", stop_value=8, vocab_size=8000,
-                     metrics={"loss": 8.5, "bleu": 0.0, "n_decoded": 96})
+                     metrics={"loss": 8.5, "bleu": 0.0, "chrf": 4.0, "n_decoded": 96}, best_metric="bleu")
     assert len(v.reasons) == 3
     assert "still in warm-up" in v.reasons[0] and "--warmup-steps 4000" in v.reasons[0] and "49/4000 of its peak" in v.reasons[0]
-    assert v.reasons[1] == "BLEU 0.0 on the 96 validation sentences decoded"
+    assert v.reasons[1] == ("chrF 4.0, BLEU 0.0 (--best-metric bleu) on the 96 validation sentences decoded: the "
+                            "translations share almost nothing with the references")
     assert f"{math.log(8000):.2f}, the loss of a uniform guess over the 8000 pieces" in v.reasons[2]
     assert "raise --max-minutes 8" in v.fix and "lower --warmup-steps" in v.fix and "made 49" in v.fix
     lines = v.lines()
@@ -173,15 +174,17 @@ def test_the_issues_run_is_called_undertrained_with_each_reason_and_the_flags():
 
 def test_a_trained_run_gets_no_warning_and_the_thresholds_are_strict():
     uniform = math.log(8000)
-    trained = undertrained(5000, 4000, "--max-steps", 5000, 8000, {"loss": 3.0, "bleu": 25.0, "n_decoded": 500})
+    trained = undertrained(5000, 4000, "--max-steps", 5000, 8000,
+                           {"loss": 3.0, "bleu": 25.0, "chrf": 45.0, "n_decoded": 500}, "bleu")
     assert trained.reasons == [] and trained.lines() == [] and not trained.undertrained
     edge = undertrained(4000, 4000, "--max-steps", 4000, 8000,
-                        {"loss": (1 - LOSS_MOVED) * uniform, "bleu": BLEU_UNTRAINED})
+                        {"loss": (1 - LOSS_MOVED) * uniform, "bleu": BLEU_UNTRAINED, "chrf": CHRF_UNTRAINED,
+                         "n_decoded": 10}, "bleu")
     assert edge.reasons == []                                   # at the thresholds: not undertrained
-    only_loss = undertrained(4000, 4000, "--max-steps", 4000, 8000, {"loss": uniform})   # no decode: no BLEU
+    only_loss = undertrained(4000, 4000, "--max-steps", 4000, 8000, {"loss": uniform}, "bleu")   # no decodes
     assert len(only_loss.reasons) == 1 and "0% below" in only_loss.reasons[0]
     assert only_loss.fix == "train longer: raise --max-steps 4000"
-    patient = undertrained(10, 4, "--patience", 3, 8000, {"loss": 8.9})
+    patient = undertrained(10, 4, "--patience", 3, 8000, {"loss": 8.9}, "loss")
     assert patient.fix.startswith("raise --patience 3")
 
 

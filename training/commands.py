@@ -119,7 +119,8 @@ def average_main(argv: List[str]) -> int:
     p.add_argument("inputs", nargs="+", metavar="PATH",
                    help="a run folder of seq2onnx train (its last --last step_N.pt are averaged), "
                         "or two or more checkpoint files")
-    p.add_argument("--last", type=_positive_int, metavar="K", help="with a run folder: how many (default 5)")
+    p.add_argument("--last", type=_positive_int, metavar="K",
+                   help="with a run folder: how many (default 5; all of them when it holds fewer)")
     p.add_argument("--out", required=True, metavar="FILE", help="the averaged checkpoint (.pt)")
     ns = p.parse_args(argv)
     chosen = _checkpoints_to_average([Path(i) for i in ns.inputs], ns.last)
@@ -132,7 +133,8 @@ def average_main(argv: List[str]) -> int:
 
 
 def _checkpoints_to_average(inputs: List[Path], last: Optional[int]) -> List[Path]:
-    """The files `seq2onnx average` averages: a run folder's newest `last` (5) step_N.pt, or the files given."""
+    """The files `seq2onnx average` averages: a run folder's newest `last` (5) step_N.pt (all of them when it holds
+    fewer: a short run's sequence of commands still goes through), or the files given."""
     from .checkpoint import step_checkpoints
     if len(inputs) > 1:
         if last is not None:
@@ -152,9 +154,10 @@ def _checkpoints_to_average(inputs: List[Path], last: Optional[int]) -> List[Pat
     found = step_checkpoints(run_dir)
     if not found:
         raise Seq2OnnxError(f"no step_N.pt checkpoints in {run_dir}: train with --keep-last K (K >= 1)")
-    if len(found) < last:
-        raise Seq2OnnxError(f"{run_dir} holds {len(found)} step checkpoints, fewer than --last {last}: "
-                            f"pass --last {len(found)} or less")
+    if len(found) < last:           # a short run: its checkpoints are what there is to average
+        which = f"averaging those {len(found)}" if len(found) > 1 else "the average is its weights"
+        print(f"note: {run_dir} holds {len(found)} step checkpoint{'s' if len(found) > 1 else ''}, fewer than "
+              f"--last {last}: {which}", file=sys.stderr)
     return found[-last:]
 
 

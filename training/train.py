@@ -477,7 +477,8 @@ class _Trainer:
             print("note: curves.png not drawn: matplotlib is not installed (pip install matplotlib)", file=sys.stderr)
         flag, value = stopped_by(self.step, args.max_steps, args.patience if self.patience_hit else None,
                                  args.max_minutes)
-        verdict = undertrained(self.step, args.warmup_steps, flag, value, self.cfg.vocab_size, metrics)
+        verdict = undertrained(self.step, args.warmup_steps, flag, value, self.cfg.vocab_size, metrics,
+                               args.best_metric)
         report_run(self.run_dir, {"step": self.step, "epoch": self.stream.epoch, "stopped_by": flag,
                                   "best": dict(self.best)}, metrics, time.monotonic() - start, self.clock, verdict,
                    args.quiet)

@@ -193,3 +193,31 @@ def test_warnings_are_one_line_of_the_log(server):
     assert lines == ["seq2onnx serve: OptionWarning: input 0 has 601 tokens (EOS included); truncated to "
                      "max_input_length=512"], server.output()
     assert ".py:" not in server.output() and "warnings.warn" not in server.output()
+
+
+def test_routes_answer_503_until_the_models_are_loaded():
+    """While the models load, LibreTranslate's routes know no language yet: 503 (try again), never a 400 saying the
+    language is not supported (a client would give up on a pair the server serves a moment later)."""
+    import threading
+
+    from starlette.testclient import TestClient
+
+    from seq2onnx.runtime.serve.app import create_app
+
+    release = threading.Event()
+
+    def load():
+        release.wait(60)
+        return {}
+
+    app = create_app({}, Settings(), load=load)
+    with TestClient(app, base_url="http://127.0.0.1") as client:
+        try:
+            for method, path, body in (("POST", "/translate", {"q": "seven", "source": "en", "target": "de"}),
+                                       ("GET", "/languages", None),
+                                       ("POST", "/v1/translate", {"texts": ["seven"]})):
+                r = client.request(method, path, json=body)
+                assert r.status_code == 503, (path, r.status_code, r.text)
+                assert "loading" in r.json()["error"]
+        finally:
+            release.set()

@@ -182,9 +182,14 @@ class Service:
                                      f"({self.settings.char_limit})")
         return texts
 
-    def scheduler(self, name: Any) -> Tuple[str, Scheduler]:
+    def check_ready(self) -> None:
+        """503 until the models are loaded: before that no route can tell a model or a language that exists from
+        one that does not."""
         if not self.ready:
             raise HTTPError(503, self.load_error or "the models are loading; try again shortly")
+
+    def scheduler(self, name: Any) -> Tuple[str, Scheduler]:
+        self.check_ready()
         if name is None and len(self.schedulers) == 1:
             return next(iter(self.schedulers.items()))
         if not isinstance(name, str) or name not in self.schedulers:

@@ -67,6 +67,7 @@ def language_table(translators: Dict[str, Any], given: Dict[str, Tuple[str, str]
 @endpoint
 async def languages(request: Request) -> Response:
     service: Service = request.app.state.service
+    service.check_ready()
     targets: Dict[str, List[str]] = {}
     for source, target in service.languages:
         targets.setdefault(source, []).append(target)
@@ -92,6 +93,7 @@ def _missing(name: str) -> HTTPError:
 
 def pick_pair(service: Service, source: str, target: str) -> Tuple[str, Pair]:
     """The pair for source/target; source "auto": the one source language that translates into target."""
+    service.check_ready()
     if source == "auto":
         sources = sorted({s for s, t in service.languages if t == target})
         if len(sources) != 1:

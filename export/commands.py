@@ -16,7 +16,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, BinaryIO, Callable, Dict, List, Optional, Sequence
 
 import onnx
 import onnxruntime as ort
@@ -24,12 +24,15 @@ import torch
 
 from seq2onnx.runtime import __version__
 from seq2onnx.runtime.cli import OneLineParser
+from seq2onnx.runtime.cli_io import open_path, read_lines
+from seq2onnx.runtime.commands import source_line_bytes
 from seq2onnx.runtime.errors import Seq2OnnxError, checkpoints_in
 from seq2onnx.runtime.graph_io import (CROSS_ATTENTION, DECODER_FORMAT, DECODER_FORMATS, FUSED_ATTENTION_DOMAIN, FUSED_ATTENTION_OPS,
                                        MIN_ONNXRUNTIME, cache_names)
 from seq2onnx.runtime.manifest import STAGED, version_text
 from seq2onnx.runtime.manifest_records import LANGUAGE_CODE, Languages
 from seq2onnx.runtime.session import onnxruntime_log_severity, onnxruntime_version
+from seq2onnx.runtime.text_input import token_ids
 from seq2onnx.training.checkpoint import load_checkpoint
 from seq2onnx.training.report import checkpoint_verdict
 from seq2onnx.training.tokenizer import SPECIAL_TOKENS, tokenizer_from_json
@@ -39,6 +42,7 @@ from .onnx_export import DECODER_FILE, DEFAULT_OPSET, ENCODER_FILE, GraphNames
 
 MIN_OPSET = 18   # the torch.onnx dynamo exporter writes opset 18 and newer
 PARITY_LINES = sum(parity.REAL_BATCH_SIZES)
+PARITY_READ_BYTES = 1 << 28     # of --parity-data at most: its first PARITY_LINES lines, past any long lines' ends
 VARIANT_FILES = {"int8": ("encoder.int8.onnx", "decoder_step.int8.onnx"),
                  "fp16": ("encoder.fp16.onnx", "decoder_step.fp16.onnx")}
 FEW_ROWS_FILE = "decoder_step.int8.few_rows.onnx"    # format 2 int8: the step for <= FEW_ROWS_MAX rows (quantize.py)
@@ -296,19 +300,49 @@ def _special_tokens(tokenizer_json: str, cfg, checkpoint: Path) -> Dict[str, str
     return out
 
 
+class _Bounded:
+    """A stream that ends after `left` bytes (read_lines reads it by readline(size))."""
+
+    def __init__(self, stream: BinaryIO, left: int) -> None:
+        self.stream, self.left = stream, left
+
+    def readline(self, size: int = -1) -> bytes:
+        size = self.left if size < 0 else min(size, self.left)
+        chunk = self.stream.readline(size) if size > 0 else b""
+        self.left -= len(chunk)
+        return chunk
+
+
 def _parity_sources(path: Optional[Path], tok, cfg, prefix: Sequence[int] = ()) -> List[List[int]]:
     """The first PARITY_LINES non-empty lines of `path` (a .tsv: first column) as source ids (prefix: language
-    tokens) + EOS, by the tokenizer `tok`."""
+    tokens) + EOS, by the tokenizer `tok`. Read as `translate` reads its input: each line cut to the bytes
+    max_positions tokens can come from, each text tokenized from a bounded prefix (runtime/text_input.py), and no
+    more than PARITY_READ_BYTES of the file (a device or a file of one endless line too), in chunks."""
     if path is None:
         return []
+    limit = max(1, cfg.max_positions - 1 - len(prefix))
+    line_bytes = source_line_bytes(limit)
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise Seq2OnnxError(f"cannot read --parity-data {path}: {e}: pass a UTF-8 text file, one sentence a line")
-    texts = [t for t in (line.split("\t")[0].strip() for line in lines) if t][:PARITY_LINES]
+        stream = open_path("--parity-data", str(path), "rb")
+    except Seq2OnnxError as e:
+        raise Seq2OnnxError(f"cannot read {e}: pass a UTF-8 text file, one sentence a line") from None
+    invalid: List[str] = []
+    texts = []
+    with stream:
+        for _, line in read_lines(_Bounded(stream, PARITY_READ_BYTES), line_bytes,
+                                  warn=lambda m: invalid.append(m) if "UTF-8" in m else None):
+            if invalid:
+                raise Seq2OnnxError(f"cannot read --parity-data {path}: {invalid[0]}: pass a UTF-8 text file, one "
+                                    "sentence a line")
+            text = line.split("\t")[0].strip()
+            if text:
+                texts.append(text)
+            if len(texts) == PARITY_LINES:
+                break
     if not texts:
         raise Seq2OnnxError(f"--parity-data {path} has no sentences: pass a text file, one source sentence a line")
-    return [(list(prefix) + tok.encode(t).ids)[:cfg.max_positions - 1] + [cfg.eos_id] for t in texts]  # as translate
+    ids, _ = token_ids(tok, texts, limit)
+    return [list(prefix) + t[:limit] + [cfg.eos_id] for t in ids]                     # as translate
 
 
 def _check(path: Path, inputs: List[str], outputs: List[str]) -> str:

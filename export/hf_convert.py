@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -28,19 +29,32 @@ import numpy as np
 import torch
 
 from seq2onnx.runtime.cli import OneLineParser
-from seq2onnx.runtime.config import ModelConfig
-from seq2onnx.runtime.errors import Seq2OnnxError
+from seq2onnx.runtime.config import _RANGES as MODEL_RANGES, ModelConfig
+from seq2onnx.runtime.errors import Seq2OnnxError, first_line
+from seq2onnx.runtime.manifest_fields import short
+from seq2onnx.runtime.options import (LENGTH_PENALTY_RANGE, MAX_BEAM_SIZE, MAX_SUPPRESS_IDS, REPETITION_PENALTY_RANGE,
+                                      DecodingOptions, OptionError)
 from seq2onnx.runtime.manifest_records import Languages
 from seq2onnx.training.model import Transformer
 
-from seq2onnx.runtime.manifest import MANIFEST
+from seq2onnx.runtime.manifest import HF_WEIGHT_FILES, MANIFEST
 
-from . import commands, package, parity
+from . import commands, hf_tokenizers, package, parity
 from .commands import ExportOptions, ExportResult, PackageContents
+from .hf_tokenizers import DOWNLOAD
 
 # model_type of config.json -> how its names map (NLLB's is m2m_100, with its own tokenizer)
 KINDS = ("marian", "m2m_100")
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "swish", "silu": "swish"}
+# config.json's sizes -> the ModelConfig field each becomes (its range: runtime/config.py)
+CONFIG_SIZES = {"vocab_size": "vocab_size", "decoder_vocab_size": "vocab_size", "d_model": "d_model",
+                "encoder_attention_heads": "n_heads", "decoder_attention_heads": "n_heads", "encoder_ffn_dim": "d_ff",
+                "decoder_ffn_dim": "d_ff", "encoder_layers": "encoder_layers", "decoder_layers": "decoder_layers",
+                "max_position_embeddings": "max_positions"}
+OPTIONAL_SIZES = ("decoder_vocab_size",)
+CONFIG_FLAGS = ("scale_embedding", "share_encoder_decoder_embeddings", "tie_word_embeddings", "add_final_layer_norm",
+                "normalize_embedding", "layernorm_embedding", "add_bias_logits")
+WEIGHT_INDEXES = tuple(n for n in HF_WEIGHT_FILES if n.endswith(".index.json"))
 GATE_SENTENCES = 16            # synthetic sources of the gate against transformers, besides --parity-data lines
 GATE_MAX_LENGTH = 48           # generated tokens the gate lets each run (the model's max_length if lower)
 SCORE_TOLERANCE = 1e-4         # |our score - transformers'| of one hypothesis, fp32: per token of a greedy sum
@@ -55,27 +69,157 @@ def score_tolerance(beam: bool, length: int) -> float:
 
 # --- load ------------------------------------------------------------------------------------------------
 def read_config(folder: Path) -> Dict[str, Any]:
-    """config.json of an HF model folder, or one line saying what the folder lacks."""
+    """config.json of an HF model folder, its fields checked (check_config), or one line saying what is wrong.
+    Every entry of the folder is checked first (hf_tokenizers.check_folder): transformers opens files by name."""
     if not folder.is_dir():
         raise Seq2OnnxError(f"{folder} is not a folder: pass a transformers model folder (e.g. from huggingface-cli "
                             f"download Helsinki-NLP/opus-mt-en-de --local-dir {folder})")
     path = folder / "config.json"
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise Seq2OnnxError(f"{folder} has no config.json: it is not a transformers model folder (download one with "
-                            "huggingface-cli download MODEL --local-dir FOLDER)") from None
-    except (OSError, ValueError) as e:
-        raise Seq2OnnxError(f"{path} cannot be read as JSON ({e}): download the model again") from None
+    hf_tokenizers.check_folder(folder)
+    config = hf_tokenizers.read_json(
+        folder, "config.json", hf_tokenizers.MAX_SETTINGS_BYTES,
+        missing=f"{folder} has no config.json: it is not a transformers model folder (download one with "
+                "huggingface-cli download MODEL --local-dir FOLDER)")
+    if not isinstance(config, dict):
+        raise Seq2OnnxError(f"{path} should be an object of settings, got {type(config).__name__}; {DOWNLOAD}")
     kind = config.get("model_type")
     if kind not in KINDS:
-        raise Seq2OnnxError(f"{path}: model_type {kind!r} cannot be converted; seq2onnx converts MarianMT (OPUS-MT, "
-                            "model_type marian) and M2M100 / NLLB (model_type m2m_100)")
+        raise Seq2OnnxError(f"{path}: model_type {short(kind)} cannot be converted; seq2onnx converts MarianMT "
+                            "(OPUS-MT, model_type marian) and M2M100 / NLLB (model_type m2m_100)")
+    check_config(path, config)
     return config
 
 
+def _bad(path: Path, name: str, what: str, value: Any) -> Seq2OnnxError:
+    return Seq2OnnxError(f"{path}: {name} should be {what}, got {short(value)}; {DOWNLOAD}")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_int(path: Path, name: str, value: Any, low: int, high: int) -> None:
+    if not _is_int(value) or not low <= value <= high:
+        raise _bad(path, name, f"an integer in [{low}, {high}]", value)
+
+
+def _check_ids(path: Path, name: str, value: Any, vocab: int, list_ok: bool = False) -> None:
+    """value: a token id below `vocab` (list_ok: or a list of them)."""
+    for i in (value if list_ok and isinstance(value, list) and value else [value]):
+        if not _is_int(i) or not 0 <= i < vocab:
+            raise _bad(path, name, f"a token id in [0, {vocab - 1}]" + (" or a list of them" if list_ok else ""),
+                       value)
+
+
+def check_config(path: Path, hf: Dict[str, Any]) -> None:
+    """The fields of config.json that the converter reads: of their kind, in the ranges ModelConfig allows, ids
+    within the vocabulary, and no number NaN or infinite (transformers would initialise weights with it)."""
+    for name, value in hf.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise _bad(path, name, "a finite number", value)
+    for name, ours in CONFIG_SIZES.items():
+        if hf.get(name) is not None or name not in OPTIONAL_SIZES:
+            _check_int(path, name, hf.get(name), *MODEL_RANGES[ours])
+    act = hf.get("activation_function", "relu")
+    if not isinstance(act, str) or act not in ACTIVATIONS:
+        raise Seq2OnnxError(f"{path}: activation_function {short(act)} is not supported; seq2onnx runs "
+                            f"{', '.join(sorted(ACTIVATIONS))}")
+    for name in CONFIG_FLAGS:
+        if hf.get(name) is not None and not isinstance(hf[name], bool):
+            raise _bad(path, name, "true or false", hf[name])
+    vocab = min(hf["vocab_size"], hf.get("decoder_vocab_size") or hf["vocab_size"])
+    for name in ("pad_token_id", "eos_token_id"):
+        _check_ids(path, name, hf.get(name), vocab)
+    for name in ("bos_token_id", "decoder_start_token_id", "unk_token_id", "forced_eos_token_id"):
+        if hf.get(name) is not None:
+            _check_ids(path, name, hf[name], vocab)
+
+
+def read_generation_config(folder: Path, hf: Dict[str, Any]) -> None:
+    """The decoding settings of generation_config.json (where the folder has none, transformers takes them from
+    config.json), checked when read: of their kind and range, ids within the vocabulary. What seq2onnx cannot run
+    is refused by generation_defaults, from transformers' own reading of the same file."""
+    name = "generation_config.json"
+    if os.path.lexists(folder / name):
+        gen = hf_tokenizers.read_json(folder, name, hf_tokenizers.MAX_SETTINGS_BYTES)
+        if not isinstance(gen, dict):
+            raise Seq2OnnxError(f"{folder / name} should be an object of settings, got {type(gen).__name__}; "
+                                f"{DOWNLOAD}")
+    else:
+        name, gen = "config.json", hf
+    path = folder / name
+    vocab = hf.get("decoder_vocab_size") or hf["vocab_size"]
+    checks: Dict[str, Callable[[str, Any], None]] = {
+        "num_beams": lambda n, v: _check_int(path, n, v, 1, MAX_BEAM_SIZE),
+        "num_beam_groups": lambda n, v: _check_int(path, n, v, 1, MAX_BEAM_SIZE),
+        "max_length": lambda n, v: _check_int(path, n, v, 1, 2**31 - 1),
+        "max_new_tokens": lambda n, v: _check_int(path, n, v, 1, 2**31 - 1),
+        "min_length": lambda n, v: _check_int(path, n, v, 0, 2**31 - 1),
+        "min_new_tokens": lambda n, v: _check_int(path, n, v, 0, 2**31 - 1),
+        "no_repeat_ngram_size": lambda n, v: _check_int(path, n, v, 0, 2**31 - 1),
+        "encoder_no_repeat_ngram_size": lambda n, v: _check_int(path, n, v, 0, 2**31 - 1),
+        "length_penalty": lambda n, v: _check_number(path, n, v, LENGTH_PENALTY_RANGE),
+        "repetition_penalty": lambda n, v: _check_number(path, n, v, REPETITION_PENALTY_RANGE),
+        "early_stopping": lambda n, v: _check_choice(path, n, v, (True, False, "never")),
+        "suppress_tokens": lambda n, v: _check_id_list(path, n, v, vocab, nested=False),
+        "begin_suppress_tokens": lambda n, v: _check_id_list(path, n, v, vocab, nested=False),
+        "bad_words_ids": lambda n, v: _check_id_list(path, n, v, vocab, nested=True),
+        "eos_token_id": lambda n, v: _check_ids(path, n, v, vocab, list_ok=True),
+        "forced_eos_token_id": lambda n, v: _check_ids(path, n, v, vocab, list_ok=True),
+        **{f: (lambda n, v: _check_ids(path, n, v, vocab)) for f in ("pad_token_id", "bos_token_id",
+                                                                     "decoder_start_token_id", "forced_bos_token_id")},
+        **{f: (lambda n, v: _check_choice(path, n, v, (True, False))) for f in ("do_sample", "renormalize_logits")},
+    }
+    for field_name, check in checks.items():
+        if gen.get(field_name) is not None:
+            check(field_name, gen[field_name])
+
+
+def _check_choice(path: Path, name: str, value: Any, choices: Tuple[Any, ...]) -> None:
+    if not any(value is c if isinstance(c, bool) else value == c for c in choices):
+        raise _bad(path, name, " or ".join(json.dumps(c) for c in choices), value)
+
+
+def _check_number(path: Path, name: str, value: Any, bounds: Tuple[float, float]) -> None:
+    low, high = bounds
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not low <= value <= high:
+        raise _bad(path, name, f"a number in [{low:g}, {high:g}]", value)
+
+
+def _check_id_list(path: Path, name: str, value: Any, vocab: int, nested: bool) -> None:
+    """A list of token ids (nested: of lists of them, each not empty), at most MAX_SUPPRESS_IDS in all."""
+    what = "a list of lists of token ids" if nested else "a list of token ids"
+    if not isinstance(value, list) or len(value) > MAX_SUPPRESS_IDS:
+        raise _bad(path, name, f"{what} (at most {MAX_SUPPRESS_IDS})", value)
+    for item in value:
+        for i in (item if nested and isinstance(item, list) and item else [] if nested else [item]) or [None]:
+            if not _is_int(i) or not 0 <= i < vocab:
+                raise _bad(path, name, f"{what} in [0, {vocab - 1}]", value)
+
+
+def check_weights(folder: Path) -> None:
+    """The weights transformers may read: model.safetensors / pytorch_model.bin, or an index and the shards it
+    names, each a regular file in the folder itself (an index naming ../x or /x is refused), or one line."""
+    present = [n for n in HF_WEIGHT_FILES if os.path.lexists(folder / n)]
+    if not present:
+        raise Seq2OnnxError(f"{folder} has no weights (model.safetensors or pytorch_model.bin): download the "
+                            "whole model folder")
+    for name in present:
+        hf_tokenizers.folder_file(folder, name)
+        if name not in WEIGHT_INDEXES:
+            continue
+        index = hf_tokenizers.read_json(folder, name, hf_tokenizers.MAX_SETTINGS_BYTES)
+        shards = index.get("weight_map") if isinstance(index, dict) else None
+        if not isinstance(shards, dict) or not shards:
+            raise _bad(folder / name, "weight_map", "an object of tensor names and their files", shards)
+        for shard in sorted({str(s) if isinstance(s, str) else "" for s in shards.values()}):
+            hf_tokenizers.folder_file(folder, shard, missing=f"{folder / name} names the file {shard!r}, which the "
+                                      f"folder does not hold; {DOWNLOAD}")
+
+
 def load_hf_model(folder: Path) -> Any:
-    """The transformers model of the folder, in float32 and eval mode, read from the folder alone."""
+    """The transformers model of the folder, in float32 and eval mode, read from the folder alone (check_weights
+    first), every weight finite and of the shape config.json implies; transformers' own reports held back."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
         import transformers
@@ -83,16 +227,26 @@ def load_hf_model(folder: Path) -> Any:
     except ImportError:
         raise Seq2OnnxError("seq2onnx convert needs transformers: pip install \"seq2onnx[convert]\" (in a checkout: "
                             "pip install \".[convert]\" -c constraints.txt)") from None
-    if not any((folder / name).is_file() for name in ("model.safetensors", "pytorch_model.bin",
-                                                       "model.safetensors.index.json", "pytorch_model.bin.index.json")):
-        raise Seq2OnnxError(f"{folder} has no weights (model.safetensors or pytorch_model.bin): download the "
-                            "whole model folder")
+    check_weights(folder)
     transformers.logging.disable_progress_bar()          # the CLI's progress is its own stage lines
     try:
-        model = AutoModelForSeq2SeqLM.from_pretrained(str(folder), local_files_only=True, dtype=torch.float32)
+        with hf_tokenizers.quiet_transformers():
+            model, info = AutoModelForSeq2SeqLM.from_pretrained(
+                str(folder), local_files_only=True, dtype=torch.float32, ignore_mismatched_sizes=True,
+                output_loading_info=True)
     except Exception as e:  # noqa: BLE001 - transformers raises many kinds
-        raise Seq2OnnxError(f"transformers cannot load {folder} ({str(e).strip().splitlines()[0]}): download the "
-                            "model folder again") from None
+        raise Seq2OnnxError(f"transformers cannot load {folder} ({first_line(e) or type(e).__name__}): "
+                            f"{DOWNLOAD}") from None
+    for key, theirs, ours in info.get("mismatched_keys") or []:
+        raise Seq2OnnxError(f"{folder}: the weight {key} has shape {tuple(theirs)}, config.json implies "
+                            f"{tuple(ours)}: the folder's config and weights disagree; {DOWNLOAD}")
+    missing = [k for k in info.get("missing_keys") or [] if "embed_positions" not in k]
+    if missing:
+        raise Seq2OnnxError(f"{folder}: the weights have no {sorted(missing)[0]} ({len(missing)} missing): it is not "
+                            f"a complete MarianMT / M2M100 checkpoint; {DOWNLOAD}")
+    for name, value in model.state_dict().items():
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            raise Seq2OnnxError(f"{folder}: the weight {name} holds NaN or infinite values; {DOWNLOAD}")
     return model.eval()
 
 
@@ -235,6 +389,11 @@ def generation_defaults(gen: Any, cfg: ModelConfig) -> Dict[str, Any]:
                "repetition_penalty": float(get("repetition_penalty", 1.0))}
     if options["min_decoding_length"] > options["max_decoding_length"]:
         options["min_decoding_length"] = options["max_decoding_length"]
+    try:        # the runtime's own rule for a package's generation field (read_package checks it again)
+        DecodingOptions(**options)
+    except (OptionError, TypeError, ValueError) as e:
+        raise Seq2OnnxError(f"generation_config.json gives a decoding option seq2onnx cannot run ({e}); "
+                            f"{DOWNLOAD}") from None
     return options
 
 
@@ -402,13 +561,14 @@ def _gate_sources(cfg: ModelConfig, prefix: List[int], avoid: set, real: List[Li
 
 
 def run_convert(opts: ConvertOptions, log: Callable[[str], None] = lambda msg: None) -> ExportResult:
-    """An HF model folder -> a checked package at opts.out_dir; Seq2OnnxError (nothing written) on failure."""
-    from . import hf_tokenizers
-
+    """An HF model folder -> a checked package at opts.out_dir; Seq2OnnxError (nothing written) on failure.
+    Every file of the folder is read by the rule of hf_tokenizers.check_folder / read_json, every setting checked
+    when it is read: a refusal comes before any export work."""
     start = time.perf_counter()
     folder = Path(opts.model_dir)
     hf_config = read_config(folder)
     cfg = model_config(hf_config)
+    read_generation_config(folder, hf_config)
     toks = hf_tokenizers.convert(folder, hf_config)
     export_opts = ExportOptions(folder, opts.out_dir, opts.int8, opts.fp16, opts.opset, opts.overwrite,
                                 opts.parity_data, opts.int8_validation, external_data=opts.external_data,

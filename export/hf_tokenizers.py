@@ -34,16 +34,22 @@ MarianTokenizer splits a leading >>xx<< off the text instead; the runtime prepen
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers
 from tokenizers.models import BPE, Unigram
 
-from seq2onnx.runtime.errors import Seq2OnnxError
+from seq2onnx.runtime.errors import Seq2OnnxError, first_line
+from seq2onnx.runtime.manifest import MAX_MANIFEST_BYTES, MAX_TOKENIZER_BYTES
 from seq2onnx.runtime.manifest_records import Languages, Tokenizers
+from seq2onnx.runtime.package_files import FolderRule, check_regular, read_regular
 from seq2onnx.runtime.package_tokenizer import (ALLOWED_REGEXES, COLLAPSE_SPACES, EDGE_SPACES, foreign_regex,
                                                 specials_as_text)
 
@@ -105,26 +111,94 @@ class ConvertedTokenizers:
 
 
 # --- reading the folder ------------------------------------------------------------------------------------
-def _read_json(path: Path) -> Any:
+# A transformers folder is untrusted input, read by the runtime's rule for package files (runtime/package_files.py):
+# a regular file in the folder itself (no symbolic link, FIFO or device), at most a limit of bytes.
+DOWNLOAD = "download the model folder again (huggingface-cli download MODEL --local-dir FOLDER)"
+HF_FOLDER = FolderRule("seq2onnx convert", "the model folder", "", DOWNLOAD, Seq2OnnxError)
+MAX_SETTINGS_BYTES = MAX_MANIFEST_BYTES      # config.json, generation_config.json, a weights index: a few kB each
+MAX_FOLDER_ENTRIES = 10_000                  # a model folder holds a dozen files; more is not one
+
+
+def folder_file(folder: Path, name: str, missing: Optional[str] = None) -> Path:
+    """folder/name, a regular file in the folder itself (name: a file name, no folder part), or one line."""
+    if not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
+        raise Seq2OnnxError(f"{folder}: the file name {name[:80]!r} is not a file of the folder: seq2onnx convert "
+                            f"reads nothing outside the model folder; {DOWNLOAD}")
+    path = folder / name
+    check_regular(path, missing or _missing(path), HF_FOLDER)
+    return path
+
+
+def _missing(path: Path) -> str:
+    return (f"{path.parent} has no {path.name}: download the model's tokenizer files too "
+            "(huggingface-cli download MODEL --local-dir FOLDER)")
+
+
+def read_bytes(folder: Path, name: str, limit: int = MAX_TOKENIZER_BYTES, missing: Optional[str] = None) -> bytes:
+    """The bytes of folder/name (folder_file's rule), at most `limit` of them, or one line."""
+    path = folder_file(folder, name, missing)
+    data = read_regular(path, limit, missing or _missing(path), HF_FOLDER)
+    if len(data) > limit:
+        raise Seq2OnnxError(f"{path} has more than {limit} bytes, more than a model's {name} holds; {DOWNLOAD}")
+    return data
+
+
+def read_json(folder: Path, name: str, limit: int = MAX_TOKENIZER_BYTES, missing: Optional[str] = None) -> Any:
+    """folder/name parsed as JSON (read_bytes), or one line."""
+    path = folder / name
+    data = read_bytes(folder, name, limit, missing)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise Seq2OnnxError(f"{path.parent} has no {path.name}: download the model's tokenizer files too "
-                            "(huggingface-cli download MODEL --local-dir FOLDER)") from None
-    except (OSError, ValueError) as e:
-        raise Seq2OnnxError(f"{path} cannot be read as JSON ({e}): download the model again") from None
+        return json.loads(data.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise Seq2OnnxError(f"{path} cannot be read as JSON ({e}); {DOWNLOAD}") from None
+    except RecursionError:               # deeper than the parser goes (~1000 levels): no model file nests so
+        raise Seq2OnnxError(f"{path} nests lists and objects more deeply than JSON is read here; {DOWNLOAD}") \
+            from None
+
+
+def read_optional_json(folder: Path, name: str) -> Any:
+    """folder/name as read_json, or {} where the folder has no such file (nor a link of that name)."""
+    return read_json(folder, name) if os.path.lexists(folder / name) else {}
+
+
+def tokenizer_config(folder: Path) -> Dict[str, Any]:
+    """tokenizer_config.json ({} where the folder has none), an object."""
+    config = read_optional_json(folder, "tokenizer_config.json")
+    if not isinstance(config, dict):
+        raise Seq2OnnxError(f"{folder / 'tokenizer_config.json'} should be an object, got {type(config).__name__}; "
+                            f"{DOWNLOAD}")
+    return config
+
+
+def check_folder(folder: Path) -> None:
+    """Every entry of the folder is a folder or a regular file (check_regular): transformers opens the files it
+    wants by name, so none may be a link to elsewhere, a FIFO or a device."""
+    try:
+        with os.scandir(folder) as entries:
+            for n, entry in enumerate(entries):
+                if n >= MAX_FOLDER_ENTRIES:
+                    raise Seq2OnnxError(f"{folder} holds more than {MAX_FOLDER_ENTRIES} entries, more than a "
+                                        f"transformers model folder: pass the model's own folder")
+                if not entry.is_dir(follow_symlinks=False):
+                    check_regular(Path(entry.path), _missing(Path(entry.path)), HF_FOLDER)
+    except OSError as e:
+        raise Seq2OnnxError(f"{folder} cannot be listed ({e.strerror}): pass a readable model folder") from None
 
 
 def _spm_proto(path: Path, model_type: int) -> Any:
-    from transformers.convert_slow_tokenizer import SentencePieceExtractor
+    import sentencepiece
+    from transformers.convert_slow_tokenizer import import_protobuf
 
-    if not path.is_file():
-        raise Seq2OnnxError(f"{path.parent} has no {path.name}: download the model's tokenizer files too "
-                            "(huggingface-cli download MODEL --local-dir FOLDER)")
+    data = read_bytes(path.parent, path.name)
     try:
-        proto = SentencePieceExtractor(str(path)).proto
-    except Exception as e:  # noqa: BLE001 - protobuf raises its own DecodeError
-        raise Seq2OnnxError(f"{path} is not a SentencePiece model ({e}): download the model again") from None
+        proto = import_protobuf().ModelProto()
+        proto.ParseFromString(data)
+        if not proto.pieces:
+            raise ValueError("it holds no pieces")
+        sentencepiece.SentencePieceProcessor(model_proto=data)         # what transformers' tokenizers load
+    except Exception as e:  # noqa: BLE001 - protobuf and sentencepiece raise their own kinds
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise Seq2OnnxError(f"{path} is not a SentencePiece model ({reason}); {DOWNLOAD}") from None
     kind = {SPM_UNIGRAM: "unigram", SPM_BPE: "BPE"}
     if proto.trainer_spec.model_type != model_type:
         raise Seq2OnnxError(f"{path} is a SentencePiece {kind.get(proto.trainer_spec.model_type, 'char/word')} model;"
@@ -139,12 +213,18 @@ def _spm_proto(path: Path, model_type: int) -> Any:
     return proto
 
 
-def _vocab_ids(path: Path) -> Dict[str, int]:
-    """vocab.json: token -> id, the ids exactly 0..n-1."""
-    vocab = _read_json(path)
-    if not isinstance(vocab, dict) or sorted(vocab.values()) != list(range(len(vocab))):
-        raise Seq2OnnxError(f"{path}: its ids are not exactly 0..{len(vocab) - 1 if isinstance(vocab, dict) else 'n'},"
-                            " one per token: download the model again")
+def _vocab_ids(path: Path, size: int, field_name: str) -> Dict[str, int]:
+    """vocab.json: token -> id, the ids exactly 0..n-1, n at most the model's vocabulary (config.json's
+    `field_name`, `size`): checked before anything is built from it."""
+    vocab = read_json(path.parent, path.name)
+    if not isinstance(vocab, dict):
+        raise Seq2OnnxError(f"{path} should map tokens to ids, got {type(vocab).__name__}; {DOWNLOAD}")
+    if len(vocab) > size:
+        raise Seq2OnnxError(f"{path} has {len(vocab)} tokens but config.json's {field_name} is {size}: the "
+                            f"vocabulary does not belong to this model; {DOWNLOAD}")
+    ids = vocab.values()
+    if not all(isinstance(i, int) and not isinstance(i, bool) for i in ids) or sorted(ids) != list(range(len(vocab))):
+        raise Seq2OnnxError(f"{path}: its ids are not exactly 0..{len(vocab) - 1}, one per token; {DOWNLOAD}")
     return vocab
 
 
@@ -226,10 +306,11 @@ def _marian_tag_code(token: str) -> Optional[str]:
 
 
 def convert_marian(folder: Path, hf_config: Mapping[str, Any]) -> ConvertedTokenizers:
-    config = _read_json(folder / "tokenizer_config.json") if (folder / "tokenizer_config.json").is_file() else {}
+    config = tokenizer_config(folder)
     separate = bool(config.get("separate_vocabs", hf_config.get("share_encoder_decoder_embeddings") is False))
-    src_vocab = _vocab_ids(folder / "vocab.json")
-    tgt_vocab = _vocab_ids(folder / "target_vocab.json") if separate else src_vocab
+    src_vocab = _vocab_ids(folder / "vocab.json", hf_config["vocab_size"], "vocab_size")
+    target_size = hf_config.get("decoder_vocab_size") or hf_config["vocab_size"]
+    tgt_vocab = _vocab_ids(folder / "target_vocab.json", target_size, "decoder_vocab_size") if separate else src_vocab
     roles = {"pad": str(config.get("pad_token", "<pad>")), "eos": str(config.get("eos_token", "</s>")),
              "unk": str(config.get("unk_token", "<unk>"))}
     for vocab, name in ((src_vocab, "vocab.json"), (tgt_vocab, "target_vocab.json")):
@@ -272,9 +353,9 @@ def convert_m2m100(folder: Path, hf_config: Mapping[str, Any]) -> ConvertedToken
 
     spm_path, vocab_path = folder / "sentencepiece.bpe.model", folder / "vocab.json"
     proto = _spm_proto(spm_path, SPM_BPE)
-    vocab = _vocab_ids(vocab_path)
-    slow = M2M100Tokenizer.from_pretrained(str(folder))           # the language codes it was saved with
-    config = _read_json(folder / "tokenizer_config.json") if (folder / "tokenizer_config.json").is_file() else {}
+    vocab = _vocab_ids(vocab_path, hf_config["vocab_size"], "vocab_size")
+    slow = load_hf_tokenizer(M2M100Tokenizer, folder)            # the language codes it was saved with
+    config = tokenizer_config(folder)
     pieces = [p.piece for p in proto.pieces if p.type == SPM_NORMAL]
     _check_words(spm_path, dict.fromkeys(pieces))
     merges = [m for m in _spm_merges(spm_path) if m[0] in vocab and m[1] in vocab and "".join(m) in vocab]
@@ -326,11 +407,7 @@ def _single(tokenizer: Tokenizer, roles: Dict[str, str], languages: Optional[Lan
 def convert_nllb(folder: Path, hf_config: Mapping[str, Any]) -> ConvertedTokenizers:
     from transformers import NllbTokenizer
 
-    try:
-        hf = NllbTokenizer.from_pretrained(str(folder))
-    except (OSError, ValueError) as e:
-        raise Seq2OnnxError(f"{folder}: transformers cannot read its NLLB tokenizer ({str(e).splitlines()[0]}): "
-                            "download the model's tokenizer files too") from None
+    hf = load_hf_tokenizer(NllbTokenizer, folder)
     data = json.loads(hf.backend_tokenizer.to_str())
     data["post_processor"] = None                     # the runtime adds the language token and EOS itself
     tokenizer = Tokenizer.from_str(json.dumps(data, ensure_ascii=False))
@@ -340,7 +417,7 @@ def convert_nllb(folder: Path, hf_config: Mapping[str, Any]) -> ConvertedTokeniz
         raise Seq2OnnxError(f"{folder}: its NLLB tokenizer names no language codes (eng_Latn, ...): download the "
                             "model's tokenizer files again")
     tokenizer = _fill(tokenizer, int(hf_config["vocab_size"]), folder)
-    config = _read_json(folder / "tokenizer_config.json") if (folder / "tokenizer_config.json").is_file() else {}
+    config = tokenizer_config(folder)
     languages = Languages(source=tuple(codes), target=tuple(codes), tokens={c: c for c in codes},
                           source_token=True, target_token="forced_bos",
                           default_source=config.get("src_lang"), default_target=config.get("tgt_lang"))
@@ -360,11 +437,11 @@ def convert(folder, hf_config: Mapping[str, Any]) -> ConvertedTokenizers:
     regular expression they hold is one the runtime allows."""
     folder = Path(folder)
     kind = hf_config.get("model_type")
-    config = _read_json(folder / "tokenizer_config.json") if (folder / "tokenizer_config.json").is_file() else {}
+    config = tokenizer_config(folder)
     tokenizer_class = str(config.get("tokenizer_class", ""))
     if kind == "marian":
         converted = convert_marian(folder, hf_config)
-    elif kind == "m2m_100" and (tokenizer_class.startswith("Nllb") or not (folder / "vocab.json").is_file()):
+    elif kind == "m2m_100" and (tokenizer_class.startswith("Nllb") or not os.path.lexists(folder / "vocab.json")):
         converted = convert_nllb(folder, hf_config)
     elif kind == "m2m_100":
         converted = convert_m2m100(folder, hf_config)
@@ -375,4 +452,62 @@ def convert(folder, hf_config: Mapping[str, Any]) -> ConvertedTokenizers:
         if foreign is not None:       # a tokenizer.json of a newer transformers: say so rather than write it
             raise Seq2OnnxError(f"{folder}: its tokenizer's {foreign[0]} uses the regular expression {foreign[1]!r}, "
                                 f"which the runtime does not allow ({', '.join(map(repr, ALLOWED_REGEXES))})")
+    check_against_transformers(folder, converted, kind == "marian")
     return converted
+
+
+# texts whose ids the converted tokenizers must give as transformers' own do (plain words, digits and punctuation:
+# where a conversion is exact for every model, hf_tokenizers' notes aside)
+CHECK_TEXTS = ("Hello, world!", "The file could not be opened.", "Save 3 copies of it, then close the window.")
+
+
+@contextlib.contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """transformers' logging (its load reports), Python warnings and prints held back while it reads a folder, so
+    that a refusal is one line of ours."""
+    import logging
+
+    import transformers
+
+    verbosity = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity(logging.CRITICAL + 1)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
+                contextlib.redirect_stderr(io.StringIO()):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        transformers.logging.set_verbosity(verbosity)
+
+
+def load_hf_tokenizer(cls: Any, folder: Path) -> Any:
+    """transformers' tokenizer `cls` (AutoTokenizer, M2M100Tokenizer...) of the folder, read from it alone, or one
+    line."""
+    try:
+        with quiet_transformers():
+            return cls.from_pretrained(str(folder), local_files_only=True)
+    except Exception as e:  # noqa: BLE001 - transformers raises many kinds
+        raise Seq2OnnxError(f"transformers cannot load the tokenizer of {folder} ({first_line(e) or type(e).__name__})"
+                            f"; {DOWNLOAD}") from None
+
+
+def check_against_transformers(folder: Path, converted: ConvertedTokenizers, marian: bool) -> None:
+    """The converted tokenizers give the ids of transformers' own tokenizer of the folder (no special tokens added)
+    on CHECK_TEXTS, source and target side: a tokenizer file that is not the model's (empty, another model's) shows
+    here, before anything is written."""
+    from transformers import AutoTokenizer
+
+    hf = load_hf_tokenizer(AutoTokenizer, folder)
+    sides = [("source", converted.source_tokenizer(), {})]
+    if marian:
+        sides.append(("target", converted.target_tokenizer(), {"text_target": True}))
+    for side, ours, how in sides:
+        for text in CHECK_TEXTS:
+            with quiet_transformers():
+                theirs = list(hf(**({"text_target": text} if how else {"text": text}),
+                                 add_special_tokens=False).input_ids)
+            mine = ours.encode(text).ids
+            if mine != theirs:
+                raise Seq2OnnxError(f"{folder}: the converted {side} tokenizer gives {text!r} the ids {mine[:8]}, "
+                                    f"transformers' {type(hf).__name__} {theirs[:8]}: the folder's tokenizer files do "
+                                    f"not agree with each other; {DOWNLOAD}")

@@ -447,8 +447,9 @@ def check_reduced(report: ParityReport, what: str) -> ParityReport:
                                  ("greedy token match", report.greedy_token_match, MIN_GREEDY_TOKEN_MATCH)):
         if not figure >= least:
             hint = "" if report.real_sentences else "pass real sources with --parity-data, or "
+            keep = ", or keep it with --skip-int8-validation (its figures recorded)" if what == "int8" else ""
             raise ParityError(f"{what} parity check '{check}' failed: {figure:.4f} < {least} vs PyTorch fp32; "
-                              f"the package was not written ({hint}export without --{what})")
+                              f"the package was not written ({hint}leave out --{what}{keep})")
     return report
 
 

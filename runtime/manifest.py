@@ -65,6 +65,9 @@ def manifest_format(decoder: int) -> int:
     one of that contract (3 for contract 2: its variant fields and records)."""
     return max(v for v, d in DECODER_OF_FORMAT.items() if d == decoder)
 MANIFEST = "manifest.json"
+# the weights of a transformers model folder (what `seq2onnx convert` reads, export/hf_convert.py), not a package's
+HF_WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json",
+                   "pytorch_model.bin.index.json")
 
 # Limits on what a model folder may hold (docs/SECURITY.md). A real manifest is ~10 kB and 6 levels deep, lists
 # 8 files and 3 variants (fp32, int8, fp16), and its longest string is a path of ~100 characters.
@@ -255,6 +258,11 @@ def _read_manifest(root: Path) -> Dict[str, Any]:
         raise ModelPackageError(f"{root} is a training run folder (it holds {', '.join(run)}), not a model package: "
                                 f"export a checkpoint of it first, e.g. seq2onnx export {root / run[0]} MODEL_DIR, "
                                 "then pass MODEL_DIR")
+    hf = [] if os.path.lexists(path) else [n for n in HF_WEIGHT_FILES if os.path.lexists(root / n)]
+    if hf:                                   # a transformers model folder (MarianMT, M2M100...): never converted
+        raise ModelPackageError(f"{root} is a transformers model folder (it holds {hf[0]}), not a seq2onnx model "
+                                f"package: convert it first, e.g. seq2onnx convert {root} MODEL_DIR, then pass "
+                                "MODEL_DIR")
     data = read_regular(path, MAX_MANIFEST_BYTES, f"{path} is missing: {root} is not a seq2onnx model package; "
                                                   f"{REEXPORT}")
     if len(data) > MAX_MANIFEST_BYTES:

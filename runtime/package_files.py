@@ -1,12 +1,14 @@
 """The files of a model package folder, read as untrusted input (docs/SECURITY.md): only regular files (no
 symbolic link, FIFO or device), opened without following a link put there after the check, and never more
-than the caller's limit. manifest.py checks what they hold."""
+than the caller's limit. manifest.py checks what they hold. `seq2onnx convert` reads a transformers model
+folder by the same rule (export/hf_tokenizers.py HF_FOLDER: its own messages, FolderRule)."""
 from __future__ import annotations
 
 import hashlib
 import os
 import re
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import REEXPORT, ModelPackageError
@@ -23,35 +25,53 @@ def sha256_of(path: Path, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
-def check_regular(path: Path, missing: str) -> os.stat_result:
-    """lstat of a file of the package, which must be a regular file: a symbolic link could point anywhere
+@dataclass(frozen=True)
+class FolderRule:
+    """Whose folder check_regular / read_regular read, for their messages: who reads it, what the folder is, how
+    to get a good copy (`again`, or "" where there is none) and how to make one anew (`remake`); the error class."""
+    reader: str
+    folder: str
+    again: str
+    remake: str
+    error: type = ModelPackageError
+
+    @property
+    def fix(self) -> str:
+        return f"{self.again} or {self.remake}" if self.again else self.remake
+
+
+PACKAGE = FolderRule("the runtime", "the package folder", "copy the package again", REEXPORT)
+
+
+def check_regular(path: Path, missing: str, rule: FolderRule = PACKAGE) -> os.stat_result:
+    """lstat of a file of the folder, which must be a regular file: a symbolic link could point anywhere
     on the disk, a FIFO or device could block or never end. `missing`: the message when it is absent."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
-        raise ModelPackageError(missing) from None
+        raise rule.error(missing) from None
     except (OSError, ValueError) as e:
-        raise ModelPackageError(f"{path} cannot be read ({e}); copy the package again or {REEXPORT}") from e
+        raise rule.error(f"{path} cannot be read ({e}); {rule.fix}") from e
     if stat.S_ISLNK(st.st_mode):
-        raise ModelPackageError(f"{path} is a symbolic link: the runtime reads nothing outside the package folder; "
-                                f"copy the files themselves into it (cp -L), or {REEXPORT}")
+        raise rule.error(f"{path} is a symbolic link: {rule.reader} reads nothing outside {rule.folder}; "
+                         f"copy the files themselves into it (cp -L), or {rule.remake}")
     if not stat.S_ISREG(st.st_mode):
-        raise ModelPackageError(f"{path} is not a regular file; copy the package again or {REEXPORT}")
+        raise rule.error(f"{path} is not a regular file; {rule.fix}")
     return st
 
 
-def read_regular(path: Path, limit: int, missing: str) -> bytes:
+def read_regular(path: Path, limit: int, missing: str, rule: FolderRule = PACKAGE) -> bytes:
     """At most limit + 1 bytes of `path`, a regular file (check_regular; `missing`: the message when it is
     absent). O_NOFOLLOW refuses a link put there after the check, O_NONBLOCK keeps a FIFO from blocking the
     open; fstat checks what was opened."""
-    check_regular(path, missing)
+    check_regular(path, missing, rule)
     try:
         fd = os.open(path, OPEN_FLAGS)
     except OSError as e:
-        raise ModelPackageError(f"{path} cannot be read ({e.strerror}); copy the package again or {REEXPORT}") from e
+        raise rule.error(f"{path} cannot be read ({e.strerror}); {rule.fix}") from e
     with os.fdopen(fd, "rb") as f:
         if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            raise ModelPackageError(f"{path} is not a regular file; copy the package again or {REEXPORT}")
+            raise rule.error(f"{path} is not a regular file; {rule.fix}")
         return f.read(limit + 1)
 
 

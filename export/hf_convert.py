@@ -1,7 +1,7 @@
 """`seq2onnx convert HF_MODEL_DIR OUT_DIR [--int8] [--fp16] [--parity-data FILE] [--overwrite]`
 
 A MarianMT (OPUS-MT) or M2M100 / NLLB model in transformers' folder layout (what `save_pretrained` writes and
-`huggingface-cli download --local-dir` fetches) -> a seq2onnx model package, as CTranslate2's converters do it:
+`hf download --local-dir` fetches) -> a seq2onnx model package, as CTranslate2's converters do it:
   load      config.json, the weights (model.safetensors or pytorch_model.bin), generation_config.json and the
             tokenizer files, from the folder only (never the network)
   validate  the architecture and every option; one we cannot honour is one line naming it
@@ -72,14 +72,14 @@ def read_config(folder: Path) -> Dict[str, Any]:
     """config.json of an HF model folder, its fields checked (check_config), or one line saying what is wrong.
     Every entry of the folder is checked first (hf_tokenizers.check_folder): transformers opens files by name."""
     if not folder.is_dir():
-        raise Seq2OnnxError(f"{folder} is not a folder: pass a transformers model folder (e.g. from huggingface-cli "
+        raise Seq2OnnxError(f"{folder} is not a folder: pass a transformers model folder (e.g. from hf "
                             f"download Helsinki-NLP/opus-mt-en-de --local-dir {folder})")
     path = folder / "config.json"
     hf_tokenizers.check_folder(folder)
     config = hf_tokenizers.read_json(
         folder, "config.json", hf_tokenizers.MAX_SETTINGS_BYTES,
         missing=f"{folder} has no config.json: it is not a transformers model folder (download one with "
-                "huggingface-cli download MODEL --local-dir FOLDER)")
+                "hf download MODEL --local-dir FOLDER)")
     if not isinstance(config, dict):
         raise Seq2OnnxError(f"{path} should be an object of settings, got {type(config).__name__}; {DOWNLOAD}")
     kind = config.get("model_type")

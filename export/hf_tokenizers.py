@@ -113,7 +113,7 @@ class ConvertedTokenizers:
 # --- reading the folder ------------------------------------------------------------------------------------
 # A transformers folder is untrusted input, read by the runtime's rule for package files (runtime/package_files.py):
 # a regular file in the folder itself (no symbolic link, FIFO or device), at most a limit of bytes.
-DOWNLOAD = "download the model folder again (huggingface-cli download MODEL --local-dir FOLDER)"
+DOWNLOAD = "download the model folder again (hf download MODEL --local-dir FOLDER)"
 HF_FOLDER = FolderRule("seq2onnx convert", "the model folder", "", DOWNLOAD, Seq2OnnxError)
 MAX_SETTINGS_BYTES = MAX_MANIFEST_BYTES      # config.json, generation_config.json, a weights index: a few kB each
 MAX_FOLDER_ENTRIES = 10_000                  # a model folder holds a dozen files; more is not one
@@ -131,7 +131,7 @@ def folder_file(folder: Path, name: str, missing: Optional[str] = None) -> Path:
 
 def _missing(path: Path) -> str:
     return (f"{path.parent} has no {path.name}: download the model's tokenizer files too "
-            "(huggingface-cli download MODEL --local-dir FOLDER)")
+            "(hf download MODEL --local-dir FOLDER)")
 
 
 def read_bytes(folder: Path, name: str, limit: int = MAX_TOKENIZER_BYTES, missing: Optional[str] = None) -> bytes:

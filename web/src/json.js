@@ -57,8 +57,72 @@ const WHITESPACE = new Set([" ", "\t", "\n", "\r"]);
 const ESCAPES = { '"': '"', "\\": "\\", "/": "/", b: "\b", f: "\f", n: "\n", r: "\r", t: "\t" };
 const NUMBER = /-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?/y;
 
-/** Parse `text`; a SyntaxError names the position, a JsonDepthError says it nests too deep. */
-export function parseJson(text, maxDepth = Infinity) {
+const U64_MAX = 2n ** 64n - 1n;
+const I32_MAX = 2 ** 31 - 1;
+const POW10 = Array.from({ length: 309 }, (_, k) => Number(`1e${k}`)); // serde_json's table: each correctly rounded
+
+/** A JSON number lexeme as serde_json reads it into an f64 without its float_roundtrip feature, as Rust tokenizers
+ * (the Python runtime) is built (serde_json de.rs: parse_integer .. f64_from_parts): up to 19-20 digits of
+ * significand in a u64, the digits past that dropped, then significand as f64, times or divided by 10^|exponent|.
+ * That rounds twice, so it is off by an ulp from JSON.parse's correctly rounded value on some lexemes of 16 or more
+ * digits (such as the Unigram scores of a converted SentencePiece model, where an ulp decides a tie in the Viterbi).
+ * Where serde_json refuses a number as out of range: +-Infinity (the caller refuses it). */
+export function serdeNumber(lexeme) {
+  const positive = lexeme[0] !== "-";
+  let i = positive ? 0 : 1;
+  const digit = () => (lexeme[i] >= "0" && lexeme[i] <= "9" ? BigInt(lexeme.charCodeAt(i) - 48) : null);
+  const overflows = (significand, d) => significand * 10n + d > U64_MAX;
+  let significand = 0n;
+  let exponent = 0;
+  let d;
+  // the integer part: once the u64 would overflow, each further digit only counts in the exponent
+  while ((d = digit()) !== null && !overflows(significand, d)) {
+    significand = significand * 10n + d;
+    i++;
+  }
+  for (; digit() !== null; i++) exponent++;
+  if (lexeme[i] === ".") {
+    for (i++; (d = digit()) !== null && !overflows(significand, d); i++) {
+      significand = significand * 10n + d;
+      exponent--;
+    }
+    while (digit() !== null) i++; // the digits past a full u64: dropped
+  } else if (lexeme[i] === undefined && exponent === 0) {
+    return positive ? Number(significand) : -Number(significand); // an integer: a u64 or i64, exact to the f64
+  }
+  if (lexeme[i] === "e" || lexeme[i] === "E") {
+    i++;
+    const negative = lexeme[i] === "-";
+    if (lexeme[i] === "-" || lexeme[i] === "+") i++;
+    let exp = 0;
+    for (; digit() !== null; i++) {
+      const e = Number(digit());
+      if (exp > (I32_MAX - e) / 10) { // the i32 exponent overflows: zero, or out of range
+        if (significand !== 0n && !negative) return positive ? Infinity : -Infinity;
+        return positive ? 0 : -0;
+      }
+      exp = exp * 10 + e;
+    }
+    exponent = Math.max(-(2 ** 31), Math.min(I32_MAX, negative ? exponent - exp : exponent + exp)); // saturating
+  }
+  let f = Number(significand); // u64 as f64: to nearest, ties to even
+  for (;;) {
+    const pow = POW10[Math.abs(exponent)];
+    if (pow !== undefined) {
+      f = exponent >= 0 ? f * pow : f / pow;
+      break;
+    }
+    if (f === 0) break;
+    if (exponent >= 0) return positive ? Infinity : -Infinity;
+    f /= 1e308;
+    exponent += 308;
+  }
+  return positive ? f : -f;
+}
+
+/** Parse `text`; a SyntaxError names the position, a JsonDepthError says it nests too deep. `toNumber` reads a number
+ * lexeme (Number: Python's json, correctly rounded; serdeNumber: Rust's serde_json). */
+export function parseJson(text, maxDepth = Infinity, toNumber = Number) {
   let i = 0;
   const fail = (what) => {
     throw new SyntaxError(`${what} at character ${i}`);
@@ -109,7 +173,7 @@ export function parseJson(text, maxDepth = Infinity) {
       return fail("expecting a value");
     }
     i = NUMBER.lastIndex;
-    const value = Number(m[0]);
+    const value = toNumber(m[0]);
     return (m[1] || m[2]) && Number.isInteger(value) ? new JsonFloat(value) : value;
   };
   const value = (depth) => {

@@ -148,9 +148,21 @@ function missingListed(platform, root, name) {
   return `${platform.describe(root, name)} is missing (listed in ${MANIFEST}); copy the whole package folder or ${REEXPORT}`;
 }
 
+/** The values of `promises`, or the rejection of the first of them in their order that rejects: the reads run at
+ * once, but which error a package gets never depends on which read ends first. It is the error the Python runtime,
+ * which reads them one after another in that order, raises. */
+export async function inOrder(promises) {
+  for (const p of promises) p.catch(() => {}); // a later one's rejection counts only if no earlier one rejects
+  const values = [];
+  for (const p of promises) values.push(await p);
+  return values;
+}
+
 async function checkFiles(platform, root, where, manifest) {
   const files = count(manifest, "files", MAX_FILES, where);
-  for (const [name, entry] of Object.entries(files)) {
+  // each file's fields, then its presence and size, file by file in the manifest's order (runtime/manifest.py
+  // _check_files): a file's checks fail before any later file's
+  await inOrder(Object.entries(files).map(async ([name, entry]) => {
     if (!FILE_NAME.test(name) || name === "." || name === ".." || name === MANIFEST) {
       throw new ModelPackageError(`${where}: bad file name ${short(name)} in 'files'; ${REEXPORT}`);
     }
@@ -161,12 +173,10 @@ async function checkFiles(platform, root, where, manifest) {
       throw new ModelPackageError(`${where}: files['${name}'] should have a 'sha256' of 64 hex digits and 'bytes' in ` +
         `[0, ${MAX_DATA_BYTES}], got ${short(entry)}; ${REEXPORT}`);
     }
-  }
-  // present, regular, of the listed size (the browser: present, and of that size where the server says)
-  await Promise.all(Object.entries(files).map(async ([name, entry]) => {
-    const size = await platform.fileSize(root, name, missingListed(platform, root, name));
-    if (size !== null && size !== entry.bytes) {
-      throw new ModelPackageError(`${platform.describe(root, name)} has ${size} bytes, ${MANIFEST} says ${entry.bytes} ` +
+    // present, regular, of the listed size (the browser: present, and of that size where the server says)
+    const onDisk = await platform.fileSize(root, name, missingListed(platform, root, name));
+    if (onDisk !== null && onDisk !== size) {
+      throw new ModelPackageError(`${platform.describe(root, name)} has ${onDisk} bytes, ${MANIFEST} says ${size} ` +
         `(truncated or changed); copy the package again or ${REEXPORT}`);
     }
   }));
@@ -292,7 +302,8 @@ export class ModelPackage {
   /** [encoder bytes, decoder step bytes] of a variant (readGraph). */
   async readVariant(name, verify = this.verify) {
     const variant = this.variants[name];
-    return Promise.all([variant.encoder, variant.decoderStep].map((file) => this.readGraph(file, verify)));
+    // read at once; the encoder's error first, as runtime/manifest.py read_variant reads it first
+    return inOrder([variant.encoder, variant.decoderStep].map((file) => this.readGraph(file, verify)));
   }
 
   /** The bytes of one of the package's graphs (readFile); for a graph with external data, an ExternalGraph: its bytes

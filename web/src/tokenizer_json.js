@@ -4,7 +4,7 @@
 // (test/hostile_tokenizer.test.js feeds both the same hostile files). @huggingface/tokenizers reads leniently: a
 // byte-order mark, an unknown field, an id written 3.0, a merge of pieces that are not in the vocabulary, padding
 // that is no padding, a lone surrogate... all pass there. Every refusal is one line naming the field.
-import { isInteger, JsonDepthError, JsonFloat, parseJson, short } from "./json.js";
+import { isInteger, JsonDepthError, JsonFloat, parseJson, serdeNumber, short } from "./json.js";
 import { parsePrecompiledCharsmap } from "./precompiled.js";
 
 // group_digits (training/tokenizer.py): the empty place inside a digit run with a multiple of 3 digits to its right
@@ -217,12 +217,20 @@ function checkValues(node, where = "the file") {
   }
 }
 
+/** The parsed file with each JsonFloat replaced by its number, in place. */
+function plainNumbers(node) {
+  if (node instanceof JsonFloat) return node.valueOf();
+  if (node !== null && typeof node === "object") for (const [key, child] of Object.entries(node)) node[key] = plainNumbers(child);
+  return node;
+}
+
 /** The tokenizer.json text -> the parsed file for @huggingface/tokenizers (plain numbers), or an Error whose message
  * says, in one line, why Rust tokenizers (and so the Python runtime) would not read it. The caller names the file. */
 export function parseTokenizerJson(text) {
   let json;
   try {
-    json = parseJson(text, SERDE_DEPTH); // keeps 3.0 apart from 3; a byte-order mark is no JSON, as for serde
+    // keeps 3.0 apart from 3, reads each number to the f64 Rust reads; a byte-order mark is no JSON, as for serde
+    json = parseJson(text, SERDE_DEPTH, serdeNumber);
   } catch (e) {
     if (e instanceof JsonDepthError) throw new Error(`it nests lists and objects more than ${SERDE_DEPTH} levels deep`);
     throw e;
@@ -242,8 +250,9 @@ export function parseTokenizerJson(text) {
     if (json[key] != null) checkFields(json[key], spec, key);
   }
   for (const part of REGEX_COMPONENTS) if (json[part] != null) checkComponent(part, json[part], part);
-  // the library gets plain numbers (a JsonFloat is a Number object) and null for the parts the file leaves out
-  const plain = JSON.parse(text);
+  // the library gets plain numbers (a JsonFloat is a Number object; JSON.parse would round some of them otherwise than
+  // Rust) and null for the parts the file leaves out
+  const plain = plainNumbers(json);
   for (const part of [...REGEX_COMPONENTS, "post_processor"]) plain[part] ??= null;
   plain.added_tokens ??= [];
   return plain;

@@ -5,7 +5,9 @@
 //  * Viterbi over the characters: at each start (in order) every vocabulary piece that prefixes the rest (shortest
 //    first) offers best[start] + score to the node at its end, which takes it only if strictly better than what it
 //    holds (the first offer wins a tie); where no piece of exactly one character starts, the unknown (one
-//    character, min score - 10) offers too;
+//    character, min score - 10) offers too, and without an unk_id it is an Error only if that offer wins (Rust's
+//    MissingUnkId). Scores are f64, as read by serde_json (tokenizer_json.js), added in Rust's order: an exact tie
+//    there is one here, and no rounding differs;
 //  * the best path read back, consecutive pieces whose id is unk_id fused into one string (fuse_unk, always on);
 //  * each string -> its id by vocabulary lookup; a string the vocabulary lacks -> <0xXX> pieces of its UTF-8 bytes
 //    when byte_fallback is set and every one exists, else unk_id (and an Error without one, as Rust's MissingUnkId).
@@ -57,6 +59,7 @@ export class RustUnigram {
     const offer = (from, to, s, pieceId) => {
       const candidate = s + score[from];
       if (start[to] === -1 || candidate > score[to]) {
+        if (pieceId === null) throw this.missingUnk();
         score[to] = candidate;
         start[to] = from;
         id[to] = pieceId;
@@ -75,10 +78,7 @@ export class RustUnigram {
         offer(from, end + 1, this.scores[pieceId], pieceId);
         if (end === from) single = true;
       }
-      if (!single) {
-        if (this.unkId === null) throw this.missingUnk();
-        offer(from, from + 1, this.unkScore, this.unkId);
-      }
+      if (!single) offer(from, from + 1, this.unkScore, this.unkId);
     }
     const out = [];
     let fused = [];

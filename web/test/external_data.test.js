@@ -201,3 +201,31 @@ test("the hostile verdicts name what is wrong (the Python lines the JS ones equa
   assert.match(python["a length that is not the tensor's"], /\(\d+ bytes\) but external_data length 4;/);
   assert.match(python["no external_data field"], /keeps weights in external data files, which the package's checksums do not cover/);
 });
+
+test("two bad graphs: the encoder's error, as Python reads it first, even when the decoder step's read fails first", async () => {
+  // the package of "no external_data field": neither graph's external data is covered, so both reads fail; the
+  // encoder's read is held until the decoder step's has failed
+  let decoderFailed;
+  const failed = new Promise((resolve) => { decoderFailed = resolve; });
+  let hold = false;
+  const held = { ...nodePlatform, readFile: async (root, name, ...rest) => {
+    if (hold && name === "encoder.onnx") await failed;
+    return nodePlatform.readFile(root, name, ...rest);
+  } };
+  const pkg = await readPackage(held, dirs["no external_data field"]);
+  const readGraph = pkg.readGraph.bind(pkg);
+  pkg.readGraph = (file, verify) => {
+    const read = readGraph(file, verify);
+    if (file === "decoder_step.onnx") read.catch((e) => decoderFailed(e));
+    return read;
+  };
+  hold = true;
+  const reading = pkg.readVariant("fp32");
+  const decoderError = await failed;
+  assert.match(decoderError.message, /^\S*decoder_step\.onnx keeps weights in external data files/);
+  await assert.rejects(reading, (e) => {
+    assert.equal(e.message, python["no external_data field"]);
+    assert.match(e.message, /^\S*encoder\.onnx keeps weights/);
+    return true;
+  });
+});

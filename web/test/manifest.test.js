@@ -3,13 +3,14 @@
 // and the Python runtime (test/python_reference.py "load") refuses the same folder. The intact copy loads in both.
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
-import { cpSync, mkdtempSync, readFileSync, rmSync, symlinkSync, unlinkSync, writeFileSync } from "node:fs";
+import { cpSync, mkdtempSync, readFileSync, rmSync, symlinkSync, truncateSync, unlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
 import { FORMAT_3_DEFAULTS } from "../src/config.js";
-import { ModelPackageError, Translator } from "../src/index.js";
+import { ModelPackageError, readPackage, Translator } from "../src/index.js";
 import { hasExternalData } from "../src/onnx_bytes.js";
+import { nodePlatform } from "../src/platform_node.js";
 import { EARLIER_CONTRACT, MODEL_DIR, runPython } from "./python.js";
 
 const work = mkdtempSync(path.join(tmpdir(), "seq2onnx-web-manifest-"));
@@ -238,4 +239,29 @@ test("external data in a graph is found by walking its protobuf", () => {
   const model = Buffer.concat([Buffer.from([0x3a, tensor.length + 2, 0x2a, tensor.length]), tensor]);
   assert.equal(hasExternalData(model), true);
   assert.throws(() => hasExternalData(Buffer.from([0x3a, 0x7f])), /runs past the end/);
+});
+
+test("two bad files: the error of the one 'files' lists first, as Python checks them in order, whichever check ends first", async () => {
+  const names = Object.keys(original.files);
+  const [first, last] = [names[0], names.at(-1)];
+  const dir = path.join(work, "two-bad-files");
+  cpSync(MODEL_DIR, dir, { recursive: true });
+  unlinkSync(path.join(dir, first));
+  truncateSync(path.join(dir, last), 10);
+  const [{ error }] = await runPython([{ op: "load", model: dir, compute_type: "float32" }]);
+  // the first file's check waits until the last one's has failed (its size known, then a turn of the event loop)
+  let lastSized;
+  const sized = new Promise((resolve) => { lastSized = resolve; });
+  const held = { ...nodePlatform, fileSize: async (root, name, ...rest) => {
+    if (name === first) await sized.then(() => new Promise((resolve) => setImmediate(resolve)));
+    const size = nodePlatform.fileSize(root, name, ...rest);
+    if (name === last) size.then(lastSized, lastSized);
+    return size;
+  } };
+  await assert.rejects(readPackage(held, dir), (e) => {
+    assert.ok(e instanceof ModelPackageError, `${e.name}: ${e.message}`);
+    assert.equal(e.message, error);
+    assert.ok(e.message.includes(`${first} is missing`), e.message);
+    return true;
+  });
 });

@@ -12,6 +12,8 @@ Reads one JSON job on stdin, writes its answer on stdout:
                     Replace " {2,}" -> " ", Metaspace; <s> <pad> </s> <unk> first, the 202 language codes as special
                     tokens after the pieces), without its post-processor (a package's tokenizer has none)
   {"op": "check", "files": [JSON text, ...]} -> {"errors": [null | message]}: does Rust tokenizers read each file?
+  {"op": "scores", "lexemes": [JSON number, ...]} -> {"scores": [float | null]}: the f64 Rust tokenizers reads each
+                    lexeme as, when it is a Unigram piece's score (null: Rust refuses the number)
 """
 from __future__ import annotations
 
@@ -92,6 +94,27 @@ def check(job: Dict[str, Any]) -> Dict[str, Any]:
     return {"errors": errors}
 
 
+def scores(job: Dict[str, Any]) -> Dict[str, Any]:
+    from tokenizers import Tokenizer
+
+    def read(lexemes: List[str]) -> List[float]:
+        vocab = ", ".join(f'["p{i}", {lexeme}]' for i, lexeme in enumerate(lexemes))
+        text = f'{{"model": {{"type": "Unigram", "unk_id": null, "vocab": [{vocab}]}}}}'
+        # written back by Rust (shortest round trip), read here correctly rounded: the f64 Rust held
+        return [score for _, score in json.loads(Tokenizer.from_str(text).to_str())["model"]["vocab"]]
+
+    def one(lexeme: str) -> Any:
+        try:
+            return read([lexeme])[0]
+        except Exception:  # noqa: BLE001 - Rust refuses the number (out of range)
+            return None
+
+    try:
+        return {"scores": read(job["lexemes"])}
+    except Exception:  # noqa: BLE001 - some number refused: each on its own
+        return {"scores": [one(lexeme) for lexeme in job["lexemes"]]}
+
+
 def nllb(model: Path) -> Any:
     from transformers import NllbTokenizer
     from transformers.models.nllb.tokenization_nllb import FAIRSEQ_LANGUAGE_CODES
@@ -105,7 +128,7 @@ def nllb(model: Path) -> Any:
 
 def main() -> None:
     job = json.load(sys.stdin)
-    json.dump({"make": make, "check": check}[job["op"]](job), sys.stdout)
+    json.dump({"make": make, "check": check, "scores": scores}[job["op"]](job), sys.stdout)
 
 
 if __name__ == "__main__":

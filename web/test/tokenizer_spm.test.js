@@ -13,6 +13,8 @@ import path from "node:path";
 import { after, before, test } from "node:test";
 import { PrecompiledNormalizer } from "@huggingface/tokenizers";
 import { ModelPackageError } from "../src/errors.js";
+import { serdeNumber } from "../src/json.js";
+import { Random } from "../src/random.js";
 import { PackageTokenizer } from "../src/tokenizer.js";
 import { ODD_LINES, pythonPath, runPython, WEB_DIR } from "./python.js";
 
@@ -159,4 +161,59 @@ test("a SentencePiece tokenizer.json: JS refuses what Rust tokenizers refuses, a
     }
     assert.equal(js === null, errors[i] === null, `${name}: JS says ${js}, Python says ${errors[i]}`);
   });
+});
+
+/** A Unigram tokenizer.json of the given [piece, score lexeme] pairs ("<unk>" first, its unk_id), nothing around it. */
+function unigramFile(name, pieces, unkId = 0) {
+  const vocab = pieces.map(([piece, lexeme]) => `[${JSON.stringify(piece)}, ${lexeme}]`).join(", ");
+  const file = path.join(dir, `${name}.json`);
+  writeFileSync(file, `{"version": "1.0", "added_tokens": [], "normalizer": null, "pre_tokenizer": null, ` +
+    `"post_processor": null, "decoder": null, "model": {"type": "Unigram", "unk_id": ${unkId}, "vocab": [${vocab}]}}`);
+  return [file, pieces.length];
+}
+
+test("a tie in the Unigram Viterbi: Rust's segmentation, from the scores as Rust reads them", async () => {
+  // "x" + "y" scores exactly "xy" by the correctly rounded values (JSON.parse's): the first offer into the end of
+  // "xy" ("xy" itself, from the start) would keep it. serde_json reads the lexemes of x and y an ulp off, so that
+  // for Rust x + y beats xy: Rust says x y.
+  const [x, y, xy] = ["-1.0834139585494995", "-9.905228614807129", "-10.988642573356628"];
+  assert.equal(Number(x) + Number(y), Number(xy), "no tie by the correctly rounded scores: this test shows nothing");
+  assert.ok(serdeNumber(x) + serdeNumber(y) > serdeNumber(xy));
+  const [tie, tieSize] = unigramFile("tie", [["<unk>", "0.0"], ["x", x], ["y", y], ["xy", xy]]);
+  // no unk_id: an unknown character is an error only where its offer wins (Rust's MissingUnkId), here never
+  const [noUnk, noUnkSize] = unigramFile("no-unk", [["ab", "-1.0"], ["a", "-1.0"], ["c", "-2.0"]], null);
+  const some = ["xy", "xyxy", "yxy", "xxyy", "q"];
+  const [py, pyNoUnk] = await runPython([{ op: "tokenize", tokenizer: tie, texts: some },
+    { op: "tokenize", tokenizer: noUnk, texts: ["ab", "cab", "abab"] }]);
+  assert.deepEqual(py.ids[0], [1, 2]);
+  const tokenizer = load(tie, tieSize);
+  some.forEach((text, i) => assert.deepEqual(tokenizer.encode(text), py.ids[i], `ids of ${JSON.stringify(text)}`));
+  const withoutUnk = load(noUnk, noUnkSize);
+  ["ab", "cab", "abab"].forEach((text, i) => assert.deepEqual(withoutUnk.encode(text), pyNoUnk.ids[i], text));
+  assert.throws(() => withoutUnk.encode("b"), (e) => e instanceof ModelPackageError && /no unk_id/.test(e.message));
+});
+
+test("Unigram scores: each number lexeme read to the f64 Rust tokenizers reads", async () => {
+  const random = new Random([49]);
+  const digits = (n) => Array.from({ length: n }, () => Math.floor(random.random() * 10)).join("");
+  const lexemes = ["-7.2364583015441895", "-0.0", "0", "-0", "1", "18446744073709551615", "18446744073709551616",
+    "184467440737095516159.5", "18446744073709551619.5", "1844674407370955161.5e1", "0.18446744073709551616",
+    "-1.0000000000000000000000001", "1e308", "1.7976931348623157e308", "1.7976931348623158e308", "1e309", "-1e400",
+    "1e-400", "4.9e-324", "2.2250738585072011e-308", "1e-330", "123456789e-330", "1e99999999999", "0e99999999999",
+    "1e-99999999999", "-5E+2", "1.5e+0", "2147483647e-2147483647", "1e2147483647", "1e-2147483648"];
+  for (let i = 0; i < 3000; i++) lexemes.push(String(Math.fround(-20 * random.random()))); // SentencePiece's f32 scores
+  for (let i = 0; i < 3000; i++) {
+    const whole = digits(1 + Math.floor(random.random() * 22)).replace(/^0+(?=.)/, "");
+    const e = Math.floor(random.random() * 660) - 330;
+    lexemes.push(`${random.random() < 0.5 ? "-" : ""}${whole}.${digits(1 + Math.floor(random.random() * 22))}` +
+      `${random.random() < 0.5 ? `e${e}` : ""}`);
+  }
+  const { scores } = await spmPython({ op: "scores", lexemes });
+  let differ = 0;
+  lexemes.forEach((lexeme, i) => {
+    const want = scores[i] ?? (lexeme.startsWith("-") ? -Infinity : Infinity); // refused: out of range
+    assert.ok(Object.is(serdeNumber(lexeme), want), `${lexeme}: JS reads ${serdeNumber(lexeme)}, Rust ${scores[i]}`);
+    if (!Object.is(Number(lexeme), want)) differ++;
+  });
+  assert.ok(differ > 100, `JSON.parse read only ${differ} lexemes otherwise than Rust: this test shows little`);
 });

@@ -139,6 +139,15 @@ def test_base_install_brings_no_torch(wheel, tmp_path):
     assert resolved & {"onnxruntime", "onnxruntime-gpu"}
 
 
+def test_hf_folders_runs_as_a_script_without_pytest():
+    """`python -m tests.hf_folders OUT_DIR` (its docstring) in an environment without pytest: here pytest is made
+    unimportable, and the script with no OUT_DIR must reach its own usage line (exit 2), not an ImportError."""
+    code = ("import runpy, sys; sys.modules['pytest'] = None; sys.argv = ['hf_folders']; "
+            "runpy.run_module('tests.hf_folders', run_name='__main__')")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.startswith("usage: python -m tests.hf_folders OUT_DIR"), proc.stderr
+
+
 def test_nothing_generic_leaks_into_site_packages(tmp_path):
     # run from an empty folder so the source tree is not on sys.path
     for name in ("training", "runtime", "export"):

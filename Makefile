@@ -13,16 +13,15 @@ PYTHON     ?= python3
 DEV_VENV   ?= .venv
 RT_VENV    ?= .venv-runtime
 LOCK       := constraints.txt
-TORCH_PIN  := torch==2.13.0
 PIP_FLAGS  ?= -q --disable-pip-version-check
 PYTEST      = cd tests && ../$(1)/bin/python -m pytest -q $(PYTEST_ARGS)
-# a CPU build of torch first on Linux x86_64: an unpinned torch pulls a multi-GB CUDA build
-IS_LINUX_X86 := $(shell [ "$$(uname -s)-$$(uname -m)" = "Linux-x86_64" ] && echo yes)
-ifeq ($(IS_LINUX_X86),yes)
-INSTALL_TORCH = $(1)/bin/pip install $(PIP_FLAGS) $(2) $(TORCH_PIN)
-else
-INSTALL_TORCH = true
-endif
+# torch, alone and first, at the lock's version, from PyPI: on Linux x86_64 that is the CUDA build (several GB).
+# TORCH_INDEX_URL names one more index for it; PyTorch's CPU builds (~190 MB) are on
+#   make test TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+# The lock pins the public version (torch==X), which a CPU build X+cpu meets, and pip prefers it where it finds one
+# (that index, or a local wheel in pip's find-links)
+TORCH_INDEX_URL ?=
+INSTALL_TORCH = $(1)/bin/pip install $(PIP_FLAGS) -c $(LOCK) $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL)) torch
 
 .PHONY: demo test test-latest test-oldest versions lock install-runtime install-dev numbers-model bench clean
 
@@ -33,7 +32,7 @@ $(RT_VENV)/bin/python:
 	$(PYTHON) -m venv $(RT_VENV)
 
 install-dev: $(DEV_VENV)/bin/python
-	$(call INSTALL_TORCH,$(DEV_VENV),-c $(LOCK))
+	$(call INSTALL_TORCH,$(DEV_VENV))
 	$(DEV_VENV)/bin/pip install $(PIP_FLAGS) -c $(LOCK) ".[train,convert,serve,test,ray]"
 
 install-runtime: $(RT_VENV)/bin/python
@@ -72,11 +71,13 @@ test-web: install-dev
 versions:
 	@$(PYTHON) scripts/versions.py $(or $(VENV),$(DEV_VENV))
 
-# newest versions the ranges allow, no lock, in a venv made anew
+# newest versions the ranges allow, no lock, in a venv made anew; torch stays at the lock's version, in the build
+# INSTALL_TORCH chose (an eager upgrade would fetch PyPI's newest: a CUDA build on Linux x86_64)
 test-latest:
 	rm -rf .venv-latest && $(PYTHON) -m venv .venv-latest
-	$(call INSTALL_TORCH,.venv-latest,)
-	.venv-latest/bin/pip install $(PIP_FLAGS) --upgrade --upgrade-strategy eager ".[train,convert,test]"
+	$(call INSTALL_TORCH,.venv-latest)
+	grep -E '^torch==' $(LOCK) > .venv-latest/torch.txt
+	.venv-latest/bin/pip install $(PIP_FLAGS) -c .venv-latest/torch.txt --upgrade --upgrade-strategy eager ".[train,convert,test]"
 	@$(PYTHON) scripts/versions.py .venv-latest
 	$(call PYTEST,.venv-latest)
 
@@ -84,13 +85,13 @@ test-latest:
 test-oldest:
 	rm -rf .venv-oldest && $(PYTHON) -m venv .venv-oldest
 	$(PYTHON) scripts/lowest_versions.py > .venv-oldest/lowest.txt
-	$(call INSTALL_TORCH,.venv-oldest,)
+	$(call INSTALL_TORCH,.venv-oldest)
 	.venv-oldest/bin/pip install $(PIP_FLAGS) -c .venv-oldest/lowest.txt ".[train,convert,test]"
 	@$(PYTHON) scripts/versions.py .venv-oldest
 	$(call PYTEST,.venv-oldest)
 
 lock:
-	bash scripts/lock.sh $(PYTHON) $(LOCK)
+	TORCH_INDEX_URL=$(TORCH_INDEX_URL) bash scripts/lock.sh $(PYTHON) $(LOCK)
 
 demo: install-runtime
 	@bash scripts/demo.sh $(RT_VENV)

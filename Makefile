@@ -23,7 +23,7 @@ PYTEST      = cd tests && ../$(1)/bin/python -m pytest -q $(PYTEST_ARGS)
 TORCH_INDEX_URL ?=
 INSTALL_TORCH = $(1)/bin/pip install $(PIP_FLAGS) -c $(LOCK) $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL)) torch
 
-.PHONY: demo test test-latest test-oldest versions lock install-runtime install-dev numbers-model bench clean
+.PHONY: demo test test-latest test-oldest versions lock install-runtime install-dev numbers-model bench clean chromium
 
 $(DEV_VENV)/bin/python:
 	$(PYTHON) -m venv $(DEV_VENV)
@@ -45,7 +45,7 @@ install-runtime: $(RT_VENV)/bin/python
 # other streams' output follows the Python suite's; the target fails if any fails. `make test-suites` runs them
 # without installing.
 SIDE_TESTS = test_serve.py test_serve_invariance.py test_ray.py test_packaging.py
-test: install-dev test-suites
+test: chromium install-dev test-suites
 
 test-suites:
 	@$(PYTHON) scripts/versions.py $(DEV_VENV)
@@ -64,8 +64,23 @@ WEB_ENV = OMP_NUM_THREADS=1 SEQ2ONNX_PYTHON=$(abspath $(DEV_VENV))/bin/python
 WEB_RUN = cd web && $(WEB_ENV) npm test
 WEB_TEST = cd web && npm ci && $(WEB_ENV) npm test
 .PHONY: test-web test-suites
-test-web: install-dev
+test-web: chromium install-dev
 	$(WEB_TEST)
+
+# web/test/browser.test.js runs the demo page in Debian's Chromium at $SEQ2ONNX_CHROMIUM (its default is the path
+# below) and fails without one. Checked before anything installs; as root (CI) apt-get installs it, otherwise one line
+# says how. SEQ2ONNX_SKIP_BROWSER=1 skips that test, and this check, by choice.
+CHROMIUM = $${SEQ2ONNX_CHROMIUM:-/usr/bin/chromium}
+chromium:
+	@if [ "$${SEQ2ONNX_SKIP_BROWSER:-}" != 1 ] && [ ! -x "$(CHROMIUM)" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium || true; \
+	  fi; \
+	  if [ ! -x "$(CHROMIUM)" ]; then \
+	    echo "make: web/'s browser test needs Chromium at $(CHROMIUM): install it (Debian: sudo apt-get install -y chromium), set SEQ2ONNX_CHROMIUM to a Chromium executable, or SEQ2ONNX_SKIP_BROWSER=1 to skip that test" >&2; \
+	    exit 2; \
+	  fi; \
+	fi
 
 # the versions a venv resolved (VENV=.venv by default)
 versions:

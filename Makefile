@@ -13,18 +13,17 @@ PYTHON     ?= python3
 DEV_VENV   ?= .venv
 RT_VENV    ?= .venv-runtime
 LOCK       := constraints.txt
-TORCH_PIN  := torch==2.13.0
 PIP_FLAGS  ?= -q --disable-pip-version-check
 PYTEST      = cd tests && ../$(1)/bin/python -m pytest -q $(PYTEST_ARGS)
-# a CPU build of torch first on Linux x86_64: an unpinned torch pulls a multi-GB CUDA build
-IS_LINUX_X86 := $(shell [ "$$(uname -s)-$$(uname -m)" = "Linux-x86_64" ] && echo yes)
-ifeq ($(IS_LINUX_X86),yes)
-INSTALL_TORCH = $(1)/bin/pip install $(PIP_FLAGS) $(2) $(TORCH_PIN)
-else
-INSTALL_TORCH = true
-endif
+# torch, alone and first, at the lock's version, from PyPI: on Linux x86_64 that is the CUDA build (several GB).
+# TORCH_INDEX_URL names one more index for it; PyTorch's CPU builds (~190 MB) are on
+#   make test TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+# The lock pins the public version (torch==X), which a CPU build X+cpu meets, and pip prefers it where it finds one
+# (that index, or a local wheel in pip's find-links)
+TORCH_INDEX_URL ?=
+INSTALL_TORCH = $(1)/bin/pip install $(PIP_FLAGS) -c $(LOCK) $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL)) torch
 
-.PHONY: demo test test-latest test-oldest versions lock install-runtime install-dev numbers-model bench clean
+.PHONY: demo test test-latest test-oldest versions lock install-runtime install-dev numbers-model bench clean chromium
 
 $(DEV_VENV)/bin/python:
 	$(PYTHON) -m venv $(DEV_VENV)
@@ -33,7 +32,7 @@ $(RT_VENV)/bin/python:
 	$(PYTHON) -m venv $(RT_VENV)
 
 install-dev: $(DEV_VENV)/bin/python
-	$(call INSTALL_TORCH,$(DEV_VENV),-c $(LOCK))
+	$(call INSTALL_TORCH,$(DEV_VENV))
 	$(DEV_VENV)/bin/pip install $(PIP_FLAGS) -c $(LOCK) ".[train,convert,serve,test,ray]"
 
 install-runtime: $(RT_VENV)/bin/python
@@ -46,7 +45,7 @@ install-runtime: $(RT_VENV)/bin/python
 # other streams' output follows the Python suite's; the target fails if any fails. `make test-suites` runs them
 # without installing.
 SIDE_TESTS = test_serve.py test_serve_invariance.py test_serve_hardening.py test_ray.py test_packaging.py
-test: install-dev test-suites
+test: chromium install-dev test-suites
 
 test-suites:
 	@$(PYTHON) scripts/versions.py $(DEV_VENV)
@@ -65,18 +64,35 @@ WEB_ENV = OMP_NUM_THREADS=1 SEQ2ONNX_PYTHON=$(abspath $(DEV_VENV))/bin/python
 WEB_RUN = cd web && $(WEB_ENV) npm test
 WEB_TEST = cd web && npm ci && $(WEB_ENV) npm test
 .PHONY: test-web test-suites
-test-web: install-dev
+test-web: chromium install-dev
 	$(WEB_TEST)
+
+# web/test/browser.test.js runs the demo page in Debian's Chromium at $SEQ2ONNX_CHROMIUM (its default is the path
+# below) and fails without one. Checked before anything installs; as root (CI) apt-get installs it, otherwise one line
+# says how. SEQ2ONNX_SKIP_BROWSER=1 skips that test, and this check, by choice.
+CHROMIUM = $${SEQ2ONNX_CHROMIUM:-/usr/bin/chromium}
+chromium:
+	@if [ "$${SEQ2ONNX_SKIP_BROWSER:-}" != 1 ] && [ ! -x "$(CHROMIUM)" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium || true; \
+	  fi; \
+	  if [ ! -x "$(CHROMIUM)" ]; then \
+	    echo "make: web/'s browser test needs Chromium at $(CHROMIUM): install it (Debian: sudo apt-get install -y chromium), set SEQ2ONNX_CHROMIUM to a Chromium executable, or SEQ2ONNX_SKIP_BROWSER=1 to skip that test" >&2; \
+	    exit 2; \
+	  fi; \
+	fi
 
 # the versions a venv resolved (VENV=.venv by default)
 versions:
 	@$(PYTHON) scripts/versions.py $(or $(VENV),$(DEV_VENV))
 
-# newest versions the ranges allow, no lock, in a venv made anew
+# newest versions the ranges allow, no lock, in a venv made anew; torch stays at the lock's version, in the build
+# INSTALL_TORCH chose (an eager upgrade would fetch PyPI's newest: a CUDA build on Linux x86_64)
 test-latest:
 	rm -rf .venv-latest && $(PYTHON) -m venv .venv-latest
-	$(call INSTALL_TORCH,.venv-latest,)
-	.venv-latest/bin/pip install $(PIP_FLAGS) --upgrade --upgrade-strategy eager ".[train,convert,test]"
+	$(call INSTALL_TORCH,.venv-latest)
+	grep -E '^torch==' $(LOCK) > .venv-latest/torch.txt
+	.venv-latest/bin/pip install $(PIP_FLAGS) -c .venv-latest/torch.txt --upgrade --upgrade-strategy eager ".[train,convert,test]"
 	@$(PYTHON) scripts/versions.py .venv-latest
 	$(call PYTEST,.venv-latest)
 
@@ -84,13 +100,13 @@ test-latest:
 test-oldest:
 	rm -rf .venv-oldest && $(PYTHON) -m venv .venv-oldest
 	$(PYTHON) scripts/lowest_versions.py > .venv-oldest/lowest.txt
-	$(call INSTALL_TORCH,.venv-oldest,)
+	$(call INSTALL_TORCH,.venv-oldest)
 	.venv-oldest/bin/pip install $(PIP_FLAGS) -c .venv-oldest/lowest.txt ".[train,convert,test]"
 	@$(PYTHON) scripts/versions.py .venv-oldest
 	$(call PYTEST,.venv-oldest)
 
 lock:
-	bash scripts/lock.sh $(PYTHON) $(LOCK)
+	TORCH_INDEX_URL=$(TORCH_INDEX_URL) bash scripts/lock.sh $(PYTHON) $(LOCK)
 
 demo: install-runtime
 	@bash scripts/demo.sh $(RT_VENV)

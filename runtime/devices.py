@@ -59,8 +59,10 @@ def onnxruntime_log_severity(level: int):
 def _probe_cuda(device_id: int) -> Tuple[bool, str]:
     available = ort.get_available_providers()
     if "CUDAExecutionProvider" not in available:
+        # both packages install the module onnxruntime: onnxruntime-gpu beside onnxruntime leaves a mix of the two
         return False, f"this onnxruntime has no CUDAExecutionProvider (it has {', '.join(available)}); " \
-                      f"install onnxruntime-gpu"
+                      f"onnxruntime-gpu has it, in place of onnxruntime: " \
+                      f"pip uninstall -y onnxruntime && pip install onnxruntime-gpu"
     with onnxruntime_log_severity(4):      # a failed CUDA start logs errors; we report it ourselves
         return _try_cuda(device_id)
 

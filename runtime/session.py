@@ -97,7 +97,8 @@ def check_onnxruntime(needed: Tuple[int, ...], what: str, version: str = ort.__v
     if needed and onnxruntime_version(version) < needed:
         want = version_text(needed)
         raise Seq2OnnxError(f"{what} needs onnxruntime >= {want} (its graphs use onnxruntime's fused attention ops), "
-                            f"this is {version}: pip install -U \"onnxruntime>={want}\" (onnxruntime-gpu on Linux x86_64)")
+                            f"this is {version}: pip install -U \"onnxruntime>={want}\" (onnxruntime-gpu, where it replaces "
+                            f"onnxruntime for a GPU)")
 
 
 def expected_io(config: ModelConfig, format_version: int) -> Dict[str, Tuple[List[str], List[str]]]:

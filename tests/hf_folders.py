@@ -35,7 +35,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-import pytest
+try:
+    import pytest
+except ImportError:     # `python -m tests.hf_folders OUT_DIR` needs no pytest: only the fixture does
+    pytest = None
 
 if __package__ in (None, ""):          # imported by pytest from tests/, or run as a script
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -549,9 +552,10 @@ class HFFolders:
         return self._built[kind, weights]
 
 
-@pytest.fixture(scope="session")
-def hf_folders(tmp_path_factory) -> HFFolders:
-    return HFFolders(tmp_path_factory.mktemp("hf_folders"))
+if pytest is not None:
+    @pytest.fixture(scope="session")
+    def hf_folders(tmp_path_factory) -> HFFolders:
+        return HFFolders(tmp_path_factory.mktemp("hf_folders"))
 
 
 def transformers_tokenizer(folder: Path):

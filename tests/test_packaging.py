@@ -135,8 +135,76 @@ def test_base_install_brings_no_torch(wheel, tmp_path):
         pytest.skip(f"pip could not resolve the base dependencies here (no index?): {proc.stderr.strip()[-300:]}")
     resolved = {item["metadata"]["name"].lower() for item in json.loads(report.read_text())["install"]}
     assert "torch" not in resolved and "onnx" not in resolved, sorted(resolved)
-    assert {"numpy", "tokenizers"} <= resolved
-    assert resolved & {"onnxruntime", "onnxruntime-gpu"}
+    assert {"numpy", "tokenizers", "onnxruntime"} <= resolved
+    assert "onnxruntime-gpu" not in resolved, "the base install is the CPU onnxruntime (README \"Install\")"
+
+
+def test_base_requirements_are_the_cpu_onnxruntime_on_every_platform(wheel):
+    """The wheel's own metadata, read without an index: onnxruntime for everyone, unconditionally, and never
+    onnxruntime-gpu beside it (both install the module `onnxruntime`; a GPU user swaps one for the other)."""
+    from packaging.requirements import Requirement
+
+    metadata = zipfile.ZipFile(wheel).read(next(n for n in zipfile.ZipFile(wheel).namelist()
+                                                 if n.endswith(".dist-info/METADATA"))).decode()
+    requires = [Requirement(line.split(":", 1)[1]) for line in metadata.splitlines()
+                if line.startswith("Requires-Dist:")]
+    base = {r.name.lower(): r for r in requires if r.marker is None or "extra" not in str(r.marker)}
+    assert "onnxruntime" in base and base["onnxruntime"].marker is None, sorted(map(str, requires))
+    assert not any(r.name.lower() == "onnxruntime-gpu" for r in requires), sorted(map(str, requires))
+
+
+def lock_pins() -> dict:
+    """constraints.txt: canonical name -> (line, version)."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    pins = {}
+    for line in (REPO / "constraints.txt").read_text(encoding="utf-8").splitlines():
+        if line.strip() and not line.startswith("#"):
+            req = Requirement(line)
+            (spec,) = req.specifier
+            assert spec.operator == "==" and not req.marker and not req.extras, f"constraints.txt: {line!r} is not a pin"
+            pins[canonicalize_name(req.name)] = (line, spec.version)
+    return pins
+
+
+def test_lock_pins_versions_a_public_index_serves():
+    """A local version label (torch==2.13.0+cpu) is a build no public index serves, so pip could not resolve the lock
+    on a machine without that wheel: the lock pins the public version, which a local CPU build still meets."""
+    pins = lock_pins()
+    local = [line for line, version in pins.values() if "+" in version]
+    assert not local, f"constraints.txt pins local builds {local}: pin the public version (scripts/lock.sh drops labels)"
+    assert "torch" in pins and "onnxruntime" in pins
+
+
+def test_lock_tests_the_cpu_onnxruntime_and_pins_the_gpu_one_at_its_version():
+    pins = lock_pins()
+    assert pins["onnxruntime"][1] == pins["onnxruntime-gpu"][1], (pins["onnxruntime"], pins["onnxruntime-gpu"])
+
+
+def test_lock_covers_every_requirement_of_pyproject():
+    """Each package pyproject.toml names (the base and every extra make lock resolves) is pinned: a new one without
+    `make lock` would install unlocked, at whatever version the day brings."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    names = {canonicalize_name(Requirement(r).name)
+             for r in [*project["dependencies"], *(r for extra in project["optional-dependencies"].values() for r in extra)]}
+    names.discard("seq2onnx")
+    missing = sorted(names - set(lock_pins()))
+    assert not missing, f"pyproject.toml names {missing}, which constraints.txt does not pin: run `make lock`"
+
+
+def test_hf_folders_runs_as_a_script_without_pytest():
+    """`python -m tests.hf_folders OUT_DIR` (its docstring) in an environment without pytest: here pytest is made
+    unimportable, and the script with no OUT_DIR must reach its own usage line (exit 2), not an ImportError."""
+    code = ("import runpy, sys; sys.modules['pytest'] = None; sys.argv = ['hf_folders']; "
+            "runpy.run_module('tests.hf_folders', run_name='__main__')")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.startswith("usage: python -m tests.hf_folders OUT_DIR"), proc.stderr
 
 
 def test_nothing_generic_leaks_into_site_packages(tmp_path):

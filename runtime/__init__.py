@@ -20,6 +20,8 @@ _LAZY = {
     "Seq2OnnxError": "seq2onnx.runtime.errors",
     "ModelPackageError": "seq2onnx.runtime.errors",
     "OptionError": "seq2onnx.runtime.options",
+    "translate_document": "seq2onnx.runtime.documents",
+    "translate_documents": "seq2onnx.runtime.documents",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import codecs
 import functools
 import itertools
 import re
 import warnings
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Dict, List, Optional, Tuple
+from typing import Any, BinaryIO, Callable, Dict, Iterator, List, Optional, Tuple
 
 from .cli import OneLineParser, printable, terminate_raises
 from .cli_io import (PROG, UTF8_MAX_BYTES, Progress, open_output, open_path, read_lines, stdin_bytes, warn)
@@ -202,9 +203,35 @@ def _format(number: int, texts: List[str], scores: List[float], n_best: int, wit
     return "".join(lines).encode("utf-8")
 
 
+DOCUMENT_FORMAT = """\
+--document: the input is one document (documents.py's rules): each line a paragraph, split into sentences
+(the sentencex package: pip install 'seq2onnx[documents]'; --no-split: each line translated whole), whose
+translations are written back with the document's line breaks (LF, CRLF or CR), blank lines, indentation,
+list markers ("- ", "* ", "1. ") and spaces. Read and written a block of --max-batch-size lines at a time.
+A line over {chars} characters, or a control character (but TAB, LF, CR), stops the command (exit 2,
+naming the line); the blocks before it are written. --n-best, --scores, --alignment and --plot-attention
+are for lines of sentences, not documents.
+"""
+
+
+def _translate_cli_parser() -> argparse.ArgumentParser:
+    """`seq2onnx translate`'s parser: _translate_parser's options (which translate-dataset shares) and documents."""
+    from .documents import MAX_PARAGRAPH_CHARS
+    p = _translate_parser()
+    p.epilog = f"{p.epilog}{DOCUMENT_FORMAT.format(chars=MAX_PARAGRAPH_CHARS)}"
+    g = p.add_argument_group("documents")
+    g.add_argument("--document", action="store_true",
+                   help="translate the input as one document: paragraphs and sentences, layout kept (below)")
+    g.add_argument("--no-split", dest="split_sentences", action="store_false",
+                   help="with --document: translate each line whole, not sentence by sentence")
+    return p
+
+
 def translate_main(argv: List[str]) -> int:
     PROG["name"] = "seq2onnx translate"
-    args, decoding = translate_options(argv)
+    args, decoding = translate_options(argv, _translate_cli_parser)
+    if args.document or not args.split_sentences:
+        return _translate_document(args, decoding)
     if args.plot_attention is not None:
         from .attention_plot import check_folder
         check_folder(args.plot_attention)              # made by _check_attention, once the run will proceed
@@ -294,6 +321,72 @@ def _check_options(args: Any, **decoding: Any) -> None:
         DecodingOptions.from_kwargs(**decoding)
     except ValueError as e:
         raise Seq2OnnxError(_cli_message(e)) from e
+
+
+def _translate_document(args: Any, decoding: Dict[str, Any]) -> int:
+    """`translate --document`: the input's lines in blocks of --max-batch-size, each block a document (documents.py:
+    its lines are its paragraphs, so a block's translation is the whole document's part), written as it is done."""
+    from .documents import MAX_PARAGRAPH_CHARS, layout
+    if not args.document:
+        raise Seq2OnnxError("--no-split is an option of --document (without it, each line is one source, not split)")
+    sentence_flags = [flag for flag, given in (("--n-best", args.num_hypotheses > 1), ("--scores", args.scores),
+                                               ("--alignment", args.return_alignment),
+                                               ("--plot-attention", args.plot_attention is not None)) if given]
+    if sentence_flags:
+        raise Seq2OnnxError(f"{', '.join(sentence_flags)}: an option for lines of sentences, not for --document")
+    if args.split_sentences:
+        from .documents import require_splitter
+        require_splitter()                              # a missing splitter, said before the model loads
+    language = decoding.get("source_lang")
+    line_bytes = UTF8_MAX_BYTES * MAX_PARAGRAPH_CHARS
+    with terminate_raises():
+        source = stdin_bytes() if args.input is None else open_path("--input", args.input, "rb")
+        try:
+            with open_output(args.output, source=source,
+                             source_name="stdin" if args.input is None else f"--input {args.input}") as out:
+                tr, limit = _load_translator(args)
+                lines = document_lines(source, line_bytes)
+                for block in iter(lambda: list(itertools.islice(lines, args.max_batch_size)), []):
+                    layouts = []
+                    for n, line in block:
+                        try:
+                            layouts.append(layout(line, args.split_sentences, language))
+                        except ValueError as e:                 # its line, as the document numbers it
+                            raise Seq2OnnxError(re.sub(r"^line \d+", f"line {n}", str(e))) from None
+                    numbers = [n for (n, _), lay in zip(block, layouts) for _ in lay.sentences]
+                    sentences = [t for lay in layouts for t in lay.sentences]
+                    results = translate_texts(tr, sentences, decoding, args) if sentences else []
+                    for n, text, r in zip(numbers, sentences, results):
+                        output_lines(n, text, r, args, limit)       # its warnings, naming the line
+                    best = iter(r.hypotheses[0] for r in results)
+                    out.write("".join(lay.join([next(best) for _ in lay.sentences]) for lay in layouts)
+                              .encode("utf-8"))
+                    out.flush()
+        finally:
+            if args.input is not None:
+                source.close()
+    return 0
+
+
+def document_lines(stream: BinaryIO, max_bytes: int) -> Iterator[Tuple[int, str]]:
+    """(1-based line number, line with its line break) of a --document: a BOM that opens it dropped, invalid UTF-8
+    replaced with U+FFFD (a warning names the line). A line over max_bytes bytes stops it (Seq2OnnxError): one
+    line never holds more memory than that."""
+    for number in itertools.count(1):
+        raw = stream.readline(max_bytes + 1)
+        if not raw:
+            return
+        if len(raw) > max_bytes:
+            raise Seq2OnnxError(f"line {number}: longer than {max_bytes} bytes; a line (a paragraph) of a --document "
+                                f"may hold at most that: break it into lines")
+        if number == 1 and raw.startswith(codecs.BOM_UTF8):
+            raw = raw[len(codecs.BOM_UTF8):]
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            text = raw.decode("utf-8", errors="replace")
+            warn(f"line {number}: invalid UTF-8 replaced with U+FFFD")
+        yield number, text
 
 
 def _run_lines(args: Any, max_bytes: Callable[[Any, int], Tuple[int, Optional[int]]],

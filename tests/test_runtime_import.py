@@ -9,7 +9,8 @@ from pathlib import Path
 
 RUNTIME = Path(__file__).resolve().parent.parent / "runtime"
 ALLOWED = {"numpy", "onnxruntime", "tokenizers", "seq2onnx"}
-OPTIONAL = {"matplotlib": "attention_plot.py"}        # module -> the one runtime file that may use it (extra [plot])
+OPTIONAL = {"matplotlib": "attention_plot.py",        # module -> the one runtime file that may use it (extra [plot])
+            "sentencex": "documents.py"}              # (extra [documents])
 
 PROBE = """
 import sys

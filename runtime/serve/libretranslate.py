@@ -14,6 +14,10 @@ clients (libretranslatepy, deep-translator's LibreTranslator, npm `libretranslat
 - source "auto": we detect no language. It means the one source language that serves `target`; with several,
   400 naming them.
 - format "html": 400 (we would have to keep the markup; LibreTranslate translates the text between tags).
+- Each q is a document (runtime/documents.py): split into paragraphs and sentences, which the model translates, and
+  put back together with its line breaks, blank lines, list markers and spaces. The sentences of every q of a
+  request go to the scheduler as the texts of one job (rows of one batch, not one job each). --char-limit counts
+  the characters of q, of all of them for a list, as LibreTranslate's server does; --batch-limit the entries of q.
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from ..documents import DocumentError, Layout, layout
 from .app import Answer, HTTPError, Service, endpoint
 from .scheduler import TRANSLATE
 
@@ -142,19 +147,24 @@ async def translate(request: Request) -> Response:
         q = "\n".join(q.splitlines())
     batch = isinstance(q, list)
     texts = service.check_texts(q if batch else [q], "q")
+    chars, limit = sum(map(len, texts)), service.settings.char_limit
+    if chars > limit:
+        raise HTTPError(400, f"Invalid request: request ({chars}) exceeds text limit ({limit})")
     source, pair = pick_pair(service, source, target)
     model, scheduler = service.scheduler(pair.model)
+    try:
+        layouts = [layout(text, language=source) for text in texts]
+    except DocumentError as e:
+        raise HTTPError(400, f"Invalid request: q: {e}") from None
+    sentences = [s for lay in layouts for s in lay.sentences]
     options: Dict[str, Any] = {}
     if pair.source_lang is not None:
         options.update(source_lang=pair.source_lang, target_lang=pair.target_lang)
     if n_alt:
         beam = {**scheduler.translator.package.generation}.get("beam_size", 4)
         options.update(num_hypotheses=n_alt + 1, beam_size=max(beam, n_alt + 1))
-    results = await service.run(request, model, scheduler, TRANSLATE, texts, options)
-    best = [r.hypotheses[0] for r in results]
-    # other hypotheses, without repeats or the best (LibreTranslate's filter_unique)
-    alternatives = [list(dict.fromkeys(h for h in r.hypotheses[1:] if h and h != r.hypotheses[0]))
-                    for r in results]
+    results = await service.run(request, model, scheduler, TRANSLATE, sentences, options) if sentences else []
+    best, alternatives = documents_answer(layouts, [r.hypotheses for r in results], n_alt)
     answer: Dict[str, Any] = {"translatedText": best if batch else best[0]}
     if values.get("source") == "auto":
         detected = {"confidence": 100.0, "language": source}
@@ -162,3 +172,20 @@ async def translate(request: Request) -> Response:
     if n_alt:
         answer["alternatives"] = alternatives if batch else alternatives[0]
     return Answer(answer)
+
+
+def documents_answer(layouts: List[Layout], hypotheses: List[List[str]], n_alt: int
+                     ) -> Tuple[List[str], List[List[str]]]:
+    """Per document, its translation (each sentence's best hypothesis) and its alternatives: the k-th joins each
+    sentence's k-th hypothesis (its best where it has fewer), as argos-translate combines them; without repeats, the
+    best or empty ones (LibreTranslate's filter_unique)."""
+    best: List[str] = []
+    alternatives: List[List[str]] = []
+    pos = 0
+    for lay in layouts:
+        mine = hypotheses[pos:pos + len(lay.sentences)]
+        pos += len(lay.sentences)
+        best.append(lay.join([h[0] for h in mine]))
+        alts = (lay.join([h[k] if k < len(h) else h[0] for h in mine]) for k in range(1, n_alt + 1))
+        alternatives.append(list(dict.fromkeys(a for a in alts if a.strip() and a != best[-1])))
+    return best, alternatives

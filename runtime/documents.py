@@ -1,0 +1,174 @@
+"""Documents: text of several paragraphs and sentences, translated sentence by sentence and put back together.
+
+A translation model is trained on sentences: a paragraph sent whole is translated worse and cut at the length limit,
+and a line break inside a text is lost (the tokenizer reads it as a space). So a document is taken apart (`layout`),
+its sentences translated as one batch (`translate_batch`: every option applies), and put back (`Layout.join`).
+
+The rules, each here once:
+- A line (up to "\\n", "\\r\\n" or "\\r") is a paragraph; line breaks, blank lines and white-space-only lines are
+  kept exactly. A sentence never spans two lines (hard-wrapped prose is translated line by line).
+- In a line, the white space it starts and ends with, and a list marker after its leading white space ("- ", "* ",
+  "+ ", "• ", "1. ", "12) ": a bullet, or up to 9 digits and "." or ")", then white space) are kept exactly; what
+  lies between is split into sentences (split_sentences=True, the default: the sentencex package, the
+  `documents` extra) or is one sentence (split_sentences=False). The white space between two sentences is kept
+  exactly; each sentence is translated without the white space around it.
+- Control characters (C0 but TAB, LF and CR; DEL; C1) are refused (DocumentError, naming the line and column):
+  they are no text to translate and would be lost or garbled. So is a line longer than MAX_PARAGRAPH_CHARS
+  characters: no paragraph of prose is, and splitting it would hold memory in proportion to it.
+Without sentencex installed, split_sentences=True is refused with one line naming the extra (no other rule stands in
+for it silently); split_sentences=False needs nothing beyond the runtime.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any, List, Optional, Sequence, Tuple
+
+from .errors import Seq2OnnxError
+
+EXTRA = "documents"                 # pyproject.toml's extra that brings the sentence splitter
+SPLITTER = "sentencex"
+MAX_PARAGRAPH_CHARS = 1 << 16       # one line of a document, in characters
+DEFAULT_LANGUAGE = "en"             # the splitter's rules when no language is known
+
+_LINE_BREAK = re.compile(r"(\r\n|\r|\n)")
+# leading white space, an optional list marker with the white space after it; the content; trailing white space
+_LINE = re.compile(r"(\s*(?:(?:[-*+\u2022]|\d{1,9}[.)])\s+)?)(.*?)(\s*)", re.DOTALL)
+_CONTROL = re.compile("[\x00-\x08\x0b-\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+class DocumentError(Seq2OnnxError, ValueError):
+    """A document that cannot be translated as one (a control character, a line too long): the message names
+    where, and the fix."""
+
+
+def splitter_missing() -> Seq2OnnxError:
+    return Seq2OnnxError(f"splitting a document into sentences needs the {SPLITTER} package: pip install "
+                         f"'seq2onnx[{EXTRA}]' (or translate each line whole: split_sentences=False, "
+                         f"`seq2onnx translate --no-split`)")
+
+
+def require_splitter() -> Any:
+    """sentencex.segment, or the one-line error naming the extra."""
+    try:
+        import sentencex
+    except ImportError:
+        raise splitter_missing() from None
+    return sentencex.segment
+
+
+def splitter_language(code: Optional[str]) -> str:
+    """The splitter's language for a model's language code: its first part, lower case ("en", "eng_Latn" -> "eng",
+    "pt-BR" -> "pt"); sentencex falls back to its general rules for a code it does not know."""
+    if not code:
+        return DEFAULT_LANGUAGE
+    return re.split(r"[_\-]", code, maxsplit=1)[0].lower() or DEFAULT_LANGUAGE
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """A document taken apart: its sentences, and the text around them (len(sentences) + 1 pieces), so that
+    join(sentences) is the document again and join(translations) its translation."""
+    pieces: Tuple[str, ...]
+    sentences: Tuple[str, ...]
+
+    def join(self, translations: Sequence[str]) -> str:
+        if len(translations) != len(self.sentences):
+            raise ValueError(f"{len(translations)} translations for {len(self.sentences)} sentences")
+        out = [self.pieces[0]]
+        for translation, piece in zip(translations, self.pieces[1:]):
+            out += [translation, piece]
+        return "".join(out)
+
+
+def _sentence_spans(text: str, language: str, segment: Any) -> List[Tuple[int, int]]:
+    """(start, end) of each sentence of `text` (one line's content, stripped), without the white space around it.
+    The splitter's pieces are found in the text in order, so nothing it might change in them can change the text."""
+    spans: List[Tuple[int, int]] = []
+    pos = 0
+    for piece in segment(language, text):
+        piece = piece.strip()
+        start = text.find(piece, pos) if piece else -1
+        if start < 0:
+            continue
+        spans.append((start, start + len(piece)))
+        pos = start + len(piece)
+    if not spans:
+        return [(0, len(text))]
+    # the text between two pieces the splitter left out (none with sentencex) stays in the sentence before
+    spans = [(s, spans[i + 1][0] if i + 1 < len(spans) else len(text)) for i, (s, _) in enumerate(spans)]
+    spans[0] = (0, spans[0][1])
+    return [(s, s + len(text[s:e].rstrip())) for s, e in spans]
+
+
+def layout(text: str, split_sentences: bool = True, language: Optional[str] = None) -> Layout:
+    """`text` taken apart by the module's rules; language: the source language's code (for the splitter's rules,
+    splitter_language). DocumentError for a control character or a line over MAX_PARAGRAPH_CHARS."""
+    if not isinstance(text, str):
+        raise TypeError(f"a document must be a str, got {type(text).__name__}")
+    segment = require_splitter() if split_sentences else None
+    lang = splitter_language(language)
+    pieces: List[str] = [""]
+    sentences: List[str] = []
+    parts = _LINE_BREAK.split(text)
+    for number, line in enumerate(parts[::2], 1):
+        if len(line) > MAX_PARAGRAPH_CHARS:
+            raise DocumentError(f"line {number}: {len(line)} characters; a line (a paragraph) of a document may "
+                                f"hold at most {MAX_PARAGRAPH_CHARS}: break it into lines")
+        bad = _CONTROL.search(line)
+        if bad:
+            raise DocumentError(f"line {number}, column {bad.start() + 1}: control character "
+                                f"U+{ord(bad.group()):04X}; a document holds text, tabs and line breaks only: "
+                                f"remove it")
+        lead, content, trail = _LINE.fullmatch(line).groups()                        # type: ignore[union-attr]
+        pieces[-1] += lead
+        if content:
+            spans = _sentence_spans(content, lang, segment) if segment is not None else [(0, len(content))]
+            for i, (start, end) in enumerate(spans):
+                if i:
+                    pieces[-1] += content[spans[i - 1][1]:start]
+                sentences.append(content[start:end])
+                pieces.append("")
+        pieces[-1] += trail
+        if 2 * number - 1 < len(parts):
+            pieces[-1] += parts[2 * number - 1]                      # the line break
+    return Layout(tuple(pieces), tuple(sentences))
+
+
+def _per_sentence(name: str, value: Optional[Sequence[Any]], layouts: List[Layout]) -> Optional[List[Any]]:
+    """A per-document option (target_prefix, constraints) as translate_batch's per-text one: each sentence gets its
+    document's."""
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes)) or len(value) != len(layouts):
+        raise ValueError(f"{name} must be a list with one entry per document ({len(layouts)})")
+    return [value[i] for i, lay in enumerate(layouts) for _ in lay.sentences]
+
+
+def translate_documents(translator: Any, documents: Sequence[str], split_sentences: bool = True,
+                        language: Optional[str] = None, target_prefix: Optional[Sequence[Any]] = None,
+                        constraints: Optional[Sequence[Any]] = None, **options: Any) -> List[str]:
+    """Translate documents (plain text: paragraphs, lists, blank lines) with a Translator: each taken apart by the
+    module's rules (`layout`), the sentences of all of them translated as one `translate_batch(**options)` (every
+    option applies; target_prefix and constraints are per document, for each of its sentences), and put back
+    together. language: the source language's code for the sentence splitter (default: options' source_lang,
+    else the package's one source language, else "en"). Returns one string per document: its best translation."""
+    if language is None:
+        languages = translator.package.languages
+        language = options.get("source_lang") or (
+            languages.default_source or (languages.source[0] if len(languages.source) == 1 else None)
+            if languages is not None else None)
+    layouts = [layout(d, split_sentences, language) for d in documents]
+    sentences = [s for lay in layouts for s in lay.sentences]
+    results = translator.translate_batch(sentences, target_prefix=_per_sentence("target_prefix", target_prefix,
+                                                                              layouts),
+                                         constraints=_per_sentence("constraints", constraints, layouts),
+                                         **options) if sentences else []
+    best = iter(r.hypotheses[0] for r in results)
+    return [lay.join([next(best) for _ in lay.sentences]) for lay in layouts]
+
+
+def translate_document(translator: Any, document: str, split_sentences: bool = True, language: Optional[str] = None,
+                       **options: Any) -> str:
+    """One document's translation (translate_documents); `translator.translate_batch` stays for sentences."""
+    return translate_documents(translator, [document], split_sentences, language, **options)[0]

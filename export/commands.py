@@ -228,7 +228,7 @@ def write_package(model, contents: PackageContents, opts: ExportOptions, parity_
         t = time.perf_counter()
         if opts.int8:
             variants["int8"] = _int8_variant(model, staging, enc, dec, names, batches, opts.int8_validation,
-                                             opts.opset, opts.format_version, opts.external_data, opts.few_rows)
+                                             opts.opset, opts.format_version, opts.external_data, opts.few_rows, log)
         if opts.fp16:
             variants["fp16"] = _fp16_variant(model, staging, enc, dec, names, batches, opts.external_data)
         graph_files.add_external_data_fields(staging, variants)
@@ -371,7 +371,7 @@ def _check_variant(fp32: Path, variant: Path, inputs: List[str], outputs: List[s
 def _int8_variant(model, staging: Path, enc: Path, dec: Path, names: GraphNames,
                   batches: List[parity.ParityBatch], validate: bool = True, opset: int = DEFAULT_OPSET,
                   format_version: int = DECODER_FORMAT, external: bool = False,
-                  with_few_rows: bool = False) -> Dict[str, Any]:
+                  with_few_rows: bool = False, log: Callable[[str], None] = lambda msg: None) -> Dict[str, Any]:
     """validate False (--skip-int8-validation): the figures are measured and recorded, the thresholds
     not applied; status "validation-skipped" instead of "checked". The graph checks always apply.
 
@@ -379,8 +379,15 @@ def _int8_variant(model, staging: Path, enc: Path, dec: Path, names: GraphNames,
     (onnx_export.export_fused_decoder), which first passes the fp32 parity gate as the fp32 graph does; the same
     trace is quantised a second time as the few-rows step (quantize.quantize_int8_few_rows), which passes the
     same checks and int8 gate as the step itself, where `with_few_rows` asks for it (--few-rows; not written where
-    this onnxruntime is older than its ops): a second copy of the step's weights, for batch-1 speed on some CPUs."""
+    this onnxruntime is older than its ops): a second copy of the step's weights, for batch-1 speed on some CPUs.
+    `log` gets a line after each part (the int8 step is the longest of an export)."""
     enc8, dec8 = (staging / f for f in VARIANT_FILES["int8"])
+    t = time.perf_counter()
+
+    def done(what: str) -> None:
+        nonlocal t
+        log(f"      int8: {what} ({time.perf_counter() - t:.1f}s)")
+        t = time.perf_counter()
     source, entry = dec, {}
     few_rows = (with_few_rows and format_version >= 2
                 and onnxruntime_version() >= quantize.FEW_ROWS_MIN_ONNXRUNTIME)
@@ -388,7 +395,9 @@ def _int8_variant(model, staging: Path, enc: Path, dec: Path, names: GraphNames,
     if format_version >= 2:
         source = onnx_export.export_fused_decoder(model, staging / FUSED_DECODER_FILE, opset, external, format_version)
         _check(source, names.decoder_inputs, names.decoder_outputs)
+        done(f"{FUSED_DECODER_FILE.lstrip('.')} traced with onnxruntime's fused attention, checked")
         fused = parity.check_fp32(parity.measure(model, parity.OnnxPair(enc, source, model.cfg), batches))
+        done("its fp32 parity")
         entry["attention"] = {"ops": [f"{FUSED_ATTENTION_DOMAIN}.{op}" for op in FUSED_ATTENTION_OPS],
                               "min_onnxruntime": version_text(MIN_ONNXRUNTIME),
                               "fp32_parity": fused.to_dict()}
@@ -400,9 +409,11 @@ def _int8_variant(model, staging: Path, enc: Path, dec: Path, names: GraphNames,
     finally:
         if source != dec:
             graph_files.remove_graph(source)
+    done("quantize_dynamic" + (" and MatMulNBits" if few_rows else ""))
     _check_variant(enc, enc8, names.encoder_inputs, names.encoder_outputs)
     _check_variant(dec, dec8, names.decoder_inputs, names.decoder_outputs)
     report = _int8_parity(model, enc8, dec8, batches, validate)
+    done("checks and int8 parity")
     if few_rows:
         few = staging / FEW_ROWS_FILE
         _check_variant(dec, few, names.decoder_inputs, names.decoder_outputs)

@@ -295,6 +295,29 @@ def test_top_candidates_block_bound_is_a_stable_descending_sort(rows, cols, m, k
     expected = np.argsort(-scores, axis=1, kind="stable")[:, :m]
     assert np.array_equal(top_candidates(scores, m), expected)
 
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 5), st.sampled_from([3, 64, 500, 4000]), st.integers(1, 16), st.integers(0, 4),
+       st.integers(0, 10**6))
+def test_reference_best_candidates_is_a_stable_descending_sort(rows, cols, m, kind, seed):
+    """The PyTorch reference's selection (training/reference.py best_candidates, its own code, apart from the
+    runtime's top_candidates it checks): the first m of torch's stable descending sort, with ties, -inf, NaN, +inf."""
+    import torch
+
+    rng = np.random.default_rng(seed)
+    scores = np.log(rng.random((rows, cols))).astype(np.float32)
+    if kind == 1:
+        scores = rng.integers(-3, 1, size=(rows, cols)).astype(np.float32)
+    elif kind == 2:
+        scores[:, : cols * 3 // 4] = -np.inf
+    elif kind == 3:
+        scores[rng.random((rows, cols)) < 0.05] = np.nan
+    elif kind == 4:
+        scores[rng.random((rows, cols)) < 0.01] = np.inf
+    t = torch.from_numpy(scores)
+    expected = torch.sort(t, dim=1, descending=True, stable=True).indices[:, :m]
+    assert torch.equal(reference.best_candidates(t, m), expected)
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.integers(1, 4), st.integers(1, 5), st.integers(0, 2), st.integers(0, 10**6))
 def test_beam_search_from_each_rows_best_equals_from_all(sentences, beam, kind, seed):

@@ -68,6 +68,23 @@ def _limits(max_length: Union[int, Sequence[int]], n: int, max_positions: int) -
     return [min(m, max_positions) for m in limits]
 
 
+def best_candidates(cand: torch.Tensor, n: int) -> torch.Tensor:
+    """[rows, n]: the first n indices of each row's stable descending sort (ties: the lower index first), without
+    sorting the whole row: at a vocabulary of 58,101 and beam 4 that sort ranked 232,404 candidates a step for 2K of
+    them. Each row's n-th largest value bounds its first n; only the candidates at or above it are sorted (in index
+    order, so the stable sort keeps ties as the whole row's would). A row with NaN is sorted whole."""
+    n = min(n, cand.shape[1])
+    bounds = torch.topk(cand, n, dim=1).values[:, -1]
+    out = []
+    for row, bound in zip(cand, bounds):
+        if torch.isnan(bound) or torch.isnan(row).any():
+            out.append(torch.sort(row, descending=True, stable=True).indices[:n])
+            continue
+        idx = torch.nonzero(row >= bound).squeeze(1)
+        out.append(idx[torch.sort(row[idx], descending=True, stable=True).indices[:n]])
+    return torch.stack(out)
+
+
 def _step_log_probs(model: Transformer, last, mask, past, cross, step: int, min_length: int):
     """One decoder step's log-probs with the reference's rules: PAD and BOS are never generated, EOS not before
     min_length tokens -> (log_probs [rows, V], the next cache)."""
@@ -125,7 +142,7 @@ def beam_search(model: Transformer, sources: Sequence[Sequence[int]], beam_size:
             break
         logp, past = _step_log_probs(model, last, mask_k, past, cross, step, min_length)   # [B*K, V]
         cand = (cum[:, :, None] + logp.view(b, k, v_size)).view(b, k * v_size)
-        order = torch.sort(cand, dim=1, descending=True, stable=True).indices[:, :2 * k]   # [B, 2K]
+        order = best_candidates(cand, 2 * k)                                                 # [B, 2K]
         next_rows, next_tokens, next_cum = [], [], []
         for i in range(b):
             kept = []
@@ -304,7 +321,7 @@ def constrained_beam_search(model: Transformer, sources: Sequence[Sequence[int]]
                     logp[i * k + beam, eos] = -math.inf
         cand = (torch.tensor(cum, dtype=torch.float32, device=device)[:, :, None]
                 + logp.view(b, k, v_size)).view(b, k * v_size)
-        order = torch.sort(cand, dim=1, descending=True, stable=True).indices[:, :2 * k]
+        order = best_candidates(cand, 2 * k)
         rows, toks, new_cum = [], [], []
         for i in range(b):
             flats = set(order[i].tolist())

@@ -35,6 +35,10 @@ _LINE_BREAK = re.compile(r"(\r\n|\r|\n)")
 # leading white space, an optional list marker with the white space after it; the content; trailing white space
 _LINE = re.compile(r"(\s*(?:(?:[-*+\u2022]|\d{1,9}[.)])\s+)?)(.*?)(\s*)", re.DOTALL)
 _CONTROL = re.compile("[\x00-\x08\x0b-\x0c\x0e-\x1f\x7f-\x9f]")
+# white space other than a space or a tab, which the splitter sees as a space: sentencex 1.0.32 panics on some
+# lines with a multi-byte space (U+00A0 next to a dot: "end byte index 11 is not a char boundary"); one character
+# for one, so the spans it gives are the line's
+_WIDE_SPACE = re.compile(r"[^\S \t]")
 
 
 class DocumentError(Seq2OnnxError, ValueError):
@@ -81,14 +85,26 @@ class Layout:
         return "".join(out)
 
 
+def _segment(segment: Any, language: str, text: str) -> List[str]:
+    """The splitter's sentences of one line; a line it fails on is one sentence (a Rust panic of sentencex's is a
+    BaseException: anything else, KeyboardInterrupt included, goes on up)."""
+    try:
+        return list(segment(language, text))
+    except BaseException as e:  # noqa: BLE001 - pyo3's PanicException derives from BaseException
+        if type(e).__name__ != "PanicException":
+            raise
+        return [text]
+
+
 def _sentence_spans(text: str, language: str, segment: Any) -> List[Tuple[int, int]]:
     """(start, end) of each sentence of `text` (one line's content, stripped), without the white space around it.
     The splitter's pieces are found in the text in order, so nothing it might change in them can change the text."""
     spans: List[Tuple[int, int]] = []
     pos = 0
-    for piece in segment(language, text):
+    plain = _WIDE_SPACE.sub(" ", text)
+    for piece in _segment(segment, language, plain):
         piece = piece.strip()
-        start = text.find(piece, pos) if piece else -1
+        start = plain.find(piece, pos) if piece else -1
         if start < 0:
             continue
         spans.append((start, start + len(piece)))

@@ -229,3 +229,17 @@ def test_a_long_document_is_one_job(server, translator):
 def test_bad_documents(server, body, status, message):
     r = httpx.post(server.url + "/translate", json={"source": "en", "target": "de", **body}, timeout=60)
     assert message in one_line_error(r, status)
+
+
+def test_a_line_the_splitter_panics_on():
+    """sentencex 1.0.32 panics (a Rust panic, a BaseException) on this line as it is: hypothesis found it. The
+    splitter sees wide spaces as spaces, so the line splits, and a line it would still panic on is one sentence."""
+    import sentencex
+
+    from seq2onnx.runtime import documents
+
+    line = "\u201cQ.\u201d Z\xa0.+.e.g.Z3.5b\u2022+\u2022\u2022a-a3.5)\u2022...*"
+    assert documents._segment(sentencex.segment, "en", line) == [line]          # the real panic, caught
+    lay = documents.layout(line)
+    assert len(lay.sentences) > 1 and "\xa0" in "".join(lay.sentences)
+    assert lay.join(lay.sentences) == line

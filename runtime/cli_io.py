@@ -106,12 +106,17 @@ def read_lines(stream: BinaryIO, max_bytes: Optional[int] = None, target_bytes: 
             raw = b"\t".join(kept for kept, _ in fields)
         if raw.endswith(b"\r"):
             raw = raw[:-1]
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            text = raw.decode("utf-8", errors="replace")
-            warn(f"line {number}: invalid UTF-8 replaced with U+FFFD")
-        yield number, text
+        yield number, decode_line(raw, number)
+
+
+def decode_line(raw: bytes, number: int) -> str:
+    """A line's UTF-8, invalid bytes replaced with U+FFFD (a warning names the line): one bad byte costs one
+    character, not the run."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        warn(f"line {number}: invalid UTF-8 replaced with U+FFFD")
+        return raw.decode("utf-8", errors="replace")
 
 
 def _read_fields(stream: BinaryIO, bounds: Tuple[int, ...], first: bool) -> Optional[List[Tuple[bytes, int]]]:

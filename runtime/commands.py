@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any, BinaryIO, Callable, Dict, Iterator, List, Optional, Tuple
 
 from .cli import OneLineParser, printable, terminate_raises
-from .cli_io import (PROG, UTF8_MAX_BYTES, Progress, open_output, open_path, read_lines, stdin_bytes, warn)
+from .cli_io import (PROG, UTF8_MAX_BYTES, Progress, decode_line, open_output, open_path, read_lines, stdin_bytes,
+                     warn)
 from .alignment import format_alignment
 from .errors import Seq2OnnxError
 from .constraints import check_work, normalize_phrases, require_beam
@@ -381,12 +382,7 @@ def document_lines(stream: BinaryIO, max_bytes: int) -> Iterator[Tuple[int, str]
                                 f"may hold at most that: break it into lines")
         if number == 1 and raw.startswith(codecs.BOM_UTF8):
             raw = raw[len(codecs.BOM_UTF8):]
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            text = raw.decode("utf-8", errors="replace")
-            warn(f"line {number}: invalid UTF-8 replaced with U+FFFD")
-        yield number, text
+        yield number, decode_line(raw, number)
 
 
 def _run_lines(args: Any, max_bytes: Callable[[Any, int], Tuple[int, Optional[int]]],

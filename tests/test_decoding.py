@@ -280,7 +280,14 @@ def test_top_candidates_block_bound_is_a_stable_descending_sort(rows, cols, m, k
     values (ties across the cut), rows mostly -inf (the first beam step), rows with many NaN, rows with a
     few NaN (a block whose maximum is NaN may still hold the best scores), rows with +inf; 77 columns
     leave a short last block."""
-    rng = np.random.default_rng(seed)
+    scores = hard_scores(np.random.default_rng(seed), rows, cols, kind)
+    expected = np.argsort(-scores, axis=1, kind="stable")[:, :m]
+    assert np.array_equal(top_candidates(scores, m), expected)
+
+
+def hard_scores(rng: np.random.Generator, rows: int, cols: int, kind: int) -> np.ndarray:
+    """Scores to select from, by kind: 0 log-prob-like, 1 few distinct values (ties), 2 mostly -inf (the first beam
+    step), 3 many NaN, 4 a few NaN, 5 a few +inf."""
     scores = np.log(rng.random((rows, cols))).astype(np.float32)
     if kind == 1:
         scores = rng.integers(-3, 1, size=(rows, cols)).astype(np.float32)
@@ -292,28 +299,17 @@ def test_top_candidates_block_bound_is_a_stable_descending_sort(rows, cols, m, k
         scores[rng.random((rows, cols)) < 0.002] = np.nan
     elif kind == 5:
         scores[rng.random((rows, cols)) < 0.01] = np.inf
-    expected = np.argsort(-scores, axis=1, kind="stable")[:, :m]
-    assert np.array_equal(top_candidates(scores, m), expected)
+    return scores
 
 @settings(max_examples=100, deadline=None)
-@given(st.integers(1, 5), st.sampled_from([3, 64, 500, 4000]), st.integers(1, 16), st.integers(0, 4),
+@given(st.integers(1, 5), st.sampled_from([3, 64, 500, 4000]), st.integers(1, 16), st.integers(0, 5),
        st.integers(0, 10**6))
 def test_reference_best_candidates_is_a_stable_descending_sort(rows, cols, m, kind, seed):
     """The PyTorch reference's selection (training/reference.py best_candidates, its own code, apart from the
     runtime's top_candidates it checks): the first m of torch's stable descending sort, with ties, -inf, NaN, +inf."""
     import torch
 
-    rng = np.random.default_rng(seed)
-    scores = np.log(rng.random((rows, cols))).astype(np.float32)
-    if kind == 1:
-        scores = rng.integers(-3, 1, size=(rows, cols)).astype(np.float32)
-    elif kind == 2:
-        scores[:, : cols * 3 // 4] = -np.inf
-    elif kind == 3:
-        scores[rng.random((rows, cols)) < 0.05] = np.nan
-    elif kind == 4:
-        scores[rng.random((rows, cols)) < 0.01] = np.inf
-    t = torch.from_numpy(scores)
+    t = torch.from_numpy(hard_scores(np.random.default_rng(seed), rows, cols, kind))
     expected = torch.sort(t, dim=1, descending=True, stable=True).indices[:, :m]
     assert torch.equal(reference.best_candidates(t, m), expected)
 

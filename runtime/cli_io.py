@@ -106,12 +106,12 @@ def read_lines(stream: BinaryIO, max_bytes: Optional[int] = None, target_bytes: 
             raw = b"\t".join(kept for kept, _ in fields)
         if raw.endswith(b"\r"):
             raw = raw[:-1]
-        yield number, decode_line(raw, number)
+        yield number, decode_line(raw, number, warn)
 
 
-def decode_line(raw: bytes, number: int) -> str:
-    """A line's UTF-8, invalid bytes replaced with U+FFFD (a warning names the line): one bad byte costs one
-    character, not the run."""
+def decode_line(raw: bytes, number: int, warn: Callable[[str], None] = warn) -> str:
+    """A line's UTF-8, invalid bytes replaced with U+FFFD (a warning naming the line, to `warn`): one bad byte costs
+    one character, not the run."""
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:

@@ -285,3 +285,17 @@ def test_attention_options_fail_clearly(tiny_package, tmp_path, capsys, monkeypa
     monkeypatch.setitem(sys.modules, "matplotlib", None)                  # the [plot] extra not installed
     rc, _, err = run_cli(["translate", str(tiny_package), "--plot-attention", str(tmp_path / "p")], capsys)
     assert rc == 2 and "pip install matplotlib" in err and not (tmp_path / "p").exists()
+
+
+@pytest.mark.parametrize("max_bytes", [None, 100])
+def test_read_lines_warns_to_its_caller(max_bytes):
+    """read_lines' warnings go to the `warn` it is given (translate-dataset records them per row), the invalid-UTF-8
+    one included, read bounded or not."""
+    import io
+
+    from seq2onnx.runtime.cli_io import read_lines
+
+    said = []
+    lines = list(read_lines(io.BytesIO(b"ok\n\xff bad\n"), max_bytes, warn=said.append))
+    assert lines == [(1, "ok"), (2, "\ufffd bad")]
+    assert said == ["line 2: invalid UTF-8 replaced with U+FFFD"]

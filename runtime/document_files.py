@@ -255,8 +255,9 @@ def docx_groups(data: bytes, part: str) -> List[_Group]:
                 if w and local == "r":
                     r = _Run(parser.CurrentByteIndex)
                     items.append(r)
-                    if data[_tag_end(data, r.start) - 2:_tag_end(data, r.start)] == b"/>":
-                        r.end, r.pure = _tag_end(data, r.start), False
+                    tag_end = _tag_end(data, r.start)
+                    if data[tag_end - 2:tag_end] == b"/>":
+                        r.end, r.pure = tag_end, False
                     else:
                         run[-1] = (depth, r)
                 else:

@@ -43,6 +43,7 @@ MAX_STORED_FILES = 1024
 FILES_AT_ONCE = 4                   # files translated at once (a thread each); more: 429
 FORM_BYTES = 64 << 10               # a /translate_file body's room for its other fields and the multipart framing
 FORM_FIELDS = 8
+LOOP_GRACE = 5.0                    # seconds past a job's deadline a file's thread waits for the event loop
 _NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
 MAX_NAME_CHARS = 100
 
@@ -152,7 +153,9 @@ class SchedulerTranslator:
         options = {**options, **({"return_alignment": True} if return_alignment else {})}
         results: List[Any] = []
         for chunk in self._chunks(texts, options):
-            results += asyncio.run_coroutine_threadsafe(self._run(chunk, options), self.loop).result()
+            # bounded: a job ends by its deadline, and a loop that stopped running it leaves no thread waiting
+            future = asyncio.run_coroutine_threadsafe(self._run(chunk, options), self.loop)
+            results += future.result(timeout=self.service.settings.timeout + LOOP_GRACE)
         return results
 
     def _chunks(self, texts: List[str], options: Dict[str, Any]) -> List[List[str]]:

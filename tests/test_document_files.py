@@ -281,16 +281,20 @@ def translate_file(server, name: str, data: bytes, **fields) -> httpx.Response:
     return httpx.post(server.url + "/translate_file", data=form, files={"file": (name, data)}, timeout=120)
 
 
-@pytest.mark.parametrize("name, data", [("a.txt", TEXT.encode()), ("My Subs (1).srt", SRT.encode()),
-                                        ("a.docx", docx()), ("page.html", b"<p>seven. <b>nine.</b></p>")])
-def test_translate_file_and_download(server, translator, name, data):
+@pytest.mark.parametrize("name, data, download", [
+    ("a.txt", TEXT.encode(), "a_de.txt"),
+    # werkzeug's secure_filename, as LibreTranslate names it
+    ("C:\\subs\\\u00dcber Subs (1).srt", SRT.encode(), "Uber_Subs_1_de.srt"),
+    ("a.docx", docx(), "a_de.docx"),
+    ("page.html", b"<p>seven. <b>nine.</b></p>", "page_de.html"),
+])
+def test_translate_file_and_download(server, translator, name, data, download):
     if name.endswith(".html"):
         html_or_skip(translator)
     r = translate_file(server, name, data)
     assert r.status_code == 200 and list(r.json()) == ["translatedFileUrl"], r.text
     url = r.json()["translatedFileUrl"]
-    stem, ext = name.rsplit(".", 1)
-    download = re.sub(r"[^A-Za-z0-9._-]+", "_", stem).strip("._") + f"_de.{ext}"     # LibreTranslate's name
+    ext = name.rsplit(".", 1)[1]
     assert re.fullmatch(rf"{re.escape(server.url)}/download_file/[0-9a-f]{{32}}\.{re.escape(download)}", url), url
     got = httpx.get(url, timeout=60)
     assert got.status_code == 200 and got.headers["content-disposition"] == f'attachment; filename="{download}"'

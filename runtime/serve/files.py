@@ -24,6 +24,7 @@ import shutil
 import tempfile
 import threading
 import time
+import unicodedata
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Optional, Tuple
@@ -44,7 +45,7 @@ FILES_AT_ONCE = 4                   # files translated at once (a thread each); 
 FORM_BYTES = 64 << 10               # a /translate_file body's room for its other fields and the multipart framing
 FORM_FIELDS = 8
 LOOP_GRACE = 5.0                    # seconds past a job's deadline a file's thread waits for the event loop
-_NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
+_NAME_CHARS = re.compile(r"[^A-Za-z0-9_.-]")
 MAX_NAME_CHARS = 100
 
 
@@ -53,12 +54,18 @@ def body_limits(settings: Settings) -> Dict[str, int]:
     return {TRANSLATE_FILE: settings.max_file_bytes + FORM_BYTES}
 
 
+def secure_name(name: str) -> str:
+    """werkzeug's secure_filename, which LibreTranslate applies to an upload's name: accents dropped (NFKD, ASCII),
+    white space as "_", then only letters, digits, ".", "_" and "-", no "." or "_" at either end."""
+    name = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode("ascii")
+    return _NAME_CHARS.sub("", "_".join(name.split())).strip("._")
+
+
 def download_name(filename: str, target: str, ext: str) -> str:
-    """LibreTranslate's name of a translated file: werkzeug's secure_filename of the upload (here: letters,
-    digits, ".", "_", "-"), "_<target>" before its extension."""
+    """LibreTranslate's name of a translated file: the upload's secure name (its folder dropped), "_<target>"
+    before its extension."""
     stem = os.path.splitext(os.path.basename(filename.replace("\\", "/")))[0]
-    stem = _NAME_CHARS.sub("_", stem).strip("._")[:MAX_NAME_CHARS] or "file"
-    return f"{stem}_{_NAME_CHARS.sub('_', target)[:20]}{ext}"
+    return f"{secure_name(stem)[:MAX_NAME_CHARS] or 'file'}_{secure_name(target)[:20]}{ext}"
 
 
 @dataclasses.dataclass

@@ -5,12 +5,14 @@ written back in the same format (`seq2onnx translate-file`, the server's /transl
 - .srt: each cue's text lines are one document; cue numbers, timings and the blank lines between cues are kept
   byte for byte. A cue without its number or a well-formed timing (HH:MM:SS,mmm --> HH:MM:SS,mmm, start <= end) is
   refused, naming its line.
-- .docx: the text of word/document.xml, its headers, footers, footnotes and endnotes. In each paragraph, a run of
-  consecutive text runs (w:r holding formatting and one w:t) is one document, translated sentence by sentence; each
-  word of a translation goes into the run (the formatting) of the source word it is aligned to (the model's word
-  alignment, where the package has attention: a format-2 package), else into the run its sentence starts in.
-  Everything else (tabs, breaks, fields, hyperlinks, pictures, the other parts of the package) is copied byte for
-  byte: only the runs' text changes, so what Word declares and the XML round trip of a parser might drop survives.
+- .docx: the text of word/document.xml, its headers, footers, footnotes and endnotes. In each paragraph (and
+  each hyperlink in it), a group of consecutive text runs (w:r holding formatting and one w:t) is one document,
+  translated sentence by sentence; each word of a translation goes into the run (the formatting) of the source
+  word it is aligned to (the model's word alignment, where the package has attention: a format-2 package), else
+  into the run its sentence starts in. A tab, a break, a field or a picture ends a group; a bookmark or a spelling
+  mark between its runs moves after its translation. Everything else (the other parts of the package, the XML
+  around the runs) is copied byte for byte: only the runs' text changes, so nothing that Word declares and that
+  the XML round trip of a parser might drop (namespaces that mc:Ignorable names) is lost.
 - Text files are UTF-8 (a BOM is kept); other bytes are refused, naming the offset.
 Every read is bounded: the file (FileLimits.max_bytes), the text translated (max_chars), and for a .docx the zip's
 members (count, sizes, compression ratio: a zip bomb is refused before anything is inflated) and its XML (no DTD,
@@ -185,6 +187,13 @@ _WORD = re.compile(r"\S+")
 # what a paragraph holds runs in besides itself: their runs are groups of their own (a hyperlink's text is
 # translated on its own, and stays the link's)
 _INLINE_SCOPES = ("hyperlink", "smartTag", "ins", "moveTo", "customXml", "fldSimple")
+# empty elements a paragraph may hold between its runs that mark a place, not text (spelling marks, bookmarks,
+# comment ranges): within a group they move after its translation, where in it they belong being unknown
+_MARKERS = ("proofErr", "bookmarkStart", "bookmarkEnd", "commentRangeStart", "commentRangeEnd", "permStart",
+            "permEnd")
+# what a text run may hold besides its w:t: its formatting, and Word's note of where a page broke when it last
+# laid the document out (copied with the run)
+_RUN_MARKS = ("rPr", "lastRenderedPageBreak")
 
 
 @dataclasses.dataclass
@@ -201,6 +210,7 @@ class _Group:
     """Consecutive text runs of a paragraph, translated as one document."""
     runs: List[_Run]
     data: bytes                     # the part's bytes, which the runs' offsets index
+    between: List[Tuple[int, int]] = dataclasses.field(default_factory=list)   # _MARKERS, runs of formatting only
 
     @property
     def text(self) -> str:
@@ -229,7 +239,7 @@ def _no_dtd(*_: Any) -> None:
 
 def docx_groups(data: bytes, part: str) -> List[_Group]:
     """The text-run groups of one WordprocessingML part (its UTF-8 bytes), parsed by expat without a DTD."""
-    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) or re.match(
+    if b"\x00" in data[:4] or re.match(
             rb"<\?xml[^>]*encoding=[\"'](?!utf-?8[\"'])", data[:200], re.IGNORECASE):
         raise FileError(f"the .docx part {part} is not UTF-8 XML; save the document again with a word processor")
     parser = expat.ParserCreate(namespace_separator=" ")
@@ -260,8 +270,12 @@ def docx_groups(data: bytes, part: str) -> List[_Group]:
                         r.end, r.pure = tag_end, False
                     else:
                         run[-1] = (depth, r)
+                elif w and local in _MARKERS:
+                    i = parser.CurrentByteIndex
+                    tag_end = _tag_end(data, i)
+                    items.append((i, tag_end) if data[tag_end - 2:tag_end] == b"/>" else "edge")
                 else:
-                    items.append("marker" if w and local in ("proofErr", "lastRenderedPageBreak") else "edge")
+                    items.append("edge")
             elif open_run is not None and depth == open_run[0] + 1:
                 r = open_run[1]
                 if w and local == "t" and r.t is None:
@@ -270,7 +284,7 @@ def docx_groups(data: bytes, part: str) -> List[_Group]:
                     r.t = (i, tag_end)                              # its end set at the end event
                     in_t[0] = data[tag_end - 2:tag_end] != b"/>"
                     text.clear()
-                elif not (w and local == "rPr"):
+                elif not (w and local in _RUN_MARKS):
                     r.pure = False
         if w and (local == "p" or local in _INLINE_SCOPES and paragraphs and depth == paragraphs[-1][0] + 1):
             paragraphs.append((depth, []))
@@ -313,19 +327,25 @@ def docx_groups(data: bytes, part: str) -> List[_Group]:
 
 
 def _paragraph_groups(items: List[Any], data: bytes) -> List[_Group]:
-    """A paragraph's runs of consecutive text runs (markers between them, such as w:proofErr, dropped with them;
-    anything else ends a group), those that hold more than white space."""
+    """A paragraph's (or an inline scope's) groups of consecutive text runs that hold more than white space: a
+    marker (_MARKERS) or a run of formatting only between two text runs stays in the group (`between`); anything
+    else ends it."""
     groups: List[_Group] = []
     current: List[_Run] = []
+    between: List[Tuple[int, int]] = []
+    pending: List[Tuple[int, int]] = []             # markers after the group's last text run so far
     for item in items + ["edge"]:
         if isinstance(item, _Run) and item.pure and item.t is not None:
+            if current:
+                between += pending
             current.append(item)
-        elif item == "marker" or (isinstance(item, _Run) and item.pure):        # a run of formatting only
-            continue
+            pending = []
+        elif isinstance(item, tuple) or (isinstance(item, _Run) and item.pure):
+            pending.append(item if isinstance(item, tuple) else (item.start, item.end))
         else:
             if "".join(r.text for r in current).strip():
-                groups.append(_Group(current, data))
-            current = []
+                groups.append(_Group(current, data, between))
+            current, between, pending = [], [], []
     return groups
 
 
@@ -476,7 +496,8 @@ def _translate_groups(translator: Any, groups: List[_Group], kwargs: Dict[str, A
         hyps = [r.hypotheses[0] for r in mine]
         alignments = [r.alignment[0] if aligned and r.alignment else None for r in mine]
         segments = _segments(g, lay, hyps, alignments) or [(0, "")]
-        edits[id(g)] = b"".join(_run_bytes(g.data, g.runs[i], text) for i, text in segments)
+        edits[id(g)] = b"".join([_run_bytes(g.data, g.runs[i], text) for i, text in segments]
+                                + [g.data[start:end] for start, end in g.between])
     return edits
 
 

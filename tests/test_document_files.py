@@ -15,6 +15,7 @@ import sys
 import zipfile
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 pytest.importorskip("sentencex", reason="the documents extra: pip install '.[documents]'")
 
@@ -32,10 +33,13 @@ W = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
 DOC_HEAD = ('<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n'
             f'<w:document xmlns:w="{W}" xmlns:w14="http://schemas.microsoft.com/office/word/2010/wordml" '
             'xmlns:mc="http://schemas.openxmlformats.org/markup-compatibility/2006" mc:Ignorable="w14"><w:body>')
-# a paragraph of a bold and an italic run (a spelling mark between them), one whose runs a tab divides, a table
-# cell's, a hyperlink's (another group), an empty one
+# a paragraph of a bold and an italic run (a spelling mark, a bookmark and a run of formatting only between them;
+# Word's page-break note in one), one whose runs a tab divides, a table cell's, a hyperlink's (another group), an
+# empty one
+MARKS = '<w:proofErr w:type="spellStart"/><w:bookmarkStart w:id="0" w:name="_GoBack"/><w:bookmarkEnd w:id="0"/>'
 DOC_BODY = ('<w:p><w:pPr><w:jc w:val="center"/></w:pPr><w:r><w:rPr><w:b/></w:rPr><w:t xml:space="preserve">seven. '
-            '</w:t></w:r><w:proofErr w:type="spellStart"/><w:r><w:rPr><w:i/></w:rPr><w:t>nine.</w:t></w:r></w:p>'
+            f'</w:t></w:r>{MARKS}<w:r><w:rPr><w:i/></w:rPr><w:lastRenderedPageBreak/><w:t>nine.</w:t></w:r>'
+            '<w:proofErr w:type="spellEnd"/></w:p>'
             '<w:p><w:r><w:t>forty-two</w:t></w:r><w:r><w:tab/></w:r><w:r><w:rPr><w:u w:val="single"/></w:rPr>'
             '<w:t>twelve.</w:t></w:r></w:p>'
             '<w:tbl><w:tr><w:tc><w:p><w:r><w:t>eighty &amp; one.</w:t></w:r></w:p></w:tc></w:tr></w:tbl>'
@@ -135,11 +139,19 @@ def test_docx_runs_keep_their_formatting(translator):
     got = paragraphs(xml)
     # each sentence's words in the run of the source words they are aligned to; the space between them stays bold
     assert got[0] == [(b, seven + " "), (i, nine)]
+    # byte for byte: the marks between the runs after them, the one after the last run where it was
+    assert ('<w:p><w:pPr><w:jc w:val="center"/></w:pPr><w:r><w:rPr><w:b/></w:rPr><w:t xml:space="preserve">'
+            f'{seven} </w:t></w:r><w:r><w:rPr><w:i/></w:rPr><w:lastRenderedPageBreak/><w:t xml:space="preserve">'
+            f'{nine}</w:t></w:r>{MARKS}<w:proofErr w:type="spellEnd"/></w:p>') in xml
     assert got[1] == [("", translator.translate("forty-two")), ("", None), (u, twelve)]      # the tab divides
     assert got[2] == [("", translate_document(translator, "eighty & one."))]
     assert got[3] == [("", translator.translate("six") + " "), ("", translator.translate("seven"))]
     assert got[4] == []
     assert paragraphs(out.read("word/footer1.xml").decode()) == [[("", nine)]]
+    # a part without text to translate comes out as it went in
+    same = docx('<w:p><w:r><w:t xml:space="preserve">  </w:t></w:r><w:r><w:tab/></w:r></w:p>')
+    assert zipfile.ZipFile(io.BytesIO(translate_file_bytes(translator, same, ".docx"))).read(
+        "word/document.xml") == zipfile.ZipFile(io.BytesIO(same)).read("word/document.xml")
 
 
 def test_docx_words_follow_the_alignment():
@@ -153,6 +165,25 @@ def test_docx_words_follow_the_alignment():
         (0, "eins "), (1, "zwei "), (2, "drei "), (1, "vier.")]
     assert _segments(group, lay, ["eins zwei"], [[(0, 0), (9, 1)]]) == [(0, "eins zwei")]
     assert _segments(group, lay, ["eins zwei"], [None]) == [(0, "eins zwei")]
+
+
+WORDS = st.sampled_from(["seven", "nine.", "Dr.", "  ", " ", "a-b", "\u00e9t\u00e9", "x."])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(WORDS, min_size=1, max_size=4).map("".join), min_size=1, max_size=5),
+       st.lists(st.lists(WORDS, max_size=5).map(" ".join), min_size=8, max_size=8),
+       st.lists(st.tuples(st.integers(0, 6), st.integers(0, 6)), max_size=6))
+def test_a_group_holds_its_translation_exactly(texts, hyps, pairs):
+    """Whatever the runs, translations and alignment: the runs' new texts, in order, are the group's translation
+    (layout.join), every run index is one of the group's, and no two neighbours share a run."""
+    group = _Group([_Run(0, text=t) for t in texts], b"")
+    lay = layout(group.text)
+    mine = hyps[:len(lay.sentences)] + [""] * (len(lay.sentences) - len(hyps))
+    segments = _segments(group, lay, mine, [pairs] * len(lay.sentences))
+    assert "".join(t for _, t in segments) == lay.join(mine)
+    assert all(0 <= i < len(texts) and t for i, t in segments)
+    assert all(a[0] != b[0] for a, b in zip(segments, segments[1:]))
 
 
 def zip_of(entries, compression=zipfile.ZIP_DEFLATED) -> bytes:

@@ -301,8 +301,10 @@ KEY = "file-key"
 def server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("files")
     (tmp / "keys").write_text(f"{KEY}\n")
-    # small request limits: a file's sentences go as several jobs
-    s = Server(tmp, "--api-keys", str(tmp / "keys"), "--max-request-rows", "16", "--max-file-chars", "20000")
+    # small request limits: a file's sentences go as several jobs; what the requests in progress may hold
+    # together is less than a long file's jobs hold in all
+    s = Server(tmp, "--api-keys", str(tmp / "keys"), "--max-request-rows", "16", "--max-file-chars", "20000",
+               "--max-answer-bytes", "16384", "--max-pending-bytes", "16384")
     yield s
     s.stop()
 
@@ -335,7 +337,8 @@ def test_translate_file_and_download(server, translator, name, data, download):
 
 def test_a_long_file_is_several_jobs(server, translator):
     """60 sentences at beam 4 are 240 decoder rows; --max-request-rows 16 lets a job hold 4: the file's sentences go
-    as jobs within the limit, one after another, not as one refused request."""
+    as jobs within the limit, one after another, not as one refused request. Their answers (~1.5 kB each, reckoned
+    up front) are more than --max-pending-bytes in all: each job gives its share back when it is done."""
     text = "\n".join(["seven. nine. twelve."] * 20)
     key = ("seq2onnx_jobs_total", (("model", MODEL), ("outcome", "done")))
     before = metrics(server).get(key, 0)

@@ -24,6 +24,8 @@ COMMANDS = {
     "convert": ("seq2onnx.export.hf_convert", "convert_main",
                 "convert a transformers MarianMT (OPUS-MT) / M2M100 / NLLB folder to a model package", "convert"),
     "translate": ("seq2onnx.runtime.commands", "translate_main", "translate lines with a model package", None),
+    "translate-file": ("seq2onnx.runtime.document_files", "translate_file_main",
+                       "translate a file (.txt, .html, .srt, .docx) with a model package, keeping its format", None),
     "score": ("seq2onnx.runtime.commands", "score_main", "score given translations (log-probs) with a model package",
               None),
     "info": ("seq2onnx.runtime.info", "info_main", "describe a model package", None),

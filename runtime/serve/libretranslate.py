@@ -13,7 +13,8 @@ clients (libretranslatepy, deep-translator's LibreTranslator, npm `libretranslat
   When two models serve one pair, the first on the command line does.
 - source "auto": we detect no language. It means the one source language that serves `target`; with several,
   400 naming them.
-- format "html": 400 (we would have to keep the markup; LibreTranslate translates the text between tags).
+- format "html": q is an HTML document (runtime/html_document.py): the text between the tags is translated, the
+  markup kept, inline tags placed by the translation's alignment.
 - Each q is a document (runtime/documents.py): split into paragraphs and sentences, which the model translates, and
   put back together with its line breaks, blank lines, list markers and spaces. The sentences of every q of a
   request go to the scheduler as the texts of one job (rows of one batch, not one job each). --char-limit counts
@@ -28,7 +29,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..documents import DocumentError, Layout, layout
+from ..documents import FORMATS, DocumentError, Translation, alignment_options, layout, translations
 from .app import Answer, HTTPError, Service, endpoint
 from .scheduler import TRANSLATE
 
@@ -139,9 +140,7 @@ async def translate(request: Request) -> Response:
         raise HTTPError(400, "Invalid request: source and target must be strings")
     n_alt = _alternatives(values.get("alternatives", 0), service.settings.alternatives_limit)
     text_format = values.get("format") or "text"
-    if text_format == "html":
-        raise HTTPError(400, "html format is not supported by this server; send format=text")
-    if text_format != "text":
+    if text_format not in FORMATS:
         raise HTTPError(400, f"{text_format} format is not supported")
     if not is_json:
         q = "\n".join(q.splitlines())
@@ -153,7 +152,7 @@ async def translate(request: Request) -> Response:
     source, pair = pick_pair(service, source, target)
     model, scheduler = service.scheduler(pair.model)
     try:
-        layouts = [layout(text, language=source) for text in texts]
+        layouts = [layout(text, language=source, format=text_format) for text in texts]
     except DocumentError as e:
         raise HTTPError(400, f"Invalid request: q: {e}") from None
     sentences = [s for lay in layouts for s in lay.sentences]
@@ -163,8 +162,10 @@ async def translate(request: Request) -> Response:
     if n_alt:
         beam = {**scheduler.translator.package.generation}.get("beam_size", 4)
         options.update(num_hypotheses=n_alt + 1, beam_size=max(beam, n_alt + 1))
+    options.update(alignment_options(scheduler.translator, layouts))
     results = await service.run(request, model, scheduler, TRANSLATE, sentences, options) if sentences else []
-    best, alternatives = documents_answer(layouts, [r.hypotheses for r in results], n_alt)
+    best, alternatives = documents_answer(layouts, translations(scheduler.translator, sentences, results,
+                                                                pair.source_lang, pair.target_lang), n_alt)
     answer: Dict[str, Any] = {"translatedText": best if batch else best[0]}
     if values.get("source") == "auto":
         detected = {"confidence": 100.0, "language": source}
@@ -174,7 +175,7 @@ async def translate(request: Request) -> Response:
     return Answer(answer)
 
 
-def documents_answer(layouts: List[Layout], hypotheses: List[List[str]], n_alt: int
+def documents_answer(layouts: List[Any], hypotheses: List[List[Translation]], n_alt: int
                      ) -> Tuple[List[str], List[List[str]]]:
     """Per document, its translation (each sentence's best hypothesis) and its alternatives: the k-th joins each
     sentence's k-th hypothesis (its best where it has fewer), as argos-translate combines them; without repeats, the

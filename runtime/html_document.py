@@ -29,10 +29,10 @@ The rules, each here once:
 - Attributes are kept as written, but title and alt, whose values are translated (as plain-text documents).
   Entities in text are decoded for the model and written back as the document spelled them (a character it wrote
   as &nbsp; or &#169; is written so again); "&", "<", ">" are escaped.
-- Refused (DocumentError, naming where and the fix): a document over MAX_HTML_CHARS characters, more than
-  MAX_HTML_ELEMENTS elements, elements nested deeper than MAX_HTML_DEPTH (Blink's parser stops at 512; 256 leaves
-  the recursion here room), a <script> or <style> that is never closed (the rest of the document would be script),
-  a control character (as in plain text), and a paragraph's text over MAX_PARAGRAPH_CHARS.
+- Refused (DocumentError, naming where and the fix): a document over MAX_HTML_CHARS characters or MAX_HTML_TAGS
+  "<" (html.parser's time grows with them: microseconds each), elements nested deeper than MAX_HTML_DEPTH (Blink's
+  parser stops at 512), a <script> or <style> that is never closed (the rest of the document would be script), a
+  control character (as in plain text), and a paragraph's text over MAX_PARAGRAPH_CHARS.
 """
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ from .documents import (MAX_PARAGRAPH_CHARS, DocumentError, Layout, Translation,
                         layout, require_splitter, splitter_language)
 
 MAX_HTML_CHARS = 1 << 22            # characters of one HTML document
-MAX_HTML_ELEMENTS = 1 << 17         # its elements (tags)
+MAX_HTML_TAGS = 1 << 17             # its "<" (tags, comments, a bare "<"): each one a parser event, of microseconds
 MAX_HTML_DEPTH = 256                # elements open at once
 
 VOID = frozenset("area base basefont bgsound br col embed frame hr img input keygen link meta param source track "
@@ -59,7 +59,7 @@ KEPT = frozenset("script style code kbd samp svg math textarea".split())
 RAW_TEXT = frozenset({"script", "style"})             # html.parser hands their content over unparsed
 TRANSLATED_ATTRIBUTES = ("title", "alt")
 PRE = frozenset({"pre", "listing", "plaintext"})      # white space as written
-# a start tag of the key closes an open element of one of these names when it is the innermost (HTML's implied ends)
+# a start tag of the key closes the innermost open elements while they have one of these names (HTML's implied ends)
 IMPLIED_END = {"p": {"p"}, "li": {"li"}, "dt": {"dt", "dd"}, "dd": {"dt", "dd"}, "tr": {"tr", "td", "th"},
                "td": {"td", "th"}, "th": {"td", "th"}, "option": {"option"}}
 _ATTRIBUTE = re.compile(r"""([^\s/>"'=][^\s/>"'=]*)(?:\s*=\s*("[^"]*"|'[^']*'|[^\s>]+))?""")
@@ -112,7 +112,6 @@ class _TreeBuilder(HTMLParser):
         self.line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
         self.root = Element("", "", False, 1)
         self.stack: List[Element] = [self.root]
-        self.elements = 0
         self.pending: Optional[Tuple[List[Node], int, str]] = None   # the last text: its list, index, start
 
     def position(self) -> int:
@@ -142,13 +141,9 @@ class _TreeBuilder(HTMLParser):
     def _start(self, tag: str, attrs: List[Tuple[str, Optional[str]]], closed: bool) -> None:
         self.flush(self.position())
         top = self.stack[-1]
-        if top.name in IMPLIED_END.get(tag, ()) and len(self.stack) > 1 and not top.kept:
+        while top.name in IMPLIED_END.get(tag, ()) and not top.kept:
             self.stack.pop()
             top = self.stack[-1]
-        self.elements += 1
-        if self.elements > MAX_HTML_ELEMENTS:
-            raise DocumentError(f"{self.where()}: more than {MAX_HTML_ELEMENTS} elements; an HTML document may hold "
-                                f"at most that: translate it in parts")
         raw = self.get_starttag_text() or f"<{tag}>"
         closed = closed or tag in VOID
         element = Element(tag, raw, top.kept or _keeps(tag, attrs), self.getpos()[0], closed)
@@ -191,14 +186,42 @@ class _TreeBuilder(HTMLParser):
     def unknown_decl(self, data: str) -> None:
         self._raw(f"<![{data}]]>")
 
-    def finish(self) -> Element:
-        self.close()
+    def finish(self, tail: str) -> Element:
+        """The tree, with `tail` (the document's end after its last ">") as text."""
+        if tail:
+            self.flush(len(self.text) - len(tail))
+            top = self.stack[-1]
+            if top.name not in RAW_TEXT:
+                top.children.append(Text(unescape(tail), tail.replace("<", "&lt;"), self.getpos()[0]))
         self.flush(len(self.text))
         for element in self.stack[1:]:
             if element.name in RAW_TEXT:
                 raise DocumentError(f"line {element.line}: <{element.name}> is never closed, so the rest of the "
                                     f"document would be its content: close it with </{element.name}>")
         return self.root
+
+
+_COMMENT_END = re.compile(r"--!?>")
+_SECTION_END = {"cdata": re.compile(r"]\s*]\s*>"), "if": re.compile(r"]\s*>")}
+_SECTION = re.compile(r"<!\[\s*([a-zA-Z][-_.a-zA-Z0-9]*)")
+
+
+def _check_closed(text: str) -> None:
+    """DocumentError for a comment or a marked section (<![CDATA[ ...) that is never closed: html.parser would
+    search the rest of the document for its end at each "<" after it (quadratic time). Checking the last one of each
+    kind is enough: an earlier one ends before its end, or at it."""
+    last = text.rfind("<!--")
+    if last >= 0 and not _COMMENT_END.search(text, last + 4):
+        raise DocumentError(f"line {text.count(chr(10), 0, last) + 1}: a comment (<!--) that is never closed: "
+                            f"close it with -->")
+    sections = {}
+    for m in _SECTION.finditer(text):
+        name = m.group(1).lower()
+        sections["if" if name in ("if", "else", "endif") else "cdata"] = m.start()
+    for kind, start in sections.items():
+        if not _SECTION_END[kind].search(text, start + 3):
+            raise DocumentError(f"line {text.count(chr(10), 0, start) + 1}: a marked section (<![) that is never "
+                                f"closed: close it with {']]>' if kind == 'cdata' else ']>'}")
 
 
 def _escape_text(text: str) -> str:
@@ -210,10 +233,22 @@ def parse(text: str) -> Element:
     if len(text) > MAX_HTML_CHARS:
         raise DocumentError(f"{len(text)} characters; an HTML document may hold at most {MAX_HTML_CHARS}: "
                             f"translate it in parts")
+    tags = text.count("<")
+    if tags > MAX_HTML_TAGS:
+        raise DocumentError(f'{tags} tags ("<"); an HTML document may hold at most {MAX_HTML_TAGS}: translate it in '
+                            f'parts')
     check_controls(text)
+    _check_closed(text)
     builder = _TreeBuilder(text)
-    builder.feed(text)
-    root = builder.finish()
+    # the text after the last ">" holds no markup (every construct ends with one): html.parser, closed with it,
+    # rescans it to the end at each "<" (quadratic); it is text, as html.parser would have it
+    head = text.rfind(">") + 1
+    try:
+        builder.feed(text[:head])
+        builder.close()
+    except AssertionError as e:                     # Python < 3.13's _markupbase: an unknown "<![keyword"
+        raise DocumentError(f"{builder.where()}: markup that cannot be read ({e}): remove it") from None
+    root = builder.finish(text[head:])
     _mark_blocks(root)
     return root
 

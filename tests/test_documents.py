@@ -254,8 +254,7 @@ from html.parser import HTMLParser  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from seq2onnx.runtime.documents import Translation  # noqa: E402
-from seq2onnx.runtime.html_document import (MAX_HTML_CHARS, MAX_HTML_DEPTH, MAX_HTML_ELEMENTS, VOID,  # noqa: E402
-                                            html_layout)
+from seq2onnx.runtime.html_document import MAX_HTML_CHARS, MAX_HTML_DEPTH, MAX_HTML_TAGS, VOID, html_layout  # noqa: E402,E501
 
 FORMAT_1 = Path(__file__).resolve().parent / "data" / "numbers-en-de-earlier-contract"   # no attention
 WORDS = ["seven", "nine", "twelve", "forty-two", "eighty", "one hundred and five", "three"]
@@ -416,7 +415,8 @@ def test_html_is_translate_batch_of_its_sentences(translator):
 
 
 @pytest.mark.parametrize("doc", ["<p>a<b>b<i>c</p>d", "</b>seven</i>", "<p>seven <b>nine", "<div><p>a</div></p>",
-                                 "seven < nine & <b", "<p>seven</p", "<b/>nine<i>x</b></i>", "<!-- nine",
+                                 "seven < nine & <b", "<p>seven</p", "<b/>nine<i>x</b></i>", "<!-- a -- b --!>",
+                                 "<p>seven <!DOCTYPE <? <a b='x> &",
                                  "<ul><li>one<li>two", "<table><tr><td>a<td>b<tr><td>c</table>", "<a href='x>seven",
                                  "&#99999999; &bogus; &amp", "<p>seven\n<b>nine</b>\n</p>"])
 def test_malformed_html_comes_back_well_formed(translator, translator_1, doc):
@@ -430,9 +430,13 @@ def test_malformed_html_comes_back_well_formed(translator, translator_1, doc):
                              f"at most {MAX_HTML_DEPTH} deep"),
     ("<p>" + "a" * MAX_HTML_CHARS, f"{MAX_HTML_CHARS + 3} characters; an HTML document may hold at most "
                                    f"{MAX_HTML_CHARS}: translate it in parts"),
-    ("<br>" * (MAX_HTML_ELEMENTS + 1), f"more than {MAX_HTML_ELEMENTS} elements"),
+    ("<br>" * MAX_HTML_TAGS + "<", f'{MAX_HTML_TAGS + 1} tags ("<"); an HTML document may hold at most {MAX_HTML_TAGS}'),
     ("<p>seven</p>\n<script>var a = '<p>';", "line 2: <script> is never closed"),
     ("<style>p {}", "line 1: <style> is never closed"),
+    # html.parser would search the rest of the document for the end of each (quadratic time)
+    ("<p>seven</p>\n" + "<!--x>" * 10_000, "line 2: a comment (<!--) that is never closed: close it with -->"),
+    ("<![CDATA[x]>" * 10_000, "line 1: a marked section (<![) that is never closed: close it with ]]>"),
+    ("<p><![foo[x]]>", "line 1, column 4: markup that cannot be read"),
     ("<p>seven</p>\n<p>ni\x00ne</p>", "line 2, column 6: control character U+0000"),
     ("<p>" + "seven " * 20_000 + "</p>", f"the paragraph at line 1: 120000 characters of text; a paragraph of a "
                                          f"document may hold at most {MAX_PARAGRAPH_CHARS}"),

@@ -112,7 +112,7 @@ class _TreeBuilder(HTMLParser):
         self.line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
         self.root = Element("", "", False, 1)
         self.stack: List[Element] = [self.root]
-        self.pending: Optional[Tuple[List[Node], int, str]] = None   # the last text: its list, index, start
+        self.pending: Optional[Tuple[List[Node], int, int]] = None   # the last text: its list, index, start
 
     def position(self) -> int:
         line, column = self.getpos()
@@ -704,28 +704,26 @@ def _units(sentences: List[Tuple[int, int]], tokens: List[Token], text: str) -> 
     def sentence_of(pos: int) -> int:
         return max(bisect.bisect_right(starts, pos) - 1, 0)
 
-    spans: Dict[int, Tuple[int, int, bool]] = {}     # id(element) -> (first, last sentence, starts and ends at edges)
-    opened: List[Tuple[Any, int]] = []
+    spans: Dict[int, Tuple[int, int, bool, int, int]] = {}   # id(element) -> first and last sentence it touches,
+    opened: List[Tuple[Any, int]] = []                          # whether it starts and ends at their edges, range
     for kind, node, pos in tokens:
         if kind == "open":
             opened.append((node, pos))
         elif kind == "close":
             element, start = opened.pop()
             first = _NON_SPACE.search(text, start, pos)
-            if first is None:
-                continue
-            last = start + len(text[start:pos].rstrip()) - 1
-            f, l = sentence_of(first.start()), sentence_of(last)
-            spans[id(element)] = (f, l, start <= sentences[f][0] and pos >= sentences[l][1])
+            if first is not None:
+                f, l = sentence_of(first.start()), sentence_of(start + len(text[start:pos].rstrip()) - 1)
+                spans[id(element)] = (f, l, start <= sentences[f][0] and pos >= sentences[l][1], start, pos)
     # boundary k (between sentences k and k + 1) fused: a worklist over the elements, each fusing its inner
     # boundaries once; one that wraps sentences becomes part of a unit when a boundary at its edge is fused
-    parent = list(range(n))                         # first boundary >= k not fused (n - 1: none)
-    by_edge: Dict[int, List[Tuple[int, int, bool]]] = {}
-    work = [span for span in spans.values() if not span[2]]
-    for f, l, clean in spans.values():
+    parent = list(range(n))                         # the first boundary >= k not fused (n - 1 never is)
+    by_edge: Dict[int, List[Tuple[int, int]]] = {}
+    work = [(f, l) for f, l, clean, _, _ in spans.values() if not clean]
+    for f, l, clean, _, _ in spans.values():
         if clean and l > f:
             for edge in (f - 1, l):
-                by_edge.setdefault(edge, []).append((f, l, clean))
+                by_edge.setdefault(edge, []).append((f, l))
 
     def find(k: int) -> int:
         while parent[k] != k:
@@ -734,7 +732,7 @@ def _units(sentences: List[Tuple[int, int]], tokens: List[Token], text: str) -> 
         return k
 
     while work:
-        f, l, _ = work.pop()
+        f, l = work.pop()
         k = find(f)
         while k < l:
             parent[k] = k + 1
@@ -743,47 +741,33 @@ def _units(sentences: List[Tuple[int, int]], tokens: List[Token], text: str) -> 
     units: List[Tuple[int, int, List[Token]]] = []
     first_sentence = 0
     for k in range(n):
-        if find(k) == k:                            # boundary k not fused (n - 1 never is): a unit ends at k
+        if find(k) == k:                            # boundary k not fused: a unit ends with sentence k
             units.append((sentences[first_sentence][0], sentences[k][1], []))
             first_sentence = k + 1
     unit_starts = [s for s, _, _ in units]
-    inside: set = set()
-    ranges: Dict[int, Tuple[int, int]] = {}
-    opened = []
-    for kind, node, pos in tokens:
-        if kind == "open":
-            opened.append((node, pos))
-        elif kind == "close":
-            element, start = opened.pop()
-            ranges[id(element)] = (start, pos)
+
+    def unit_at(pos: int) -> Tuple[int, int, List[Token]]:
+        return units[max(bisect.bisect_right(unit_starts, pos) - 1, 0)]
+
+    inside: Dict[int, List[Token]] = {}             # id(element) -> the tokens of the unit it is inside
     parents: List[Any] = []
-    for kind, node, pos in tokens:
+    for kind, node, pos in tokens:                  # in document order: a parent is decided before its children
+        held = inside.get(id(parents[-1])) if parents else None
         if kind == "open":
-            span = spans.get(id(node))
-            mine = False
-            if span is not None:
-                u = max(bisect.bisect_right(unit_starts, sentences[span[0]][0]) - 1, 0)
-                s, e, inner = units[u]
-                start, end = ranges[id(node)]
-                mine = (parents and id(parents[-1]) in inside) or not (start <= s and end >= e)
-                if mine:
-                    inside.add(id(node))
-                    inner.append((kind, node, pos))
+            f, _, _, start, end = spans[id(node)]
+            s, e, inner = unit_at(sentences[f][0])
+            if held is not None or not (start <= s and end >= e):
+                inside[id(node)] = inner
+                inner.append((kind, node, pos))
             parents.append(node)
         elif kind == "close":
             parents.pop()
             if id(node) in inside:
-                u = max(bisect.bisect_right(unit_starts, sentences[spans[id(node)][0]][0]) - 1, 0)
-                units[u][2].append((kind, node, pos))
+                inside[id(node)].append((kind, node, pos))
         elif kind == "atom":
-            u = max(bisect.bisect_right(unit_starts, pos) - 1, 0)
-            s, e, inner = units[u]
-            if (parents and id(parents[-1]) in inside) or s < pos < e:
-                if parents and id(parents[-1]) in inside:
-                    span = spans[id(parents[-1])]
-                    inner = units[max(bisect.bisect_right(unit_starts, sentences[span[0]][0]) - 1, 0)][2]
-                inside.add(id(node))
-                inner.append((kind, node, pos))
+            s, e, inner = unit_at(pos)
+            if held is not None or s < pos < e:
+                (held if held is not None else inner).append((kind, node, pos))
     return units
 
 

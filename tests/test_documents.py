@@ -365,6 +365,18 @@ def test_html_layout():
     tags_kept(doc, out, ends=False)
 
 
+def test_sentences_and_inline_tags():
+    """An element that starts or ends inside a sentence joins the sentences it spans; one that wraps whole sentences
+    is written around their translations (and an element inside a sentence stays in it); in <pre>, lines."""
+    lay = html_layout("<p>seven. <b>nine. twelve</b> eighty. <i>five. three.</i> <u>ten <s>one.</s> two.</u></p>")
+    assert lay.sentences == ("seven.", "nine. twelve eighty.", "five.", "three.", "ten one.", "two.")
+    assert lay.join([s.upper() for s in lay.sentences]) == \
+        "<p>SEVEN. <b>NINE. TWELVE EIGHTY.</b> <i>FIVE. THREE.</i> <u><s>TEN ONE.</s> TWO.</u></p>"
+    lay = html_layout("<pre>seven.\n  <b>nine</b>   twelve.\n</pre>", split_sentences=False)
+    assert lay.sentences == ("seven.", "nine twelve.")
+    assert lay.join([s.upper() for s in lay.sentences]) == "<pre>SEVEN.\n  <b>NINE TWELVE.</b>\n</pre>"
+
+
 def test_tags_follow_the_alignment():
     """Bergamot's rule: each element from the first to the last target word its source words align to."""
     lay = html_layout('<p><b>one</b> two <i>three <img src="x"></i></p>')

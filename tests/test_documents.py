@@ -416,6 +416,10 @@ def test_html_without_attention(translator_1):
 
 
 def test_html_is_translate_batch_of_its_sentences(translator):
+    # where each source word that the alignment numbers lies ("▁" alone, of the double space, is a word of none)
+    assert translator.source_words("forty-two  nine") == [(0, 9), None, (11, 15)]
+    r = translator.translate_batch(["forty-two  nine"], return_alignment=True)[0]
+    assert max(s for s, _ in r.alignment[0]) < 3
     doc = "<p>seven. <b>nine</b> and twelve.</p>\n<p title='five'>eighty</p>"
     lay = html_layout(doc)
     results = translator.translate_batch(list(lay.sentences), return_alignment=True, beam_size=2)

@@ -9,9 +9,9 @@ end), so that malformed markup comes back well-formed.
 The rules, each here once:
 - Block elements (any not in INLINE, and an inline one that holds a block) and <br> separate segments; the text of
   the inline content between them (text, INLINE elements, comments, <img>) is one paragraph, split into sentences as
-  a plain-text line is (documents.py: sentencex, split_sentences=False: one sentence). Its white space runs are one
-  space for the model (HTML shows them so); the white space between sentences is kept as written, as in <pre>,
-  where a sentence never spans two lines.
+  a plain-text line is (documents.py: sentencex, split_sentences=False: one sentence); in <pre>, each line is.
+  The model reads a sentence with its white space runs made one space (as HTML shows them); the white space between
+  sentences is written as the document has it.
 - An inline element (<b>, <a href>, <i>, <span>, nested ones) that wraps whole sentences is written around their
   translations; one that starts or ends inside a sentence is part of it (the sentences it spans are translated as
   one). Such a tag is put back around the target words its source words align to (return_alignment, Bergamot's
@@ -19,7 +19,8 @@ The rules, each here once:
   its parent's span, after the siblings before it (an element whose words cross a sibling's gets what is left, and
   may end up empty); an element with no aligned word, an <img>, a comment, or a kept element (below) goes after the
   first target word aligned to the source word before it (before the one aligned to the word after it, at the
-  start). Every tag of the input is written once, in a well-formed document.
+  start). The white space between two target words is written once, before what opens or stands between them.
+  Every tag of the input is written once, in a well-formed document.
 - Without alignments (a format_version 1 package has no attention) the stated rule is: a sentence's elements are
   nested around its whole translation, in the order they open, and its other items (an <img>, a kept element) go
   before the translation when they came before its first word, else after it.

@@ -212,26 +212,32 @@ list markers ("- ", "* ", "1. ") and spaces. Read and written a block of --max-b
 A line over {chars} characters, or a control character (but TAB, LF, CR), stops the command (exit 2,
 naming the line); the blocks before it are written. --n-best, --scores, --alignment and --plot-attention
 are for lines of sentences, not documents.
+--format html: the input is one HTML document (runtime/html_document.py's rules): the text between its tags is
+translated, its markup kept (inline tags placed by the translation's alignment); read whole, at most {html_chars}
+characters.
 """
 
 
 def _translate_cli_parser() -> argparse.ArgumentParser:
     """`seq2onnx translate`'s parser: _translate_parser's options (which translate-dataset shares) and documents."""
-    from .documents import MAX_PARAGRAPH_CHARS
+    from .documents import FORMATS, MAX_PARAGRAPH_CHARS
+    from .html_document import MAX_HTML_CHARS
     p = _translate_parser()
-    p.epilog = f"{p.epilog}{DOCUMENT_FORMAT.format(chars=MAX_PARAGRAPH_CHARS)}"
+    p.epilog = f"{p.epilog}{DOCUMENT_FORMAT.format(chars=MAX_PARAGRAPH_CHARS, html_chars=MAX_HTML_CHARS)}"
     g = p.add_argument_group("documents")
     g.add_argument("--document", action="store_true",
                    help="translate the input as one document: paragraphs and sentences, layout kept (below)")
     g.add_argument("--no-split", dest="split_sentences", action="store_false",
                    help="with --document: translate each line whole, not sentence by sentence")
+    g.add_argument("--format", choices=FORMATS, default="text",
+                   help="html: the input is one HTML document, its markup kept (below); default text")
     return p
 
 
 def translate_main(argv: List[str]) -> int:
     PROG["name"] = "seq2onnx translate"
     args, decoding = translate_options(argv, _translate_cli_parser)
-    if args.document or not args.split_sentences:
+    if args.document or not args.split_sentences or args.format == "html":
         return _translate_document(args, decoding)
     if args.plot_attention is not None:
         from .attention_plot import check_folder
@@ -328,7 +334,7 @@ def _translate_document(args: Any, decoding: Dict[str, Any]) -> int:
     """`translate --document`: the input's lines in blocks of --max-batch-size, each block a document (documents.py:
     its lines are its paragraphs, so a block's translation is the whole document's part), written as it is done."""
     from .documents import MAX_PARAGRAPH_CHARS, layout
-    if not args.document:
+    if not args.document and args.format != "html":
         raise Seq2OnnxError("--no-split is an option of --document (without it, each line is one source, not split)")
     sentence_flags = [flag for flag, given in (("--n-best", args.num_hypotheses > 1), ("--scores", args.scores),
                                                ("--alignment", args.return_alignment),
@@ -346,6 +352,9 @@ def _translate_document(args: Any, decoding: Dict[str, Any]) -> int:
             with open_output(args.output, source=source,
                              source_name="stdin" if args.input is None else f"--input {args.input}") as out:
                 tr, limit = _load_translator(args)
+                if args.format == "html":
+                    out.write(_translate_html(tr, source, args, decoding).encode("utf-8"))
+                    return 0
                 lines = document_lines(source, line_bytes)
                 for block in iter(lambda: list(itertools.islice(lines, args.max_batch_size)), []):
                     layouts = []
@@ -367,6 +376,25 @@ def _translate_document(args: Any, decoding: Dict[str, Any]) -> int:
             if args.input is not None:
                 source.close()
     return 0
+
+
+def _translate_html(tr: Any, source: BinaryIO, args: Any, decoding: Dict[str, Any]) -> str:
+    """`translate --format html`: the input read whole (at most MAX_HTML_CHARS characters' bytes), translated."""
+    from .documents import alignment_options, layout, translations
+    from .html_document import MAX_HTML_CHARS
+    max_bytes = UTF8_MAX_BYTES * MAX_HTML_CHARS
+    raw = source.read(max_bytes + 1)
+    if len(raw) > max_bytes:
+        raise Seq2OnnxError(f"the input is longer than {max_bytes} bytes; an HTML document may hold at most "
+                            f"{MAX_HTML_CHARS} characters: translate it in parts")
+    text = decode_line(raw[len(codecs.BOM_UTF8):] if raw.startswith(codecs.BOM_UTF8) else raw, 1)
+    lay = layout(text, args.split_sentences, decoding.get("source_lang"), format="html")
+    sentences = list(lay.sentences)
+    options = argparse.Namespace(**{**vars(args), **alignment_options(tr, [lay])})
+    results = translate_texts(tr, sentences, decoding, options) if sentences else []
+    best = [t[0] for t in translations(tr, sentences, results, decoding.get("source_lang"),
+                                       decoding.get("target_lang"))]
+    return lay.join(best)
 
 
 def document_lines(stream: BinaryIO, max_bytes: int) -> Iterator[Tuple[int, str]]:

@@ -17,12 +17,13 @@ The rules, each here once:
   characters: no paragraph of prose is, and splitting it would hold memory in proportion to it.
 Without sentencex installed, split_sentences=True is refused with one line naming the extra (no other rule stands in
 for it silently); split_sentences=False needs nothing beyond the runtime.
+An HTML document (format="html") is taken apart by runtime/html_document.py's rules, which use these for its text.
 """
 from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from .errors import Seq2OnnxError
 
@@ -30,6 +31,7 @@ EXTRA = "documents"                 # pyproject.toml's extra that brings the sen
 SPLITTER = "sentencex"
 MAX_PARAGRAPH_CHARS = 1 << 16       # one line of a document, in characters
 DEFAULT_LANGUAGE = "en"             # the splitter's rules when no language is known
+FORMATS = ("text", "html")          # what a document is written in: LibreTranslate's `format` values
 
 _LINE_BREAK = re.compile(r"(\r\n|\r|\n)")
 # leading white space, an optional list marker with the white space after it; the content; trailing white space
@@ -44,6 +46,26 @@ _WIDE_SPACE = re.compile(r"[^\S \t]")
 class DocumentError(Seq2OnnxError, ValueError):
     """A document that cannot be translated as one (a control character, a line too long): the message names
     where, and the fix."""
+
+
+class Translation(NamedTuple):
+    """One sentence's translation as a document layout's join takes it: its text, and for placing markup (HTML)
+    its alignment (translate_batch(return_alignment=True)) with the spans of the source words it numbers
+    (Translator.source_words); a plain str is a Translation without them."""
+    text: str
+    alignment: Optional[List[Tuple[int, int]]] = None
+    source_words: Optional[List[Optional[Tuple[int, int]]]] = None
+
+
+def check_controls(text: str, number: int = 1) -> None:
+    """DocumentError naming the first control character (C0 but TAB, LF and CR; DEL; C1) of `text`, whose first
+    line is line `number`."""
+    bad = _CONTROL.search(text)
+    if bad:
+        line = number + text.count("\n", 0, bad.start())
+        column = bad.start() - (text.rfind("\n", 0, bad.start()) + 1) + 1
+        raise DocumentError(f"line {line}, column {column}: control character U+{ord(bad.group()):04X}; a "
+                            f"document holds text, tabs and line breaks only: remove it")
 
 
 def splitter_missing() -> Seq2OnnxError:
@@ -76,12 +98,12 @@ class Layout:
     pieces: Tuple[str, ...]
     sentences: Tuple[str, ...]
 
-    def join(self, translations: Sequence[str]) -> str:
+    def join(self, translations: Sequence[Union[str, Translation]]) -> str:
         if len(translations) != len(self.sentences):
             raise ValueError(f"{len(translations)} translations for {len(self.sentences)} sentences")
         out = [self.pieces[0]]
         for translation, piece in zip(translations, self.pieces[1:]):
-            out += [translation, piece]
+            out += [translation if isinstance(translation, str) else translation.text, piece]
         return "".join(out)
 
 
@@ -117,11 +139,17 @@ def _sentence_spans(text: str, language: str, segment: Any) -> List[Tuple[int, i
     return [(s, s + len(text[s:e].rstrip())) for s, e in spans]
 
 
-def layout(text: str, split_sentences: bool = True, language: Optional[str] = None) -> Layout:
-    """`text` taken apart by the module's rules; language: the source language's code (for the splitter's rules,
-    splitter_language). DocumentError for a control character or a line over MAX_PARAGRAPH_CHARS."""
+def layout(text: str, split_sentences: bool = True, language: Optional[str] = None, format: str = "text") -> Any:
+    """`text` taken apart by the module's rules (a Layout; format="html": html_document.py's, an HtmlLayout);
+    language: the source language's code (for the splitter's rules, splitter_language). DocumentError for a control
+    character or a line over MAX_PARAGRAPH_CHARS (and what html_document.py refuses)."""
     if not isinstance(text, str):
         raise TypeError(f"a document must be a str, got {type(text).__name__}")
+    if format not in FORMATS:
+        raise DocumentError(f"format {format!r} is unknown: a document is one of {', '.join(FORMATS)}")
+    if format == "html":
+        from .html_document import html_layout
+        return html_layout(text, split_sentences, language)
     segment = require_splitter() if split_sentences else None
     lang = splitter_language(language)
     pieces: List[str] = [""]
@@ -131,11 +159,7 @@ def layout(text: str, split_sentences: bool = True, language: Optional[str] = No
         if len(line) > MAX_PARAGRAPH_CHARS:
             raise DocumentError(f"line {number}: {len(line)} characters; a line (a paragraph) of a document may "
                                 f"hold at most {MAX_PARAGRAPH_CHARS}: break it into lines")
-        bad = _CONTROL.search(line)
-        if bad:
-            raise DocumentError(f"line {number}, column {bad.start() + 1}: control character "
-                                f"U+{ord(bad.group()):04X}; a document holds text, tabs and line breaks only: "
-                                f"remove it")
+        check_controls(line, number)
         lead, content, trail = _LINE.fullmatch(line).groups()                        # type: ignore[union-attr]
         pieces[-1] += lead
         if content:
@@ -161,30 +185,57 @@ def _per_sentence(name: str, value: Optional[Sequence[Any]], layouts: List[Layou
     return [value[i] for i, lay in enumerate(layouts) for _ in lay.sentences]
 
 
+def alignment_options(translator: Any, layouts: Sequence[Any]) -> Dict[str, Any]:
+    """The translate_batch options a document's join needs: return_alignment where a sentence holds markup to place
+    and the model has attention (without it, the rule without alignments)."""
+    if getattr(translator.engine, "has_attention", False) and any(getattr(lay, "needs_alignment", False)
+                                                                  for lay in layouts):
+        return {"return_alignment": True}
+    return {}
+
+
+def translations(translator: Any, sentences: Sequence[str], results: Sequence[Any],
+                 source_lang: Optional[str] = None, target_lang: Optional[str] = None) -> List[List[Translation]]:
+    """Per result, its hypotheses as Translations (with their alignments and the source words they number, where
+    the results have alignments)."""
+    out = []
+    for sentence, r in zip(sentences, results):
+        if r.alignment is None:
+            out.append([Translation(h) for h in r.hypotheses])
+            continue
+        words = translator.source_words(sentence, source_lang, target_lang)
+        out.append([Translation(h, a, words) for h, a in zip(r.hypotheses, r.alignment)])
+    return out
+
+
 def translate_documents(translator: Any, documents: Sequence[str], split_sentences: bool = True,
                         language: Optional[str] = None, target_prefix: Optional[Sequence[Any]] = None,
-                        constraints: Optional[Sequence[Any]] = None, **options: Any) -> List[str]:
-    """Translate documents (plain text: paragraphs, lists, blank lines) with a Translator: each taken apart by the
-    module's rules (`layout`), the sentences of all of them translated as one `translate_batch(**options)` (every
-    option applies; target_prefix and constraints are per document, for each of its sentences), and put back
-    together. language: the source language's code for the sentence splitter (default: options' source_lang,
-    else the package's one source language, else "en"). Returns one string per document: its best translation."""
+                        constraints: Optional[Sequence[Any]] = None, format: str = "text",
+                        **options: Any) -> List[str]:
+    """Translate documents (plain text: paragraphs, lists, blank lines; format="html": HTML, its markup kept) with a
+    Translator: each taken apart by the module's rules (`layout`), the sentences of all of them translated as one
+    `translate_batch(**options)` (every option applies; target_prefix and constraints are per document, for each of
+    its sentences), and put back together. language: the source language's code for the sentence splitter
+    (default: options' source_lang, else the package's one source language, else "en"). Returns one string per
+    document: its best translation."""
     if language is None:
         languages = translator.package.languages
         language = options.get("source_lang") or (
             languages.default_source or (languages.source[0] if len(languages.source) == 1 else None)
             if languages is not None else None)
-    layouts = [layout(d, split_sentences, language) for d in documents]
+    layouts = [layout(d, split_sentences, language, format) for d in documents]
     sentences = [s for lay in layouts for s in lay.sentences]
+    options = {**alignment_options(translator, layouts), **options}
     results = translator.translate_batch(sentences, target_prefix=_per_sentence("target_prefix", target_prefix,
                                                                               layouts),
                                          constraints=_per_sentence("constraints", constraints, layouts),
                                          **options) if sentences else []
-    best = iter(r.hypotheses[0] for r in results)
+    best = iter(t[0] for t in translations(translator, sentences, results, options.get("source_lang"),
+                                           options.get("target_lang")))
     return [lay.join([next(best) for _ in lay.sentences]) for lay in layouts]
 
 
 def translate_document(translator: Any, document: str, split_sentences: bool = True, language: Optional[str] = None,
-                       **options: Any) -> str:
+                       format: str = "text", **options: Any) -> str:
     """One document's translation (translate_documents); `translator.translate_batch` stays for sentences."""
-    return translate_documents(translator, [document], split_sentences, language, **options)[0]
+    return translate_documents(translator, [document], split_sentences, language, format=format, **options)[0]

@@ -26,7 +26,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from .alignment import hard_alignment
+from .alignment import hard_alignment, word_index
 from .constraints import check_phrase_ids, check_work, normalize_phrases, require_beam, split_work
 from .decoding import TextStream, decode, decode_steps, score
 from .search import Hypothesis
@@ -256,6 +256,31 @@ class Translator:
         """The target tokenizer's piece of each id ("▁drei", "hundert", "</s>"); source=True: the source one's."""
         tokenizer = self._tokenizer if source else self._detokenizer
         return [tokenizer.id_to_token(int(i)) for i in ids]
+
+    def source_words(self, text: str, source_lang: Optional[str] = None, target_lang: Optional[str] = None
+                     ) -> List[Optional[Tuple[int, int]]]:
+        """Where each source word that return_alignment's pairs number lies in `text`: (start, end) in characters,
+        white space around it left out; None for a word of the language tokens that start the source (NLLB's,
+        Marian's >>fra<<) or one without characters. The words of a text cut to max_input_length are all listed."""
+        prefix, _ = self._languages(source_lang, target_lang)
+        encoding = self._tokenizer.encode(text)
+        spans: List[Optional[Tuple[int, int]]] = [None] * len(prefix) + [tuple(o) for o in encoding.offsets]
+        words: List[Optional[Tuple[int, int]]] = []
+        for word, span in zip(word_index(self.pieces(prefix, source=True) + list(encoding.tokens)), spans):
+            if word == len(words):
+                words.append(None)
+            if span is not None and span[1] > span[0]:
+                old = words[word]
+                words[word] = span if old is None else (min(old[0], span[0]), max(old[1], span[1]))
+        for i, span in enumerate(words):
+            if span is not None:
+                start, end = span
+                while start < end and text[start].isspace():
+                    start += 1
+                while end > start and text[end - 1].isspace():
+                    end -= 1
+                words[i] = (start, end) if end > start else None
+        return words
 
     def _languages(self, source_lang: Optional[str], target_lang: Optional[str]) -> Tuple[List[int], Dict[str, Any]]:
         """The ids that start every source (NLLB's source language token, Marian's >>fra<< target tag) and the

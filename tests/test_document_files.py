@@ -66,17 +66,6 @@ def translator() -> Translator:
     return Translator(MODEL)
 
 
-def html_or_skip(translator: Translator) -> None:
-    """Skips while documents.translate_document has no format="html" (it hands an unknown keyword to
-    translate_batch, which refuses it as an unknown decoding option)."""
-    try:
-        translate_document(translator, "<p>seven.</p>", format="html")
-    except (TypeError, ValueError) as e:
-        if "format" not in str(e):
-            raise
-        pytest.skip(f"documents.translate_document has no format='html' yet ({str(e)[:80]})")
-
-
 def paragraphs(xml: str):
     """Each w:p's runs as (formatting, text) pairs: (the names of the w:rPr's children, joined; the w:t's text,
     None for no w:t)."""
@@ -237,7 +226,6 @@ def test_limits_and_encoding(translator):
 
 
 def test_html(translator):
-    html_or_skip(translator)
     page = "<html><body><p>seven. <b>nine.</b></p>\n<p>forty-two</p></body></html>"
     assert translate_file_bytes(translator, page.encode(), ".html") == translate_document(
         translator, page, format="html").encode()
@@ -323,8 +311,7 @@ def translate_file(server, name: str, data: bytes, **fields) -> httpx.Response:
 ])
 def test_translate_file_and_download(server, translator, name, data, download):
     if name.endswith(".html"):
-        html_or_skip(translator)
-    r = translate_file(server, name, data)
+        r = translate_file(server, name, data)
     assert r.status_code == 200 and list(r.json()) == ["translatedFileUrl"], r.text
     url = r.json()["translatedFileUrl"]
     ext = name.rsplit(".", 1)[1]

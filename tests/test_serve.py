@@ -178,7 +178,7 @@ def test_weblate_machinery_requests(server, translator):
     ({"source": "en", "target": "de"}, "missing q"),
     ({"q": "x", "source": "fr", "target": "de"}, "fr is not supported"),
     ({"q": "x", "source": "en", "target": "en"}, "not available as a target"),
-    ({"q": "x", "source": "en", "target": "de", "format": "html"}, "html format is not supported"),
+    ({"q": "x", "source": "en", "target": "de", "format": "xml"}, "xml format is not supported"),
     ({"q": "x", "source": "en", "target": "de", "alternatives": "many"}, "not a number"),
     ({"q": "x", "source": "en", "target": "de", "alternatives": 9}, "must be <= 3"),
     ({"q": ["x"] * 9, "source": "en", "target": "de"}, "exceeds text limit (8)"),

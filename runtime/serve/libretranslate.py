@@ -20,7 +20,8 @@ Weblate) and its own web front end work unchanged.
 - source "auto": each text's own language (each q item's, not one for the batch): the likeliest one the server
   translates into `target`, if the detector gives it at least half the confidence of its first guess; else 400
   naming the language the text seems to be in. A text without letters takes en (else the first source language).
-- format "html": 400 (we would have to keep the markup; LibreTranslate translates the text between tags).
+- format "html": q is an HTML document (runtime/html_document.py): the text between the tags is translated, the
+  markup kept, inline tags placed by the translation's alignment.
 - Each q is a document (runtime/documents.py): split into paragraphs and sentences, which the model translates, and
   put back together with its line breaks, blank lines, list markers and spaces. The sentences of every q of a
   request go to the scheduler as the texts of one job (rows of one batch, not one job each). --char-limit counts
@@ -36,8 +37,8 @@ from typing import Any, Dict, List, Optional, Tuple
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..document_files import FORMATS
-from ..documents import DocumentError, Layout, layout
+from ..document_files import FORMATS as FILE_FORMATS
+from ..documents import FORMATS, DocumentError, Translation, alignment_options, layout, translations
 from ..languages import language_name, libretranslate_code, resolve
 from .app import Answer, HTTPError, Service, endpoint
 from .scheduler import TRANSLATE
@@ -113,7 +114,7 @@ async def frontend_settings(request: Request) -> Response:
     return JSONResponse({
         "charLimit": service.settings.char_limit, "frontendTimeout": FRONTEND_TIMEOUT_MS, "apiKeys": keys,
         "keyRequired": keys, "suggestions": False, "filesTranslation": files,
-        "supportedFilesFormat": list(FORMATS) if files else [],
+        "supportedFilesFormat": list(FILE_FORMATS) if files else [],
         "language": {"source": {"code": "auto", "name": "Auto Detect"},
                      "target": {"code": target, "name": language_name(target)}}})
 
@@ -228,9 +229,7 @@ async def translate(request: Request) -> Response:
         raise HTTPError(400, "Invalid request: source and target must be strings")
     n_alt = _alternatives(values.get("alternatives", 0), service.settings.alternatives_limit)
     text_format = values.get("format") or "text"
-    if text_format == "html":
-        raise HTTPError(400, "html format is not supported by this server; send format=text")
-    if text_format != "text":
+    if text_format not in FORMATS:
         raise HTTPError(400, f"{text_format} format is not supported")
     if not is_json:
         q = "\n".join(q.splitlines())
@@ -246,26 +245,27 @@ async def translate(request: Request) -> Response:
     else:
         picked = [pick_pair(service, source, target)] * len(texts)
     try:
-        layouts = [layout(text, language=code) for text, (code, _) in zip(texts, picked)]
+        layouts = [layout(text, language=code, format=text_format) for text, (code, _) in zip(texts, picked)]
     except DocumentError as e:
         raise HTTPError(400, f"Invalid request: q: {e}") from None
     # the sentences of the texts of one pair (all of them, but where source "auto" finds several languages): one job
     owner = [i for i, lay in enumerate(layouts) for _ in lay.sentences]
     sentences = [s for lay in layouts for s in lay.sentences]
-    hypotheses: List[List[str]] = [[] for _ in sentences]
+    hypotheses: List[List[Translation]] = [[] for _ in sentences]
     groups = [rows for rows in ([r for r, i in enumerate(owner) if picked[i][1] == pair]
                                 for pair in dict.fromkeys(p for _, p in picked)) if rows]
-    jobs = [asyncio.ensure_future(_translate_sentences(request, service, picked[owner[rows[0]]][1],
-                                                       [sentences[r] for r in rows], n_alt)) for rows in groups]
+    jobs = [asyncio.ensure_future(_translate_sentences(
+        request, service, picked[owner[rows[0]]][1], [sentences[r] for r in rows],
+        [layouts[i] for i in dict.fromkeys(owner[r] for r in rows)], n_alt)) for rows in groups]
     try:
         done = await asyncio.gather(*jobs)
     except BaseException:
         for job in jobs:
             job.cancel()
         raise
-    for rows, results in zip(groups, done):
-        for row, result in zip(rows, results):
-            hypotheses[row] = result.hypotheses
+    for rows, found in zip(groups, done):
+        for row, translated in zip(rows, found):
+            hypotheses[row] = translated
     best, alternatives = documents_answer(layouts, hypotheses, n_alt)
     answer: Dict[str, Any] = {"translatedText": best if batch else best[0]}
     if source == "auto":
@@ -277,8 +277,8 @@ async def translate(request: Request) -> Response:
 
 
 async def _translate_sentences(request: Request, service: Service, pair: Pair, sentences: List[str],
-                               n_alt: int) -> List[Any]:
-    """One job: the sentences of the texts that one pair translates."""
+                               layouts: List[Any], n_alt: int) -> List[List[Translation]]:
+    """One job: the sentences of the texts (`layouts`) that one pair translates, each sentence's hypotheses."""
     model, scheduler = service.scheduler(pair.model)
     options: Dict[str, Any] = {}
     if pair.source_lang is not None:
@@ -286,10 +286,12 @@ async def _translate_sentences(request: Request, service: Service, pair: Pair, s
     if n_alt:
         beam = {**scheduler.translator.package.generation}.get("beam_size", 4)
         options.update(num_hypotheses=n_alt + 1, beam_size=max(beam, n_alt + 1))
-    return await service.run(request, model, scheduler, TRANSLATE, sentences, options)
+    options.update(alignment_options(scheduler.translator, layouts))
+    results = await service.run(request, model, scheduler, TRANSLATE, sentences, options)
+    return translations(scheduler.translator, sentences, results, pair.source_lang, pair.target_lang)
 
 
-def documents_answer(layouts: List[Layout], hypotheses: List[List[str]], n_alt: int
+def documents_answer(layouts: List[Any], hypotheses: List[List[Translation]], n_alt: int
                      ) -> Tuple[List[str], List[List[str]]]:
     """Per document, its translation (each sentence's best hypothesis) and its alternatives: the k-th joins each
     sentence's k-th hypothesis (its best where it has fewer), as argos-translate combines them; without repeats, the

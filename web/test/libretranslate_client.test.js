@@ -73,7 +73,7 @@ test("translates a text and a list as /v1/translate does, with the package's api
   assert.equal(want[0], "dreiundzwanzig"); // the shipped model's answer: not an empty or echoed string
   assert.equal(await translate({ query: texts[0], source: "en", target: "de", apiurl, apiKey: KEY }), want[0]);
   assert.deepEqual(await translate({ query: texts, source: "en", target: "de", apiurl, apiKey: KEY }), want);
-  // no source: the package sends "auto", the one source language that translates into "de"
+  // no source: the package sends "auto", and the server detects each text's language (English here)
   assert.equal(await translate({ query: texts[1], target: "de", apiurl, apiKey: KEY }), want[1]);
 });
 

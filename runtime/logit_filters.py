@@ -24,6 +24,8 @@ from .options import DecodingOptions
 
 LogitFilter = Callable[[np.ndarray, np.ndarray, np.ndarray, int], None]
 
+_RENORMALIZE_FLOATS = 1 << 16            # renormalize's rows at a time (at least one): 256 KiB of float32, as much scratch
+
 
 class SuppressTokens:
     """These ids are never generated (options.suppress_ids; by default PAD and BOS)."""
@@ -122,11 +124,26 @@ class ForcePrefix:
 
 def renormalize(log_probs, tokens, row_example, step) -> None:
     """Log-softmax again after the other filters (transformers' renormalize_logits, its LogitNormalization): the
-    surviving tokens' probabilities sum to 1. A row whose filters forbid every token stays all -inf."""
-    best = log_probs.max(axis=1, keepdims=True)                                  # [R, 1]
-    finite = np.isfinite(best[:, 0])
-    shifted = log_probs[finite] - best[finite]
-    log_probs[finite] = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    surviving tokens' probabilities sum to 1. A row whose filters forbid every token stays all -inf.
+
+    In place, a few rows at a time (_RENORMALIZE_FLOATS floats: they stay in the cache between the max, the shift,
+    the exp and the sum), in float32 as (log_probs - max) - log(sum(exp(log_probs - max)))."""
+    rows, v = log_probs.shape
+    chunk = max(1, min(rows, _RENORMALIZE_FLOATS // max(1, v)))
+    scratch = np.empty((chunk, v), dtype=np.float32)
+    for lo in range(0, rows, chunk):
+        part = log_probs[lo:lo + chunk]
+        best = part.max(axis=1, keepdims=True)                                   # [r, 1]
+        if not np.isfinite(best).all():                                          # rare: those rows stay as they are
+            finite = np.flatnonzero(np.isfinite(best[:, 0]))
+            if len(finite):
+                rest = part[finite]                                              # a copy, renormalized, put back
+                renormalize(rest, tokens, row_example, step)
+                part[finite] = rest
+            continue
+        np.subtract(part, best, out=part)
+        exp = np.exp(part, out=scratch[:len(part)])
+        part -= np.log(exp.sum(axis=1, keepdims=True))
 
 
 def build_filters(options: DecodingOptions, config: ModelConfig, prefixes: Optional[Sequence[Sequence[int]]] = None,

@@ -42,7 +42,7 @@ import numpy as np
 from .constraints import Constraints
 from .decoder_state import place_rows
 from .options import DecodingOptions
-from .top_candidates import top_candidates
+from .top_candidates import top_beam_candidates, top_candidates
 
 
 @dataclass
@@ -195,7 +195,8 @@ class RowSearch:
         """Pick each row's next token; return the parents (current rows that go on) [R'].
         attention [R, S]: this step's cross-attention rows, kept with the tokens they chose."""
         rows = np.arange(len(log_probs))
-        best = log_probs.max(axis=1)                 # NaN when the row holds one
+        first = log_probs.argmax(axis=1)             # the lowest id of the best, or of the first NaN
+        best = log_probs[rows, first]                # the row's max: NaN when the row holds one
         if not (best < np.inf).all():
             raise NonFiniteScores
         # a row whose filters forbid every token (e.g. no_repeat_ngram_size=1 with min_decoding_length
@@ -204,7 +205,10 @@ class RowSearch:
         any_stuck = stuck.any()
         if any_stuck:
             log_probs[stuck, self.eos] = 0.0          # a placeholder pick, dropped below
-        tokens = log_probs.argmax(axis=1) if self.sampler is None else self.sampler(log_probs, self.row_ids)
+        if self.sampler is not None:
+            tokens = self.sampler(log_probs, self.row_ids)
+        else:                                         # a stuck row's only finite log-prob is its placeholder EOS
+            tokens = np.where(stuck, self.eos, first) if any_stuck else first
         self.scores += log_probs[rows, tokens].astype(np.float64)
         self.tokens = np.concatenate([self.tokens, tokens[:, None]], axis=1)
         self.attention = extend_rows(self.attention, attention)
@@ -277,10 +281,13 @@ class BeamSearch:
         k, n_act, v = self.k, len(self.examples), log_probs.shape[1]
         if self.constraints is not None:                                   # EOS once every phrase is met
             self.constraints.forbid_eos(log_probs, self.row_example, self.eos)
+        if self.constraints is None:                  # cand = cum + log-probs, computed only where it is read
+            order = top_beam_candidates(self.cum, log_probs, 2 * k)       # [A, 2K] flat ids, best first
+            beam, token = np.divmod(order, v)
+            score = self.cum[np.arange(n_act)[:, None], beam] + log_probs[np.arange(n_act)[:, None] * k + beam, token]
+            return self._choose(score, beam, token, step, attention)
         cand = (self.cum[:, :, None] + log_probs.reshape(n_act, k, v)).reshape(n_act, k * v)   # float32
-        order = top_candidates(cand, 2 * k)                               # [A, 2K] flat ids, best first
-        if self.constraints is not None:                                   # ... or dealt out bank by bank
-            order = self.constraints.order(cand, order, self.examples, k)
+        order = self.constraints.order(cand, top_candidates(cand, 2 * k), self.examples, k)   # bank by bank
         beam, token = np.divmod(order, v)
         return self._choose(np.take_along_axis(cand, order, axis=1), beam, token, step, attention)
 

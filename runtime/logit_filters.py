@@ -85,7 +85,8 @@ class NoRepeatNGram:
 class ForceToken:
     """transformers' ForcedBOSTokenLogitsProcessor and ForcedEOSTokenLogitsProcessor: at a sentence's step
     `steps[sentence]` only `token` may come, with log-prob 0 (it counts in the length, not in the score).
-    It sets the log-probs, so it is no bias (not same_for_every_row)."""
+    It sets the log-probs, so it is no bias (not same_for_every_row): the search head takes it as a forced id per
+    row (decoding.head_plan)."""
 
     def __init__(self, token: int, steps: np.ndarray):
         self.token, self.steps = token, steps                                    # steps [B]

@@ -33,9 +33,13 @@ The engine (session.py) hides where tensors live (numpy on CPU, OrtValues on CUD
     step_top_k(..., bias [1, V], k[, with_attention]), optional (the CUDA engine): step with each row's k best of
         log_probs + bias picked where the log-probs are -> (values [R, k], indices [R, k], present[, attention]);
         beam search then reads [R, 2K] per step instead of [R, V] (picks_on_device says when)
+    step_search(..., inputs, renormalize[, with_attention]), optional (searches_on_device: the CUDA engine, an option on
+        the CPU provider): step, then the search head (head_plan) where the log-probs are -> (outputs, present[,
+        attention]): greedy's ids and scores [R], or beam search's 2K best candidates [A, 2K]; nothing [R, V] comes back
     append_rows(values, more), append_empty_cache(cache, n): what DecoderState.extend needs (rows joining)
     and the flags and names of decoder_state.EngineBase, from which engines derive: cross_per_sentence,
-    rows_at_own_positions, picks_top_k (has step_top_k), decoder_path_for(rows) (the graph named in an error)
+    rows_at_own_positions, picks_top_k (has step_top_k), searches_on_device (has step_search), decoder_path_for(rows)
+    (the graph named in an error)
 """
 from __future__ import annotations
 

@@ -6,8 +6,9 @@ A filter is called as `f(log_probs, tokens, row_example, step)`:
   row_example  int64 [R]       the sentence each row belongs to
   step         int             0 for the first generated token
 
-A filter whose edit is the same for every row says so (`same_for_every_row`): beam search on a GPU then applies
-it as a bias [1, V] where the log-probs are (decoding.py, IoBindingEngine.step_top_k).
+A filter whose edit is the same for every row says so (`same_for_every_row`): on a GPU it is then applied as a bias
+[1, V] where the log-probs are (decoding.py head_plan, IoBindingEngine.step_search and step_top_k), as are the
+forced tokens (a forced id per row) and renormalize.
 
 Scores are sums of the filtered log-probs (the penalties count; the sampling temperature,
 top-k and top-p only shape the sampling distribution, see search.Sampler).

@@ -5,7 +5,8 @@ search's selection of the 2K best candidates, or greedy's argmax, on random log-
 
 Times today's stage against the stage as it was (its code copied below: renormalize through copies of the finite
 rows, the candidates cum + log-probs written out before the selection, greedy's max and then argmax), interleaved
-round by round, and prints the ratio of the medians (a busy machine moves both alike)."""
+round by round, and prints the ratio of the medians (a busy machine moves both alike); then the search head graph
+(gather_graph.search_head_model_bytes, the device search) run on the CPU provider against today's numpy stage."""
 from __future__ import annotations
 
 import argparse
@@ -13,7 +14,7 @@ import time
 
 import numpy as np
 
-from seq2onnx.runtime.logit_filters import SuppressTokens, renormalize
+from seq2onnx.runtime.logit_filters import ForceToken, SuppressTokens, renormalize
 from seq2onnx.runtime.top_candidates import top_beam_candidates, top_candidates
 
 VOCAB, PAD, EOS = 58101, 58100, 0          # OPUS-MT en-de: vocabulary 58101, <pad> the last id
@@ -64,11 +65,15 @@ def main() -> None:
     suppress = SuppressTokens([PAD])
     k = args.beam
 
-    def stage(renorm, select, renormalizing):
+    force_eos = ForceToken(EOS, np.full(args.rows, 3))                   # every row's last step
+
+    def stage(renorm, select, renormalizing, forcing=False):
         def run():
             lp = raw.copy()
             t = time.perf_counter()
             suppress(lp, None, None, 3)
+            if forcing:
+                force_eos(lp, None, np.arange(args.rows), 3)
             if renormalizing:
                 renorm(lp, None, None, 3)
             out = select(lp)
@@ -82,6 +87,9 @@ def main() -> None:
                                       stage(renormalize, lambda lp: beam_now(cum, lp, k), renormalizing))
         cases[f"greedy, {name}"] = (stage(renormalize_before, greedy_before, renormalizing),
                                     stage(renormalize, greedy_now, renormalizing))
+    cases[f"beam {k}, forced EOS step"] = (
+        stage(renormalize_before, lambda lp: beam_before(cum, lp, k), True, forcing=True),
+        stage(renormalize, lambda lp: beam_now(cum, lp, k), True, forcing=True))
     print(f"[{args.rows}, {VOCAB}] log-probs, {args.rounds} rounds interleaved; median ms before / now (ratio)")
     for name, (before, now) in cases.items():
         b_out, n_out = before()[1], now()[1]
@@ -92,6 +100,36 @@ def main() -> None:
             times["now"].append(now()[0])
         b, n = (float(np.median(times[x])) * 1e3 for x in ("before", "now"))
         print(f"  {name:26s} {b:8.2f} / {n:8.2f}   x{b / n:.2f} faster")
+    head_on_cpu(raw, cum, k, args.rounds)
+
+
+def head_on_cpu(raw: np.ndarray, cum: np.ndarray, k: int, rounds: int) -> None:
+    """The search head graph (beam, renormalize) on the CPU provider, 2 threads, against today's numpy stage."""
+    import onnxruntime as ort
+
+    from seq2onnx.runtime.gather_graph import search_head_model_bytes
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads, so.inter_op_num_threads = 2, 1
+    head = ort.InferenceSession(search_head_model_bytes(True, False, True), so, providers=["CPUExecutionProvider"])
+    bias = np.zeros((1, VOCAB), dtype=np.float32)
+    bias[0, PAD] = -np.inf
+    feeds = {"log_probs": raw, "bias": bias, "check_id": np.array([EOS]), "cum": cum.reshape(-1, 1),
+             "shape": np.array([len(cum), k * VOCAB]), "k": np.array([2 * k])}
+    times = {"numpy": [], "head": []}
+    for _ in range(rounds):
+        lp = raw.copy()
+        t = time.perf_counter()
+        SuppressTokens([PAD])(lp, None, None, 3)
+        renormalize(lp, None, None, 3)
+        numpy_picks = beam_now(cum, lp, k)[1]
+        times["numpy"].append(time.perf_counter() - t)
+        t = time.perf_counter()
+        head_picks = head.run(["indices"], feeds)[0]
+        times["head"].append(time.perf_counter() - t)
+    n, h = (float(np.median(times[x])) * 1e3 for x in ("numpy", "head"))
+    print(f"  beam {k}, renormalize: numpy {n:.2f} ms, the search head graph on the CPU provider {h:.2f} ms "
+          f"(x{n / h:.2f}); same picks: {np.array_equal(numpy_picks, head_picks)}")
 
 
 if __name__ == "__main__":

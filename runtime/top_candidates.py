@@ -80,7 +80,13 @@ def top_beam_candidates(cum: np.ndarray, log_probs: np.ndarray, m: int) -> np.nd
     nb = len(starts)
     maxima = (cum[:, :, None] + np.maximum.reduceat(log_probs, starts, axis=1).reshape(a, k, nb)).reshape(a, k * nb)
     bound = np.partition(maxima, k * nb - m, axis=1)[:, k * nb - m]         # m-th largest (NaN: largest)
-    brow, bflat = np.nonzero(~(maxima < bound[:, None]))                      # blocks that reach it, by row then id
+    reach = ~(maxima < bound[:, None])                                        # the blocks that reach it
+    # fewer than m candidates above -inf (every row forced, as at forced EOS's step): every block reaches -inf, so
+    # such a row takes its finite candidates and then the lowest ids of -inf (_few_finite), reading no more
+    few = np.flatnonzero((bound == -np.inf) & ~np.isnan(maxima).any(axis=1))
+    if len(few):
+        reach[few] = False
+    brow, bflat = np.nonzero(reach)                                           # by row, then id
     beam, bcol = np.divmod(bflat, nb)
     cols = bcol[:, None] * block + np.arange(block)                           # [blocks read, block] within a beam
     inside = cols < v
@@ -92,14 +98,43 @@ def top_beam_candidates(cum: np.ndarray, log_probs: np.ndarray, m: int) -> np.nd
     values = values[keep]
     counts = np.bincount(row, minlength=a)
     bad = (counts < m) | (counts > 16 * m * block)
+    bad[few] = False
+    if not (bad.any() or len(few)):
+        return _sorted_values(row, flat, values, counts, m)
+    order = np.empty((a, m), dtype=np.int64)
     if bad.any():
-        order = np.empty((a, m), dtype=np.int64)
         order[bad] = top_candidates(_beam_candidates(cum[bad], log_probs.reshape(a, k, v)[bad].reshape(-1, v)), m)
-        good = ~bad[row]
-        if good.any():
-            order[~bad] = _sorted_values(row[good], flat[good], values[good], counts[~bad], m)
-        return order
-    return _sorted_values(row, flat, values, counts, m)
+    for i in few.tolist():
+        order[i] = _few_finite(cum[i], log_probs[i * k:(i + 1) * k], maxima[i].reshape(k, nb), block, m)
+    good = ~bad[row]                                                        # rows of `few` have no survivors
+    if good.any():
+        rest = ~bad
+        rest[few] = False
+        order[rest] = _sorted_values(row[good], flat[good], values[good], counts[rest], m)
+    return order
+
+
+def _few_finite(cum: np.ndarray, log_probs: np.ndarray, maxima: np.ndarray, block: int, m: int) -> np.ndarray:
+    """One sentence's m best candidates when fewer than m are above -inf (none NaN): those, best first (equal ones by
+    id), then the lowest flat ids among the -inf. cum [K], log_probs [K, V], maxima [K, blocks] of the candidates."""
+    k, v = log_probs.shape
+    flat, values = [], []
+    for b, c in zip(*np.nonzero(maxima > -np.inf)):                          # the blocks that hold a finite one
+        cand = cum[b] + log_probs[b, c * block:(c + 1) * block]
+        at = np.flatnonzero(cand > -np.inf)
+        flat.append(b * v + c * block + at)
+        values.append(cand[at])
+    flat_ids, vals = (np.concatenate(x) if x else np.zeros(0) for x in (flat, values))
+    best = flat_ids[np.lexsort((flat_ids, -vals))].astype(np.int64)
+    rest = [best]
+    need = m - len(best)
+    for b in range(k):                                                        # the -inf ones, by flat id
+        if need <= 0:
+            break
+        ids = np.flatnonzero(~(cum[b] + log_probs[b] > -np.inf))[:need]
+        rest.append(b * v + ids)
+        need -= len(ids)
+    return np.concatenate(rest)[:m]
 
 
 def _beam_candidates(cum: np.ndarray, log_probs: np.ndarray) -> np.ndarray:

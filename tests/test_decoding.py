@@ -402,16 +402,22 @@ def test_renormalize_is_the_plain_formula_bit_for_bit(rows, vocab, kind, seed):
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.integers(1, 6), st.integers(1, 5), st.sampled_from([3, 77, 500, 4000]), st.sampled_from([0, 1, 2, 4, 5]),
-       st.integers(0, 10**6))
+@given(st.integers(1, 6), st.integers(1, 5), st.sampled_from([3, 77, 500, 4000]),
+       st.sampled_from([0, 1, 2, 4, 5, "forced"]), st.integers(0, 10**6))
 def test_beam_selection_without_candidates_is_a_stable_descending_sort(sentences, beam, vocab, kind, seed):
     """top_beam_candidates (cum + log-probs computed only where read) is the stable descending sort of the written
     candidates, with cum of ties or -inf (the first step), and log-probs of every hard kind but many NaN (whose
-    order among NaN top_candidates leaves to its fallback)."""
+    order among NaN top_candidates leaves to its fallback), and forced rows (-inf but for one or two ids, or all
+    -inf: fewer than 2K finite candidates, the -inf ones then by id)."""
     from seq2onnx.runtime.top_candidates import top_beam_candidates
 
     rng = np.random.default_rng(seed)
-    lp = hard_scores(rng, sentences * beam, vocab, kind)
+    if kind == "forced":
+        lp = np.full((sentences * beam, vocab), -np.inf, dtype=np.float32)
+        for r in np.flatnonzero(rng.random(len(lp)) < 0.8):
+            lp[r, rng.integers(0, vocab, int(rng.integers(1, 3)))] = rng.choice([0.0, -1.0, -2.5])
+    else:
+        lp = hard_scores(rng, sentences * beam, vocab, kind)
     cum = rng.choice([np.log(rng.random((sentences, beam))), rng.integers(-3, 1, (sentences, beam))]).astype(np.float32)
     cum[rng.random(sentences) < 0.3, 1:] = -np.inf
     m = min(int(rng.integers(1, 2 * beam + 1)), beam * vocab)

@@ -3,8 +3,8 @@ the cross K/V and the encoder mask, and how rows map onto them. The decoding loo
 rows it goes on with, and, in a continuous batch (serve/continuous.py), adds newly encoded rows to it.
 
 The anchors: openai/whisper's `rearrange_kv_cache`, fairseq's `reorder_incremental_state`, CTranslate2's
-`DecoderState`. It is written over the engine's primitives (session.py: encode, hold_encoded, step, step_top_k, step_search,
-take, and append_rows to extend), so the CPU and CUDA engines share it; where the cross K/V and mask live, and
+`DecoderState`. It is written over the engine's primitives (session.py: encode, hold_encoded, step, step_top_k,
+step_search, take, and append_rows to extend), so the CPU and CUDA engines share it; where the cross K/V and mask live, and
 whether rows joining and leaving copy them or move them in place (the CPU engine: cache_memory.CrossRows), is the
 engine's business.
 

@@ -4,8 +4,9 @@ Per step the token ids [R, 1] go up. With search_on_device (on CUDA; an option o
 search whose filters the search head takes (decoding.head_plan) runs in a graph chained after the step
 (step_search: gather_graph.search_head_model_bytes), so only [R] ids and scores, or [sentences, 2K] candidates, come
 down; otherwise sampling and the row-specific filters bring the log-probs [R, V] down (the filters and the search run
-in numpy), and beam search steps only each row's 2K best (step_top_k: a TopK graph where the log-probs are). The cache's beam reorder and its growth (format 2) run on the device as small Gather and Pad graphs
-(gather_graph.py). The engine also runs on the CPU provider, which is how the tests check it without a GPU.
+in numpy), and beam search steps only each row's 2K best (step_top_k: a TopK graph where the log-probs are). The
+cache's beam reorder and its growth (format 2) run on the device as small Gather and Pad graphs (gather_graph.py).
+The engine also runs on the CPU provider, which is how the tests check it without a GPU.
 """
 from __future__ import annotations
 

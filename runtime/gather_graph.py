@@ -12,6 +12,9 @@ and beam search's candidates are picked where the log-probs are, so only [rows, 
 
     values, indices = TopK(log_probs + bias, k)     log_probs [rows, V], bias [1, V] (0 or -inf) -> [rows, k]
 
+and the search head (search_head_model_bytes) runs a step's filters and its greedy or beam selection there, so
+that [rows] ids or [sentences, 2K] candidates come back instead of [rows, V] log-probs.
+
 The graph is built here from the protobuf wire format (varints and length-delimited fields) of
 onnx.proto's ModelProto, so no onnx package is needed. Field numbers are those of onnx.proto.
 """
@@ -192,7 +195,8 @@ def search_head_model_bytes(beam: bool, forcing: bool, renormalize: bool) -> byt
         nodes += [_op("Add", [scores, "cum"], ["cand"]),
                   _op("Reshape", ["cand", "shape"], ["flat"]),
                   _op("TopK", ["flat", "k"], ["values", "indices"], axis=1)]
-        outputs = [_value_info("values", f32, ["sentences", "k_out"]), _value_info("indices", i64, ["sentences", "k_out"])]
+        outputs = [_value_info("values", f32, ["sentences", "k_out"]),
+                   _value_info("indices", i64, ["sentences", "k_out"])]
     else:
         nodes += [_op("ArgMax", [scores], ["ids"], axis=1, keepdims=0),
                   _op("ReduceMax", [scores], ["values"], axes=[1], keepdims=0)]

@@ -25,7 +25,7 @@ from .options import DecodingOptions
 
 LogitFilter = Callable[[np.ndarray, np.ndarray, np.ndarray, int], None]
 
-_RENORMALIZE_FLOATS = 1 << 16            # renormalize's rows at a time (at least one): 256 KiB of float32, as much scratch
+_RENORMALIZE_FLOATS = 1 << 16            # renormalize's rows at a time (at least one): 256 KiB, and as much scratch
 
 
 class SuppressTokens:

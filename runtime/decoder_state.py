@@ -4,7 +4,7 @@ rows it goes on with, and, in a continuous batch (serve/continuous.py), adds new
 
 The anchors: openai/whisper's `rearrange_kv_cache`, fairseq's `reorder_incremental_state`, CTranslate2's
 `DecoderState`. It is written over the engine's primitives (session.py: encode, hold_encoded, step, step_top_k,
-take, and append_rows to extend), so the CPU and CUDA engines share it; where the cross K/V and mask live, and
+step_search, take, and append_rows to extend), so the CPU and CUDA engines share it; where the cross K/V and mask live, and
 whether rows joining and leaving copy them or move them in place (the CPU engine: cache_memory.CrossRows), is the
 engine's business.
 
@@ -32,6 +32,7 @@ class EngineBase:
     cross_per_sentence = False      # the decoder step takes cross K/V per sentence (R = B x G rows)
     rows_at_own_positions = False   # contract 3: each row its own position, so rows may join a batch that stepped
     picks_top_k = False             # has step_top_k (the CUDA engine: beam search reads [R, 2K], not [R, V])
+    searches_on_device = False      # has step_search (the search head graph: [R] or [sentences, 2K] come back)
     decoder_path = "the decoder step graph"
 
     def decoder_path_for(self, rows: int) -> str:
@@ -88,6 +89,12 @@ class DecoderState:
         values, indices, self.past, *att = self.engine.step_top_k(last, self.encoder_mask, self.past, self.cross,
                                                                   bias, k, with_attention=with_attention)
         return values, indices, att[0] if att else None
+
+    def step_search(self, last: np.ndarray, inputs: dict, renormalize: bool, with_attention: bool = False):
+        """engine.step_search: -> (the search head's outputs, attention or None)."""
+        outputs, self.past, *att = self.engine.step_search(last, self.encoder_mask, self.past, self.cross, inputs,
+                                                           renormalize, with_attention=with_attention)
+        return outputs, att[0] if att else None
 
     # --- the rows ------------------------------------------------------------------------------------------
     def keep(self, parents: np.ndarray) -> None:

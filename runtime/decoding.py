@@ -33,14 +33,18 @@ The engine (session.py) hides where tensors live (numpy on CPU, OrtValues on CUD
     step_top_k(..., bias [1, V], k[, with_attention]), optional (the CUDA engine): step with each row's k best of
         log_probs + bias picked where the log-probs are -> (values [R, k], indices [R, k], present[, attention]);
         beam search then reads [R, 2K] per step instead of [R, V] (picks_on_device says when)
+    step_search(..., inputs, renormalize[, with_attention]), optional (searches_on_device: the CUDA engine, an option on
+        the CPU provider): step, then the search head (head_plan) where the log-probs are -> (outputs, present[,
+        attention]): greedy's ids and scores [R], or beam search's 2K best candidates [A, 2K]; nothing [R, V] comes back
     append_rows(values, more), append_empty_cache(cache, n): what DecoderState.extend needs (rows joining)
     and the flags and names of decoder_state.EngineBase, from which engines derive: cross_per_sentence,
-    rows_at_own_positions, picks_top_k (has step_top_k), decoder_path_for(rows) (the graph named in an error)
+    rows_at_own_positions, picks_top_k (has step_top_k), searches_on_device (has step_search), decoder_path_for(rows)
+    (the graph named in an error)
 """
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, Generator, List, Optional, Protocol, Sequence, Tuple
+from typing import Any, Dict, Generator, List, Optional, Protocol, Sequence, Tuple
 
 import numpy as np
 
@@ -48,7 +52,7 @@ from .config import ModelConfig
 from .decoder_state import DecoderState, place_rows
 from .constraints import Constraints, Phrases, check_batch_work, require_beam
 from .errors import ModelPackageError
-from .logit_filters import build_filters
+from .logit_filters import ForceToken, build_filters, renormalize
 from .options import DecodingOptions
 from .search import BeamSearch, Hypothesis, NonFiniteScores, RowSearch, Sampler, rank
 
@@ -138,6 +142,28 @@ def picks_on_device(engine: Engine, search: Any, filters: List[Any], vocab_size:
             and 2 * search.k <= vocab_size and all(getattr(f, "same_for_every_row", False) for f in filters))
 
 
+def head_plan(search: Any, filters: List[Any]) -> Optional[Tuple[List[Any], List[Any], bool]]:
+    """How the search head (gather_graph.search_head_model_bytes, engine.step_search) runs this search and filters,
+    or None when it cannot: greedy (not sampling) or beam search without constraints, whose filters are, in this
+    order, ones that edit every row alike (a bias [1, V]), forced tokens (ForceToken: a forced id per row), and
+    renormalize -> (the bias filters, the forcing filters, renormalize or not). The row-specific ones (repetition
+    penalty, no-repeat n-grams, a target prefix) need the log-probs on the host."""
+    if isinstance(search, BeamSearch) and search.constraints is not None:
+        return None
+    if isinstance(search, RowSearch) and search.sampler is not None:
+        return None
+    phases: List[List[Any]] = [[], [], []]
+    phase = 0
+    for f in filters:
+        at = 0 if getattr(f, "same_for_every_row", False) else 1 if isinstance(f, ForceToken) else \
+            2 if f is renormalize else None
+        if at is None or at < phase or (at == 2 and phases[2]):
+            return None
+        phase = at
+        phases[at].append(f)
+    return phases[0], phases[1], bool(phases[2])
+
+
 class Decoding:
     """One call's sentences decoding together: their search, logit filters, step limits and own step count. A
     RunningBatch steps the rows of one or more of them at once (translate_batch: one; the server: many)."""
@@ -177,6 +203,7 @@ class Decoding:
                                     sampler)
         self.filters = build_filters(options, config, None if prefixes is None else [prefixes[i] for i in self.todo],
                                      limits[self.todo])
+        self.head = head_plan(self.search, self.filters)          # how the search head runs it, or None
         self.last = np.full((self.rows, 1), config.start_id, dtype=np.int64)     # [R, 1] the tokens to feed
         self.done = False
 
@@ -201,6 +228,37 @@ class Decoding:
         for apply_filter in self.filters:
             apply_filter(bias, self.search.tokens[:1], self.search.row_example[:1], self.step)
         return bias
+
+    def head_inputs(self, vocab_size: int, eos_id: int) -> Dict[str, np.ndarray]:
+        """The search head's host inputs this step (head_plan must be): the bias of the filters that edit every row
+        alike, the forced id of each row (only on a step that forces one), and for beam search each row's beam score
+        and the candidates' shape [A, K x V] and count 2K."""
+        bias_filters, forcing, _ = self.head
+        tokens, row_example = self.search.tokens, self.search.row_example
+        bias = np.zeros((1, vocab_size), dtype=np.float32)
+        for apply_filter in bias_filters:
+            apply_filter(bias, tokens[:1], row_example[:1], self.step)
+        inputs = {"bias": bias, "check_id": np.array([eos_id], dtype=np.int64)}
+        forced = np.full((len(row_example), 1), -1, dtype=np.int64)
+        for force in forcing:                         # in order: a later one overrides
+            forced[force.steps[row_example] == self.step] = force.token
+        if (forced >= 0).any():
+            inputs["forced"] = forced
+        if isinstance(self.search, BeamSearch):
+            k = self.search.k
+            inputs["cum"] = np.ascontiguousarray(self.search.cum.reshape(-1, 1))
+            inputs["shape"] = np.array([len(self.search.examples), k * vocab_size], dtype=np.int64)
+            inputs["k"] = np.array([2 * k], dtype=np.int64)
+        return inputs
+
+    def advance_head(self, outputs: Tuple[np.ndarray, ...], vocab_size: int, attention: Optional[np.ndarray],
+                     broken: Any) -> np.ndarray:
+        """Advance from the search head's outputs (engine.step_search)."""
+        if isinstance(self.search, BeamSearch):
+            values, flat = outputs[:2]
+            return self._advance(partial(self.search.advance_candidates, values, flat, vocab_size), attention, broken)
+        ids, values = outputs[:2]
+        return self._advance(partial(self.search.advance_picks, ids, values), attention, broken)
 
     def _advance(self, advance: Any, attention: Optional[np.ndarray], broken: Any) -> np.ndarray:
         try:
@@ -342,7 +400,15 @@ class RunningBatch:
         or dropped), which leave the batch with their rows."""
         rows = sum(d.rows for d in self.decodings)                # before the step
         broken = partial(_broken_graph, self.engine, rows)
-        if len(self.decodings) == 1 and self._on_device(self.decodings[0]):
+        if len(self.decodings) == 1 and self.engine.searches_on_device and self.decodings[0].head is not None:
+            d = self.decodings[0]             # the log-probs stay where the step left them; the search runs there
+            outputs, attention = self.state.step_search(d.last, d.head_inputs(self.config.vocab_size,
+                                                                              self.config.eos_id),
+                                                        d.head[2], d.options.return_attention)
+            if not (outputs[-1] < np.inf).all():            # a NaN or +inf logit makes its whole row NaN
+                raise broken()
+            kept = [d.advance_head(outputs, self.config.vocab_size, attention, broken)]
+        elif len(self.decodings) == 1 and self._on_device(self.decodings[0]):
             d = self.decodings[0]             # the log-probs stay on the GPU; [R, 2K] best come back
             values, indices, attention = self.state.step_top_k(d.last, d.top_k_bias(self.config.vocab_size),
                                                                2 * d.search.k, d.options.return_attention)

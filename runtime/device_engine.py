@@ -1,9 +1,12 @@
 """The CUDA engine: IO binding, so that the cross K/V and the self-attention cache stay on the device between steps.
 
-Per step the token ids [R, 1] go up; greedy and sampling steps bring the log-probs [R, V] down (the logit filters
-and the search run in numpy), beam search steps only each row's 2K best (step_top_k: a TopK graph where the
-log-probs are). The cache's beam reorder and its growth (format 2) run on the device as small Gather and Pad graphs
-(gather_graph.py). The engine also runs on the CPU provider, which is how the tests check it without a GPU.
+Per step the token ids [R, 1] go up. With search_on_device (on CUDA; an option on the CPU provider) a greedy or beam
+search whose filters the search head takes (decoding.head_plan) runs in a graph chained after the step
+(step_search: gather_graph.search_head_model_bytes), so only [R] ids and scores, or [sentences, 2K] candidates, come
+down; otherwise sampling and the row-specific filters bring the log-probs [R, V] down (the filters and the search run
+in numpy), and beam search steps only each row's 2K best (step_top_k: a TopK graph where the log-probs are). The
+cache's beam reorder and its growth (format 2) run on the device as small Gather and Pad graphs (gather_graph.py).
+The engine also runs on the CPU provider, which is how the tests check it without a GPU.
 """
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ import onnxruntime as ort
 
 from .cache_memory import append_padded
 from .config import ModelConfig
-from .gather_graph import gather_model_bytes, pad_model_bytes, top_k_model_bytes
+from .gather_graph import gather_model_bytes, pad_model_bytes, search_head_model_bytes, top_k_model_bytes
 from .graph_io import CROSS_ATTENTION, PAST_LENGTH
 from .session import _Graphs
 
@@ -26,9 +29,11 @@ class IoBindingEngine(_Graphs):
 
     def __init__(self, encoder, decoder, config: ModelConfig, device: str = "cuda", device_id: int = 0,
                  providers: Optional[List[Any]] = None, cross_per_sentence: bool = False,
-                 decoder_path: str = "the decoder step graph", encoder_path: str = "the encoder graph"):
+                 decoder_path: str = "the decoder step graph", encoder_path: str = "the encoder graph",
+                 search_on_device: bool = False):
         super().__init__(encoder, decoder, config, cross_per_sentence, decoder_path, encoder_path)
         self.device, self.device_id = device, device_id
+        self.searches_on_device = search_on_device          # step_search: the search head where the log-probs are
         self._providers = providers or encoder.get_providers()
         self._graphs: Dict[Tuple, ort.InferenceSession] = {}        # gather_graph.py's, by builder and inputs
         self._lock = threading.Lock()
@@ -39,7 +44,10 @@ class IoBindingEngine(_Graphs):
         key = (model_bytes.__name__,) + specs
         with self._lock:
             if key not in self._graphs:
-                graph = model_bytes([(_NUMPY_OF_ORT[t], rank) for t, rank in specs]) if specs else model_bytes()
+                if model_bytes is search_head_model_bytes:          # specs: its variant's flags
+                    graph = model_bytes(*specs)
+                else:
+                    graph = model_bytes([(_NUMPY_OF_ORT[t], rank) for t, rank in specs]) if specs else model_bytes()
                 self._graphs[key] = ort.InferenceSession(graph, providers=self._providers)
             return self._graphs[key]
 
@@ -85,6 +93,24 @@ class IoBindingEngine(_Graphs):
         top_k.run_with_iobinding(io)
         values, indices = (v.numpy() for v in io.get_outputs())
         return (values, indices, present) + ((attention,) if with_attention else ())
+
+    def step_search(self, input_ids, encoder_mask, past, cross, inputs: Dict[str, np.ndarray], renormalize: bool,
+                    with_attention: bool = False):
+        """step, and then the search head (gather_graph.search_head_model_bytes) on the log-probs where they are:
+        inputs holds its host inputs (bias, check_id; forced when a row is forced this step; cum, shape and k for
+        beam search) -> (outputs, present[, attention [R, S]]): outputs (ids [R], values [R], check [R, 1]) for
+        greedy, (values [A, k], indices [A, k], check [R, 1]) for beam search, numpy."""
+        log_probs, present, attention = self._step(input_ids, encoder_mask, past, cross, with_attention, self.device)
+        head = self._small_session(search_head_model_bytes, ("cum" in inputs, "forced" in inputs, renormalize))
+        io = head.io_binding()
+        io.bind_ortvalue_input("log_probs", log_probs)
+        for name, value in inputs.items():
+            io.bind_cpu_input(name, value)
+        for out in head.get_outputs():
+            io.bind_output(out.name, "cpu")
+        self.run_bound(head, io)
+        outputs = tuple(v.numpy() for v in io.get_outputs())
+        return (outputs, present) + ((attention,) if with_attention else ())
 
     def _step(self, input_ids, encoder_mask, past, cross, with_attention: bool, log_probs_on: str):
         """-> (log_probs OrtValue on `log_probs_on`, present, attention numpy or None)"""

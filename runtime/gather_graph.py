@@ -12,6 +12,9 @@ and beam search's candidates are picked where the log-probs are, so only [rows, 
 
     values, indices = TopK(log_probs + bias, k)     log_probs [rows, V], bias [1, V] (0 or -inf) -> [rows, k]
 
+and the search head (search_head_model_bytes) runs a step's filters and its greedy or beam selection there, so
+that [rows] ids or [sentences, 2K] candidates come back instead of [rows, V] log-probs.
+
 The graph is built here from the protobuf wire format (varints and length-delimited fields) of
 onnx.proto's ModelProto, so no onnx package is needed. Field numbers are those of onnx.proto.
 """
@@ -119,6 +122,89 @@ def top_k_model_bytes() -> bytes:
     graph += _bytes_field(11, _value_info("k", i64, ["one_k"]))
     graph += _bytes_field(12, _value_info("values", f32, ["rows", "k"]))
     graph += _bytes_field(12, _value_info("indices", i64, ["rows", "k"]))
+    return _model_proto(graph)
+
+
+def _op(op_type: str, inputs: Sequence[str], outputs: Sequence[str], **attributes: object) -> bytes:
+    """A NodeProto of any inputs and outputs (input=1, output=2, name=3, op_type=4); attributes: an int (INT),
+    a list of ints (INTS), as AttributeProto{name=1, i=3, ints=8, type=20}."""
+    attrs = b""
+    for name, value in attributes.items():
+        if isinstance(value, int):
+            attrs += _bytes_field(5, _str_field(1, name) + _int_field(3, value) + _int_field(20, 2))
+        else:
+            attrs += _bytes_field(5, _str_field(1, name) + b"".join(_int_field(8, int(x)) for x in value)
+                                  + _int_field(20, 7))
+    return (b"".join(_str_field(1, i) for i in inputs) + b"".join(_str_field(2, o) for o in outputs)
+            + _str_field(3, f"{op_type.lower()}_{outputs[0]}") + _str_field(4, op_type) + attrs)
+
+
+def _scalar(name: str, value: np.ndarray) -> bytes:
+    """An initializer: TensorProto{data_type=2, name=8, raw_data=9} of a 0-d float32 or int64 value."""
+    value = np.asarray(value)
+    return _int_field(2, ONNX_ELEM_TYPE[value.dtype]) + _str_field(8, name) + _bytes_field(9, value.tobytes())
+
+
+def search_head_model_bytes(beam: bool, forcing: bool, renormalize: bool) -> bytes:
+    """Serialized ModelProto of a step's search (decoding.py SearchHead), run on the step's log-probs where they are:
+
+        inputs   log_probs float32 [rows, V], bias float32 [1, V] (0, or -inf for an id no row may take),
+                 check_id int64 [1]; forcing: forced int64 [rows, 1] (the id the row must take, -1: none);
+                 beam: cum float32 [rows, 1] (each row's beam score), shape int64 [2] ([sentences, K x V]), k int64 [1]
+        scores   log_probs + bias; forcing: a forced row's scores all -inf but 0 at its id; renormalize: each row
+                 whose max is finite, (scores - max) - log(sum(exp(scores - max)))
+        outputs  check float32 [rows, 1]: log_probs[:, check_id] (NaN for a row that holds one: the step's is a
+                 log-softmax); greedy: ids int64 [rows] (ArgMax: the lowest id of the best) and values float32
+                 [rows] (their scores); beam: values float32 and indices int64 [sentences, k] = TopK of
+                 (scores + cum) reshaped to `shape`: the flat ids beam x V + id, best first, equal values in the
+                 order of their ids."""
+    f32, i64 = ONNX_ELEM_TYPE[np.dtype(np.float32)], ONNX_ELEM_TYPE[np.dtype(np.int64)]
+    nodes = [_op("Gather", ["log_probs", "check_id"], ["check"], axis=1),
+             _op("Add", ["log_probs", "bias"], ["biased"])]
+    inits = []
+    inputs = [_value_info("log_probs", f32, ["rows", "vocab"]), _value_info("bias", f32, ["one", "vocab"]),
+              _value_info("check_id", i64, ["one_check"])]
+    scores = "biased"
+    if forcing:
+        inputs.append(_value_info("forced", i64, ["rows", "one_forced"]))
+        inits += [_scalar("zero_f", np.float32(0)), _scalar("minus_inf", np.float32(-np.inf)),
+                  _scalar("zero_i", np.int64(0)), _scalar("one_i", np.int64(1))]
+        nodes += [_op("Shape", ["log_probs"], ["lp_shape"]),
+                  _op("Gather", ["lp_shape", "one_i"], ["vocab_size"], axis=0),
+                  _op("Range", ["zero_i", "vocab_size", "one_i"], ["ids_all"]),
+                  _op("Equal", ["ids_all", "forced"], ["hit"]),                               # [rows, V]
+                  _op("Where", ["hit", "zero_f", "minus_inf"], ["only_forced"]),
+                  _op("Less", ["forced", "zero_i"], ["free"]),                                 # [rows, 1]
+                  _op("Where", ["free", scores, "only_forced"], ["forced_scores"])]
+        scores = "forced_scores"
+    if renormalize:
+        inits.append(_int_field(1, 1) + _int_field(2, i64) + _str_field(8, "axis_1")
+                     + _bytes_field(9, np.array([1], np.int64).tobytes()))
+        nodes += [_op("ReduceMax", [scores], ["best"], axes=[1], keepdims=1),
+                  _op("Sub", [scores, "best"], ["shifted"]),
+                  _op("Exp", ["shifted"], ["exp"]),
+                  _op("ReduceSum", ["exp", "axis_1"], ["total"], keepdims=1),
+                  _op("Log", ["total"], ["log_total"]),
+                  _op("Sub", ["shifted", "log_total"], ["normalized"]),
+                  _op("IsInf", ["best"], ["best_inf"]),                     # a row all -inf stays as it is
+                  _op("Where", ["best_inf", scores, "normalized"], ["renormalized"])]
+        scores = "renormalized"
+    if beam:
+        inputs += [_value_info("cum", f32, ["rows", "one_cum"]), _value_info("shape", i64, ["two"]),
+                   _value_info("k", i64, ["one_k"])]
+        nodes += [_op("Add", [scores, "cum"], ["cand"]),
+                  _op("Reshape", ["cand", "shape"], ["flat"]),
+                  _op("TopK", ["flat", "k"], ["values", "indices"], axis=1)]
+        outputs = [_value_info("values", f32, ["sentences", "k_out"]),
+                   _value_info("indices", i64, ["sentences", "k_out"])]
+    else:
+        nodes += [_op("ArgMax", [scores], ["ids"], axis=1, keepdims=0),
+                  _op("ReduceMax", [scores], ["values"], axes=[1], keepdims=0)]
+        outputs = [_value_info("ids", i64, ["rows"]), _value_info("values", f32, ["rows"])]
+    outputs.append(_value_info("check", f32, ["rows", "one_check_out"]))
+    graph = b"".join(_bytes_field(1, n) for n in nodes) + _str_field(2, "seq2onnx_search_head")
+    graph += b"".join(_bytes_field(5, t) for t in inits)
+    graph += b"".join(_bytes_field(11, i) for i in inputs) + b"".join(_bytes_field(12, o) for o in outputs)
     return _model_proto(graph)
 
 

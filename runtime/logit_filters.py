@@ -6,8 +6,9 @@ A filter is called as `f(log_probs, tokens, row_example, step)`:
   row_example  int64 [R]       the sentence each row belongs to
   step         int             0 for the first generated token
 
-A filter whose edit is the same for every row says so (`same_for_every_row`): beam search on a GPU then applies
-it as a bias [1, V] where the log-probs are (decoding.py, IoBindingEngine.step_top_k).
+A filter whose edit is the same for every row says so (`same_for_every_row`): on a GPU it is then applied as a bias
+[1, V] where the log-probs are (decoding.py head_plan, IoBindingEngine.step_search and step_top_k), as are the
+forced tokens (a forced id per row) and renormalize.
 
 Scores are sums of the filtered log-probs (the penalties count; the sampling temperature,
 top-k and top-p only shape the sampling distribution, see search.Sampler).
@@ -23,6 +24,8 @@ from .config import ModelConfig
 from .options import DecodingOptions
 
 LogitFilter = Callable[[np.ndarray, np.ndarray, np.ndarray, int], None]
+
+_RENORMALIZE_FLOATS = 1 << 16            # renormalize's rows at a time (at least one): 256 KiB, and as much scratch
 
 
 class SuppressTokens:
@@ -83,7 +86,8 @@ class NoRepeatNGram:
 class ForceToken:
     """transformers' ForcedBOSTokenLogitsProcessor and ForcedEOSTokenLogitsProcessor: at a sentence's step
     `steps[sentence]` only `token` may come, with log-prob 0 (it counts in the length, not in the score).
-    It sets the log-probs, so it is no bias (not same_for_every_row)."""
+    It sets the log-probs, so it is no bias (not same_for_every_row): the search head takes it as a forced id per
+    row (decoding.head_plan)."""
 
     def __init__(self, token: int, steps: np.ndarray):
         self.token, self.steps = token, steps                                    # steps [B]
@@ -122,11 +126,26 @@ class ForcePrefix:
 
 def renormalize(log_probs, tokens, row_example, step) -> None:
     """Log-softmax again after the other filters (transformers' renormalize_logits, its LogitNormalization): the
-    surviving tokens' probabilities sum to 1. A row whose filters forbid every token stays all -inf."""
-    best = log_probs.max(axis=1, keepdims=True)                                  # [R, 1]
-    finite = np.isfinite(best[:, 0])
-    shifted = log_probs[finite] - best[finite]
-    log_probs[finite] = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    surviving tokens' probabilities sum to 1. A row whose filters forbid every token stays all -inf.
+
+    In place, a few rows at a time (_RENORMALIZE_FLOATS floats: they stay in the cache between the max, the shift,
+    the exp and the sum), in float32 as (log_probs - max) - log(sum(exp(log_probs - max)))."""
+    rows, v = log_probs.shape
+    chunk = max(1, min(rows, _RENORMALIZE_FLOATS // max(1, v)))
+    scratch = np.empty((chunk, v), dtype=np.float32)
+    for lo in range(0, rows, chunk):
+        part = log_probs[lo:lo + chunk]
+        best = part.max(axis=1, keepdims=True)                                   # [r, 1]
+        if not np.isfinite(best).all():                                          # rare: those rows stay as they are
+            finite = np.flatnonzero(np.isfinite(best[:, 0]))
+            if len(finite):
+                rest = part[finite]                                              # a copy, renormalized, put back
+                renormalize(rest, tokens, row_example, step)
+                part[finite] = rest
+            continue
+        np.subtract(part, best, out=part)
+        exp = np.exp(part, out=scratch[:len(part)])
+        part -= np.log(exp.sum(axis=1, keepdims=True))
 
 
 def build_filters(options: DecodingOptions, config: ModelConfig, prefixes: Optional[Sequence[Sequence[int]]] = None,

@@ -42,7 +42,7 @@ import numpy as np
 from .constraints import Constraints
 from .decoder_state import place_rows
 from .options import DecodingOptions
-from .top_candidates import top_candidates
+from .top_candidates import top_beam_candidates, top_candidates
 
 
 @dataclass
@@ -195,17 +195,38 @@ class RowSearch:
         """Pick each row's next token; return the parents (current rows that go on) [R'].
         attention [R, S]: this step's cross-attention rows, kept with the tokens they chose."""
         rows = np.arange(len(log_probs))
-        best = log_probs.max(axis=1)                 # NaN when the row holds one
+        first = log_probs.argmax(axis=1)             # the lowest id of the best, or of the first NaN
+        best = log_probs[rows, first]                # the row's max: NaN when the row holds one
+        if self.sampler is None:
+            return self.advance_picks(first, best, step, attention)
         if not (best < np.inf).all():
             raise NonFiniteScores
-        # a row whose filters forbid every token (e.g. no_repeat_ngram_size=1 with min_decoding_length
-        # past the vocabulary) ends here, unfinished, with the tokens it has
         stuck = ~(best > -np.inf)
+        log_probs[stuck, self.eos] = 0.0              # a placeholder pick, dropped in _extend
+        tokens = self.sampler(log_probs, self.row_ids)
+        return self._extend(tokens, log_probs[rows, tokens], stuck, step, attention)
+
+    def advance_picks(self, first: np.ndarray, best: np.ndarray, step: int,
+                      attention: Optional[np.ndarray] = None) -> np.ndarray:
+        """Greedy, from each row's best id (the lowest on ties) and its log-prob [R] (advance's argmax, or the search
+        head's on the device) -> the parents [R']."""
+        if not (best < np.inf).all():
+            raise NonFiniteScores
+        stuck = ~(best > -np.inf)
+        if not stuck.any():
+            return self._extend(first, best, stuck, step, attention)
+        return self._extend(np.where(stuck, self.eos, first), np.where(stuck, np.float32(0), best), stuck, step,
+                            attention)
+
+    def _extend(self, tokens: np.ndarray, gained: np.ndarray, stuck: np.ndarray, step: int,
+                attention: Optional[np.ndarray]) -> np.ndarray:
+        """Append each row's token (its log-prob `gained` counts in the score) and finish the rows that end: with
+        EOS, at their limit, or stuck: a row whose filters forbid every token (e.g. no_repeat_ngram_size=1 with
+        min_decoding_length past the vocabulary) ends unfinished with the tokens it had (its placeholder EOS, of
+        log-prob 0, dropped)."""
+        rows = np.arange(len(tokens))
         any_stuck = stuck.any()
-        if any_stuck:
-            log_probs[stuck, self.eos] = 0.0          # a placeholder pick, dropped below
-        tokens = log_probs.argmax(axis=1) if self.sampler is None else self.sampler(log_probs, self.row_ids)
-        self.scores += log_probs[rows, tokens].astype(np.float64)
+        self.scores += gained.astype(np.float64)
         self.tokens = np.concatenate([self.tokens, tokens[:, None]], axis=1)
         self.attention = extend_rows(self.attention, attention)
         ended = (tokens == self.eos) & ~stuck
@@ -277,10 +298,13 @@ class BeamSearch:
         k, n_act, v = self.k, len(self.examples), log_probs.shape[1]
         if self.constraints is not None:                                   # EOS once every phrase is met
             self.constraints.forbid_eos(log_probs, self.row_example, self.eos)
+        if self.constraints is None:                  # cand = cum + log-probs, computed only where it is read
+            order = top_beam_candidates(self.cum, log_probs, 2 * k)       # [A, 2K] flat ids, best first
+            beam, token = np.divmod(order, v)
+            score = self.cum[np.arange(n_act)[:, None], beam] + log_probs[np.arange(n_act)[:, None] * k + beam, token]
+            return self._choose(score, beam, token, step, attention)
         cand = (self.cum[:, :, None] + log_probs.reshape(n_act, k, v)).reshape(n_act, k * v)   # float32
-        order = top_candidates(cand, 2 * k)                               # [A, 2K] flat ids, best first
-        if self.constraints is not None:                                   # ... or dealt out bank by bank
-            order = self.constraints.order(cand, order, self.examples, k)
+        order = self.constraints.order(cand, top_candidates(cand, 2 * k), self.examples, k)   # bank by bank
         beam, token = np.divmod(order, v)
         return self._choose(np.take_along_axis(cand, order, axis=1), beam, token, step, attention)
 
@@ -295,6 +319,14 @@ class BeamSearch:
         pick = top_candidates(cand, 2 * k)                                # [A, 2K] positions, best first
         token = np.take_along_axis(indices.reshape(n_act, k * w), pick, axis=1)
         return self._choose(np.take_along_axis(cand, pick, axis=1), pick // w, token, step, attention)
+
+    def advance_candidates(self, score: np.ndarray, flat: np.ndarray, vocab_size: int, step: int,
+                           attention: Optional[np.ndarray] = None) -> np.ndarray:
+        """advance, from each sentence's 2K best candidates already ranked (the search head's TopK of cum + the
+        filtered log-probs over K x V on the device): score [A, 2K] float32 and flat ids beam x V + token. No
+        constraints."""
+        beam, token = np.divmod(flat, vocab_size)
+        return self._choose(score, beam, token, step, attention)
 
     def _choose(self, score: np.ndarray, beam: np.ndarray, token: np.ndarray, step: int,
                 attention: Optional[np.ndarray]) -> np.ndarray:

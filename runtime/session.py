@@ -484,7 +484,7 @@ def open_engine(encoder_path: Any, decoder_path: Any, config: ModelConfig, sc: S
     if sc.device == "cuda":
         from .device_engine import IoBindingEngine     # it builds on _Graphs, from here
         return IoBindingEngine(encoder, decoder, config, "cuda", sc.device_id, sc.providers(), cross_per_sentence,
-                               str(decoder_path), encoder_path=str(encoder_path))
+                               str(decoder_path), encoder_path=str(encoder_path), search_on_device=True)
     engine = ArrayEngine(encoder, decoder, config, cross_per_sentence, str(decoder_path), str(encoder_path),
                          copy_threads=sc.copy_threads())
     if few_rows is not None:

@@ -345,6 +345,143 @@ def test_beam_search_from_each_rows_best_equals_from_all(sentences, beam, kind, 
         assert [(h.tokens, h.score) for h in a] == [(h.tokens, h.score) for h in b]
 
 
+
+# --- the filter path against a straightforward reference ------------------------------------------------------
+def reference_renormalize(log_probs: np.ndarray) -> None:
+    """Log-softmax again over every row whose max is finite, through copies (the formula, written plainly)."""
+    best = log_probs.max(axis=1, keepdims=True)
+    finite = np.isfinite(best[:, 0])
+    shifted = log_probs[finite] - best[finite]
+    log_probs[finite] = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+
+
+def reference_filtered(log_probs, step, options, config, limits, row_example):
+    """build_filters' edits, written plainly on a copy: suppressed ids, EOS before min length, forced BOS/EOS,
+    renormalize."""
+    lp = log_probs.copy()
+    lp[:, [config.pad_id, config.bos_id]] = -np.inf
+    if step < options.min_decoding_length:
+        lp[:, config.eos_id] = -np.inf
+    for token, steps in ((options.forced_bos_id, np.zeros_like(limits)), (config.eos_id, limits - 1)):
+        if token is None or (token == config.eos_id and not options.forced_eos):
+            continue
+        for r in range(len(lp)):
+            if steps[row_example[r]] == step:
+                lp[r] = -np.inf
+                lp[r, token] = 0.0
+    if options.renormalize:
+        with np.errstate(invalid="ignore"):
+            reference_renormalize(lp)
+    return lp
+
+
+def reference_beam_advance(search, log_probs: np.ndarray, step: int) -> np.ndarray:
+    """BeamSearch.advance with its candidates cum + log-probs written out and ranked by a stable descending sort."""
+    n_act, k, v = len(search.examples), search.k, log_probs.shape[1]
+    cand = (search.cum[:, :, None] + log_probs.reshape(n_act, k, v)).reshape(n_act, k * v)
+    order = np.argsort(-cand, axis=1, kind="stable")[:, :2 * k]
+    beam, token = np.divmod(order, v)
+    return search._choose(np.take_along_axis(cand, order, axis=1), beam, token, step, None)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 70), st.sampled_from([5, 77, 4000, 70000]), st.integers(0, 5), st.integers(0, 10**6))
+def test_renormalize_is_the_plain_formula_bit_for_bit(rows, vocab, kind, seed):
+    """renormalize (in place, a few rows at a time: 70000 columns take one row, 77 many) gives the plain formula's
+    float32 values exactly, on log-prob-like rows, ties, mostly -inf, NaN, +inf, and rows all -inf."""
+    from seq2onnx.runtime.logit_filters import renormalize
+
+    rng = np.random.default_rng(seed)
+    lp = hard_scores(rng, rows, vocab, kind)
+    lp[rng.random(rows) < 0.2] = -np.inf
+    expected, got = lp.copy(), lp.copy()
+    with np.errstate(invalid="ignore"):
+        reference_renormalize(expected)
+        renormalize(got, np.zeros((rows, 0), dtype=np.int64), np.arange(rows), 0)
+    assert np.array_equal(got, expected, equal_nan=True)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 5), st.sampled_from([3, 77, 500, 4000]),
+       st.sampled_from([0, 1, 2, 4, 5, "forced"]), st.integers(0, 10**6))
+def test_beam_selection_without_candidates_is_a_stable_descending_sort(sentences, beam, vocab, kind, seed):
+    """top_beam_candidates (cum + log-probs computed only where read) is the stable descending sort of the written
+    candidates, with cum of ties or -inf (the first step), and log-probs of every hard kind but many NaN (whose
+    order among NaN top_candidates leaves to its fallback), and forced rows (-inf but for one or two ids, or all
+    -inf: fewer than 2K finite candidates, the -inf ones then by id)."""
+    from seq2onnx.runtime.top_candidates import top_beam_candidates
+
+    rng = np.random.default_rng(seed)
+    if kind == "forced":
+        lp = np.full((sentences * beam, vocab), -np.inf, dtype=np.float32)
+        for r in np.flatnonzero(rng.random(len(lp)) < 0.8):
+            lp[r, rng.integers(0, vocab, int(rng.integers(1, 3)))] = rng.choice([0.0, -1.0, -2.5])
+    else:
+        lp = hard_scores(rng, sentences * beam, vocab, kind)
+    cum = rng.choice([np.log(rng.random((sentences, beam))), rng.integers(-3, 1, (sentences, beam))]).astype(np.float32)
+    cum[rng.random(sentences) < 0.3, 1:] = -np.inf
+    m = min(int(rng.integers(1, 2 * beam + 1)), beam * vocab)
+    with np.errstate(invalid="ignore"):
+        cand = (cum[:, :, None] + lp.reshape(sentences, beam, vocab)).reshape(sentences, -1)
+        got = top_beam_candidates(cum, lp, m)
+    assert np.array_equal(got, np.argsort(-cand, axis=1, kind="stable")[:, :m])
+
+
+@pytest.mark.parametrize("batch,beam", [(1, 1), (1, 4), (3, 2), (16, 4), (64, 1), (5, 5)])
+@pytest.mark.parametrize("kind", [0, 1, 2])
+def test_filters_and_search_equal_a_plain_reference(translator, batch, beam, kind):
+    """The decoding loop's filter path (build_filters in place, then BeamSearch.advance / RowSearch.advance) against
+    the same edits written plainly and the candidates ranked by a stable sort, step by step on random log-probs
+    (kind 0 log-prob-like, 1 ties, 2 mostly -inf) at several batch and beam sizes: the same tokens, parents, scores
+    (float32 bit for bit) and finished hypotheses. Options: min length, forced BOS and EOS, renormalize."""
+    from seq2onnx.runtime.logit_filters import build_filters
+    from seq2onnx.runtime.search import BeamSearch, RowSearch
+
+    config = translator.config
+    rng = np.random.default_rng(batch * 100 + beam * 10 + kind)
+    options = DecodingOptions(beam_size=beam, min_decoding_length=2, forced_bos_id=5, forced_eos=True,
+                              renormalize=True)
+    limits = rng.integers(3, 9, batch)
+    filters = build_filters(options, config, None, limits)
+    if beam > 1:
+        new, ref = (BeamSearch(batch, beam, limits, config.eos_id, 1.0) for _ in range(2))
+    else:                          # the reference: per sentence its tokens, score and end, a row at a time
+        new, ref = RowSearch(batch, 1, limits, config.eos_id, 1.0), [([], 0.0, None) for _ in range(batch)]
+    for step in range(int(limits.max())):
+        lp = hard_scores(rng, len(new.row_example), config.vocab_size, kind)
+        if kind == 1:
+            lp = lp - 0.5                                            # ties, no log-prob above 0
+        lp[:, config.eos_id] = np.log(rng.random(len(lp))).astype(np.float32)   # EOS often among the best
+        expected = reference_filtered(lp, step, options, config, limits, new.row_example)
+        got = lp.copy()
+        for f in filters:
+            f(got, new.tokens, new.row_example, step)
+        assert np.array_equal(got, expected)
+        if beam > 1:
+            parents = new.advance(got, step)
+            assert np.array_equal(parents, reference_beam_advance(ref, expected, step))
+            assert np.array_equal(new.tokens, ref.tokens) and np.array_equal(new.cum, ref.cum)
+        else:
+            for r, i in enumerate(new.row_ids.tolist()):
+                row, (toks, score, _) = expected[r], ref[i]
+                best = [j for j in range(len(row)) if row[j] == row.max()]
+                if not row.max() > -np.inf:
+                    ref[i] = (toks, score, "stuck")
+                elif best[0] == config.eos_id:
+                    ref[i] = (toks, score + float(row[best[0]]), "eos")
+                else:
+                    ref[i] = (toks + [best[0]], score + float(row[best[0]]),
+                              "limit" if step + 1 >= limits[i] else None)
+            parents = new.advance(got, step)
+        if len(parents) == 0:
+            break
+    if beam > 1:
+        assert [[(h.tokens, h.score, h.finished) for h in f] for f in new.finished] == \
+            [[(h.tokens, h.score, h.finished) for h in f] for f in ref.finished]
+    else:
+        assert [[(h.tokens, h.score, h.finished) for h in f] for f in new.finished] == \
+            [[(toks, score, end == "eos")] for toks, score, end in ref]
+
 def test_no_repeat_ngram_bans_the_completing_token():
     toks = np.array([[5, 6, 7, 5, 6], [5, 6, 7, 8, 9]])
     lp = np.zeros((2, 12), dtype=np.float32)

@@ -115,7 +115,10 @@ def worker(argv: List[str]) -> int:
     from seq2onnx.runtime.cli import main
 
     code = main(["convert", *argv])
-    print(json.dumps({"peak_rss_mib": own_peak_rss_mib()}), file=sys.stderr, flush=True)
+    times = os.times()          # CPU seconds: what a busy machine's load disturbs less than the wall clock
+    print(json.dumps({"peak_rss_mib": own_peak_rss_mib(),
+                      "cpu_seconds": times.user + times.system + times.children_user + times.children_system}),
+          file=sys.stderr, flush=True)
     return code
 
 
@@ -130,7 +133,7 @@ def side_env(code: Optional[Path]) -> Dict[str, str]:
 def run_once(folder: Path, out: Path, mode: str, code: Optional[Path], profile: Optional[Path] = None,
              tag: str = "") -> Dict[str, Any]:
     """One conversion in a process of its own -> {"steps": [{"step", "seconds", "line"}], "seconds",
-    "peak_rss_mib", "lines"}; raises RuntimeError with its last lines if it fails."""
+    "peak_rss_mib", "cpu_seconds"}; raises RuntimeError with its last lines if it fails."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", str(folder), str(out), "--overwrite"]
     # random weights: the int8 variant fails its gate (top-1 agreement 0.55); its figures are measured all the same
     cmd += ["--int8", "--skip-int8-validation"] if mode == "int8" else []
@@ -138,14 +141,14 @@ def run_once(folder: Path, out: Path, mode: str, code: Optional[Path], profile: 
         cmd = [shutil.which("py-spy") or "py-spy", "record", "-r", "20", "-f", "raw", "-o", str(profile),
                "--"] + cmd
     start = last = time.perf_counter()
-    steps, lines, peak = [], [], None
+    steps, lines, peak, cpu = [], [], None, None
     proc = subprocess.Popen(cmd, env=side_env(code), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for line in proc.stderr:
         now = time.perf_counter()
         line = line.rstrip("\n")
         lines.append(line)
         if line.startswith("{") and "peak_rss_mib" in line:
-            peak = json.loads(line)["peak_rss_mib"]
+            peak, cpu = json.loads(line)["peak_rss_mib"], json.loads(line)["cpu_seconds"]
             continue
         log(f"  {tag}{now - start:7.1f}s  {line}")
         m = STEP.match(line.strip())
@@ -157,7 +160,7 @@ def run_once(folder: Path, out: Path, mode: str, code: Optional[Path], profile: 
     proc.stdout.read()
     if proc.wait() != 0:
         raise RuntimeError(f"seq2onnx convert ({mode}) failed ({proc.returncode}):\n" + "\n".join(lines[-5:]))
-    return {"steps": steps, "seconds": time.perf_counter() - start, "peak_rss_mib": peak}
+    return {"steps": steps, "seconds": time.perf_counter() - start, "peak_rss_mib": peak, "cpu_seconds": cpu}
 
 
 # --- the report ---------------------------------------------------------------------------------------------------
@@ -169,6 +172,7 @@ def summarise(runs: List[Dict[str, Any]]) -> Dict[str, Any]:
     return {"steps": {name: statistics.median(sum(s["seconds"] for s in r["steps"] if s["step"] == name) for r in runs)
                       for name in order},
             "seconds": statistics.median(r["seconds"] for r in runs),
+            "cpu_seconds": statistics.median(r["cpu_seconds"] or 0 for r in runs),
             "peak_rss_mib": max(r["peak_rss_mib"] or 0 for r in runs), "runs": runs}
 
 
@@ -190,12 +194,12 @@ def markdown(data: Dict[str, Any]) -> str:
         names: List[str] = []
         for r in results.values():
             names += [n for n in r["steps"] if n not in names]
-        for name in names + ["total", "peak RSS (MiB)"]:
+        for name in names + ["total", "CPU seconds (user+sys)", "peak RSS (MiB)"]:
             cells = []
             for side in sides:
                 r = results[side]
                 value = (r["seconds"] if name == "total" else r["peak_rss_mib"] if name.startswith("peak")
-                         else r["steps"].get(name))
+                         else r["cpu_seconds"] if name.startswith("CPU") else r["steps"].get(name))
                 cells.append("-" if value is None else f"{value:.0f}" if name.startswith("peak") else f"{value:.1f}")
             if len(sides) > 1:
                 ratio = data["ratios"][mode].get(name)
@@ -217,6 +221,7 @@ def ratios(a: Dict[str, Any], b: Dict[str, Any]) -> Dict[str, float]:
     for name in set(a["steps"]) & set(b["steps"]):
         out[name] = statistics.median(step(x, name) / max(step(y, name), 1e-9) for x, y in pairs)
     out["total"] = statistics.median(x["seconds"] / y["seconds"] for x, y in pairs)
+    out["CPU seconds (user+sys)"] = statistics.median(x["cpu_seconds"] / y["cpu_seconds"] for x, y in pairs)
     out["peak RSS (MiB)"] = a["peak_rss_mib"] / b["peak_rss_mib"]
     return out
 

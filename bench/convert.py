@@ -4,6 +4,7 @@
     python bench/convert.py --against main --rounds 2  # also the code at git revision main, interleaved A B A B
     python bench/convert.py --against main --together  # the two sides at the same time instead, each round
     python bench/convert.py --modes int8 --profile     # py-spy record of each run (bench/.cache/convert/profile-*.txt)
+    python bench/convert.py --shape nllb-600m --name convert-nllb-600m   # NLLB-200-distilled-600M's shape (issue 54)
 
 The folder (built once into bench/.cache/convert/opus-mt-en-de-shaped/, seeded, so every build is the same):
 Helsinki-NLP/opus-mt-en-de's shape, 74.4M parameters: MarianMTModel d_model 512, 6+6 layers, 8 heads, FFN 2048,
@@ -14,6 +15,12 @@ bad_words [pad], forced EOS, renormalize_logits). Random weights as tests/hf_fol
 final_logits_bias random, a length signal so that greedy outputs end after 4-30 tokens as a trained model's do,
 EOS calibrated on gettext sentences), so the gate against transformers decodes sentences of a trained model's
 lengths, and the int8 variant passes its gate.
+
+--shape nllb-600m (built once into bench/.cache/convert/nllb-600m-shaped/, seeded): NLLB-200-distilled-600M's shape,
+615M parameters (2.3 GiB in float32): M2M100ForConditionalGeneration d_model 1024, 12+12 layers, 16 heads, FFN 4096,
+relu, pre-LN, vocabulary 256,206 (the tokenizer of tests/hf_folders.py's build_nllb, its ids at the bottom of the
+table), max_position_embeddings 1024, as build_nllb makes it otherwise (random weights, length signal, EOS
+calibrated; init std scaled to d_model 1024); its generation_config NLLB's (greedy, max_length 200).
 
 Each run is a process of its own: `seq2onnx convert FOLDER OUT --overwrite [--int8]` (runtime/cli.py main, so the
 code under test is whatever seq2onnx the process imports). Its progress lines on stderr are timestamped as they
@@ -61,6 +68,10 @@ INIT_STD = 0.2 * (64 / 512) ** 0.5
 STEP = re.compile(r"^\[(\d+)/(\d+)\] ([\w-]+)")        # a step's progress line: [3/5] parity: ...
 SUB_STEP = re.compile(r"^ +(\w+: [^(]+?) \(\d+\.\ds\)$")    # a part of one, indented: "      int8: ... (1.2s)"
 MODES = ("fp32", "int8")
+# NLLB-200-distilled-600M's config.json (facebook/nllb-200-distilled-600M)
+NLLB_600M = dict(vocab_size=256206, d_model=1024, encoder_layers=12, decoder_layers=12, encoder_attention_heads=16,
+                 decoder_attention_heads=16, encoder_ffn_dim=4096, decoder_ffn_dim=4096, max_position_embeddings=1024)
+NLLB_MAX_LENGTH = 200
 
 
 def log(msg: str) -> None:
@@ -68,8 +79,48 @@ def log(msg: str) -> None:
 
 
 # --- the folder -----------------------------------------------------------------------------------------------
+def build_nllb_folder(folder: Path) -> Path:
+    """The NLLB-200-distilled-600M-shaped folder (module doc) at `folder`, unless it is there already."""
+    if (folder / "model.safetensors").is_file():
+        return folder
+    from bench.base_model import atomic_folder
+
+    def write(tmp: Path) -> None:
+        from transformers import M2M100Config, NllbTokenizer
+        from transformers.models.nllb.tokenization_nllb import FAIRSEQ_LANGUAGE_CODES
+
+        from tests import hf_folders as H
+
+        H._fairseq_spm(tmp)
+        tokenizer = NllbTokenizer.from_pretrained(str(tmp), src_lang="eng_Latn",
+                                                  extra_special_tokens=list(FAIRSEQ_LANGUAGE_CODES))
+        tokenizer.save_pretrained(str(tmp))
+        ids = {t: tokenizer.convert_tokens_to_ids(t) for t in ("<s>", "<pad>", "</s>")}
+        std = H.FAIRSEQ_LENGTH["init_std"] * (H.TINY["d_model"] / NLLB_600M["d_model"]) ** 0.5
+        config = M2M100Config(**NLLB_600M, activation_function="relu", scale_embedding=True, dropout=0.1,
+                              attention_dropout=0.1, activation_dropout=0.0, encoder_layerdrop=0.05,
+                              decoder_layerdrop=0.05, init_std=std, pad_token_id=ids["<pad>"],
+                              bos_token_id=ids["<s>"], eos_token_id=ids["</s>"], decoder_start_token_id=ids["</s>"])
+        H._save_model(tmp, config, H._fairseq_model, SEED, H._shift_fairseq_eos,
+                      dict(max_length=CALIBRATION_LENGTH, bos_token_id=ids["<s>"], eos_token_id=ids["</s>"],
+                           pad_token_id=ids["<pad>"], decoder_start_token_id=ids["</s>"]))
+        gen = json.loads((tmp / "generation_config.json").read_text())
+        gen["max_length"] = NLLB_MAX_LENGTH
+        (tmp / "generation_config.json").write_text(json.dumps(gen, indent=2))
+
+    start = time.perf_counter()
+    atomic_folder(folder, write)
+    log(f"folder: {folder} built ({time.perf_counter() - start:.0f}s)")
+    return folder
+
+
+SHAPES = {"opus-mt-en-de": FOLDER_NAME, "nllb-600m": "nllb-600m-shaped"}
+
+
 def build_folder(folder: Path) -> Path:
     """The OPUS-MT-en-de-shaped folder (module doc) at `folder`, unless it is there already."""
+    if folder.name == SHAPES["nllb-600m"]:
+        return build_nllb_folder(folder)
     if (folder / "model.safetensors").is_file():
         return folder
     from bench.base_model import atomic_folder
@@ -115,7 +166,10 @@ def worker(argv: List[str]) -> int:
     from seq2onnx.runtime.cli import main
 
     code = main(["convert", *argv])
-    print(json.dumps({"peak_rss_mib": own_peak_rss_mib()}), file=sys.stderr, flush=True)
+    times = os.times()          # CPU seconds: what a busy machine's load disturbs less than the wall clock
+    print(json.dumps({"peak_rss_mib": own_peak_rss_mib(),
+                      "cpu_seconds": times.user + times.system + times.children_user + times.children_system}),
+          file=sys.stderr, flush=True)
     return code
 
 
@@ -130,7 +184,7 @@ def side_env(code: Optional[Path]) -> Dict[str, str]:
 def run_once(folder: Path, out: Path, mode: str, code: Optional[Path], profile: Optional[Path] = None,
              tag: str = "") -> Dict[str, Any]:
     """One conversion in a process of its own -> {"steps": [{"step", "seconds", "line"}], "seconds",
-    "peak_rss_mib", "lines"}; raises RuntimeError with its last lines if it fails."""
+    "peak_rss_mib", "cpu_seconds"}; raises RuntimeError with its last lines if it fails."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", str(folder), str(out), "--overwrite"]
     # random weights: the int8 variant fails its gate (top-1 agreement 0.55); its figures are measured all the same
     cmd += ["--int8", "--skip-int8-validation"] if mode == "int8" else []
@@ -138,14 +192,14 @@ def run_once(folder: Path, out: Path, mode: str, code: Optional[Path], profile: 
         cmd = [shutil.which("py-spy") or "py-spy", "record", "-r", "20", "-f", "raw", "-o", str(profile),
                "--"] + cmd
     start = last = time.perf_counter()
-    steps, lines, peak = [], [], None
+    steps, lines, peak, cpu = [], [], None, None
     proc = subprocess.Popen(cmd, env=side_env(code), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for line in proc.stderr:
         now = time.perf_counter()
         line = line.rstrip("\n")
         lines.append(line)
         if line.startswith("{") and "peak_rss_mib" in line:
-            peak = json.loads(line)["peak_rss_mib"]
+            peak, cpu = json.loads(line)["peak_rss_mib"], json.loads(line)["cpu_seconds"]
             continue
         log(f"  {tag}{now - start:7.1f}s  {line}")
         m = STEP.match(line.strip())
@@ -157,7 +211,7 @@ def run_once(folder: Path, out: Path, mode: str, code: Optional[Path], profile: 
     proc.stdout.read()
     if proc.wait() != 0:
         raise RuntimeError(f"seq2onnx convert ({mode}) failed ({proc.returncode}):\n" + "\n".join(lines[-5:]))
-    return {"steps": steps, "seconds": time.perf_counter() - start, "peak_rss_mib": peak}
+    return {"steps": steps, "seconds": time.perf_counter() - start, "peak_rss_mib": peak, "cpu_seconds": cpu}
 
 
 # --- the report ---------------------------------------------------------------------------------------------------
@@ -169,6 +223,7 @@ def summarise(runs: List[Dict[str, Any]]) -> Dict[str, Any]:
     return {"steps": {name: statistics.median(sum(s["seconds"] for s in r["steps"] if s["step"] == name) for r in runs)
                       for name in order},
             "seconds": statistics.median(r["seconds"] for r in runs),
+            "cpu_seconds": statistics.median(r["cpu_seconds"] or 0 for r in runs),
             "peak_rss_mib": max(r["peak_rss_mib"] or 0 for r in runs), "runs": runs}
 
 
@@ -176,7 +231,7 @@ def markdown(data: Dict[str, Any]) -> str:
     from bench.report import machine_text
 
     sides = list(data["sides"])
-    lines = ["# `seq2onnx convert` of an OPUS-MT-en-de-shaped folder: seconds per step and peak memory", "",
+    lines = [f"# `seq2onnx convert` of an {data['folder']['name']}-shaped folder: seconds per step and peak memory", "",
              f"{data['folder']['parameters'] / 1e6:.1f}M parameters (bench/convert.py's docstring has the folder). "
              f"Each run a process of its own; a step's seconds: from the previous progress line to its own (the first "
              f"from the process's start, imports included); the median of {data['rounds']} round(s)"
@@ -190,12 +245,12 @@ def markdown(data: Dict[str, Any]) -> str:
         names: List[str] = []
         for r in results.values():
             names += [n for n in r["steps"] if n not in names]
-        for name in names + ["total", "peak RSS (MiB)"]:
+        for name in names + ["total", "CPU seconds (user+sys)", "peak RSS (MiB)"]:
             cells = []
             for side in sides:
                 r = results[side]
                 value = (r["seconds"] if name == "total" else r["peak_rss_mib"] if name.startswith("peak")
-                         else r["steps"].get(name))
+                         else r["cpu_seconds"] if name.startswith("CPU") else r["steps"].get(name))
                 cells.append("-" if value is None else f"{value:.0f}" if name.startswith("peak") else f"{value:.1f}")
             if len(sides) > 1:
                 ratio = data["ratios"][mode].get(name)
@@ -217,6 +272,7 @@ def ratios(a: Dict[str, Any], b: Dict[str, Any]) -> Dict[str, float]:
     for name in set(a["steps"]) & set(b["steps"]):
         out[name] = statistics.median(step(x, name) / max(step(y, name), 1e-9) for x, y in pairs)
     out["total"] = statistics.median(x["seconds"] / y["seconds"] for x, y in pairs)
+    out["CPU seconds (user+sys)"] = statistics.median(x["cpu_seconds"] / y["cpu_seconds"] for x, y in pairs)
     out["peak RSS (MiB)"] = a["peak_rss_mib"] / b["peak_rss_mib"]
     return out
 
@@ -226,6 +282,7 @@ def main(argv: Sequence[str] = ()) -> int:
     if argv[:1] == ["--worker"]:
         return worker(argv[1:])
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--shape", choices=list(SHAPES), default="opus-mt-en-de", help="the folder's (default %(default)s)")
     ap.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--against", metavar="REV", help="also the code at this git revision, interleaved (A = REV)")
@@ -240,7 +297,7 @@ def main(argv: Sequence[str] = ()) -> int:
     from bench.report import machine, write
 
     work = a.work.absolute()
-    folder = build_folder(work / FOLDER_NAME)
+    folder = build_folder(work / SHAPES[a.shape])
     config = json.loads((folder / "config.json").read_text())
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(dir=work) as tmp:
@@ -277,7 +334,7 @@ def main(argv: Sequence[str] = ()) -> int:
                                check=False)
     results = {side: {mode: summarise(runs[side][mode]) for mode in a.modes} for side in sides}
     data = {"machine": machine(None), "load_avg_before": load_before, "load_avg_after": os.getloadavg(),
-            "folder": {"shape": SHAPE, "vocab_size": VOCAB, "generation": GENERATION,
+            "folder": {"name": a.shape, "config": {k: config.get(k) for k in (*SHAPE, "vocab_size", "model_type")},
                        "parameters": parameters(config)},
             "rounds": a.rounds, "modes": a.modes, "sides": names, "results": results}
     if a.against:
@@ -289,13 +346,14 @@ def main(argv: Sequence[str] = ()) -> int:
 
 
 def parameters(config: Dict[str, Any]) -> int:
-    """A MarianMT config's parameters (tied embeddings once, final_logits_bias, no sinusoid table)."""
+    """A MarianMT / M2M100 config's parameters (tied embeddings once, Marian's final_logits_bias, M2M100's final
+    LayerNorms, no sinusoid table)."""
     d, f, v = config["d_model"], config["encoder_ffn_dim"], config["vocab_size"]
     attention = 4 * (d * d + d)
     ffn = d * f + f + f * d + d
     encoder = config["encoder_layers"] * (attention + ffn + 2 * 2 * d)
     decoder = config["decoder_layers"] * (2 * attention + ffn + 3 * 2 * d)
-    return v * d + v + encoder + decoder
+    return v * d + (v if config["model_type"] == "marian" else 2 * 2 * d) + encoder + decoder
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ from seq2onnx.runtime.manifest_fields import short
 from seq2onnx.runtime.options import (LENGTH_PENALTY_RANGE, MAX_BEAM_SIZE, MAX_SUPPRESS_IDS, REPETITION_PENALTY_RANGE,
                                       DecodingOptions, OptionError)
 from seq2onnx.runtime.manifest_records import Languages
-from seq2onnx.training.model import Transformer
+from seq2onnx.training.model import Transformer, sinusoidal_positions
 
 from seq2onnx.runtime.manifest import HF_WEIGHT_FILES, MANIFEST
 
@@ -308,7 +308,9 @@ def _layer_names(prefix: str, ours: str, decoder: bool) -> Dict[str, str]:
 
 
 def transformer_from_hf(hf_model: Any, cfg: ModelConfig) -> Transformer:
-    """Our Transformer holding the HF model's weights exactly (strict: every tensor of ours is set)."""
+    """Our Transformer holding the HF model's weights exactly (strict: every tensor of ours is set): the same tensors,
+    not copies (built on the meta device, its parameters then assigned), so that the conversion holds the weights
+    once however many models look at them."""
     hf = {k: v.detach().float() for k, v in hf_model.state_dict().items()}
     base = "model"
     names = {"src_embed.weight": f"{base}.encoder.embed_tokens.weight",
@@ -325,7 +327,8 @@ def transformer_from_hf(hf_model: Any, cfg: ModelConfig) -> Transformer:
         names.update(_layer_names(f"{base}.encoder.layers.{i}", f"encoder_layers.{i}", False))
     for i in range(cfg.decoder_layers):
         names.update(_layer_names(f"{base}.decoder.layers.{i}", f"decoder_layers.{i}", True))
-    model = Transformer(cfg).eval()
+    with torch.device("meta"):
+        model = Transformer(cfg).eval()
     ours = model.state_dict()
     state = {}
     for name in ours:
@@ -338,12 +341,16 @@ def transformer_from_hf(hf_model: Any, cfg: ModelConfig) -> Transformer:
             raise Seq2OnnxError(f"{source} has shape {tuple(value.shape)}, config.json implies "
                                 f"{tuple(ours[name].shape)}: the folder's config and weights disagree")
         state[name] = value
-    model.load_state_dict(state, strict=True)
+    model.load_state_dict(state, strict=True, assign=True)
+    if cfg.tie_output_embedding:            # assign gives each name its own Parameter: tie them again
+        model.output_projection.weight = model.tgt_embed.weight
     with torch.no_grad():                   # the model's own sinusoid table (its float32 rounding), from row offset
         table = hf_model.get_encoder().embed_positions
         weights = table.weight if hasattr(table, "weight") else table.weights
         rows = weights[cfg.position_offset:cfg.position_offset + cfg.max_positions].float()
-        model.pe[:len(rows)] = rows
+        pe = sinusoidal_positions(cfg.max_positions, cfg.d_model, cfg.sinusoid, cfg.position_offset)
+        pe[:len(rows)] = rows
+        model.pe = pe
     return model
 
 
@@ -401,19 +408,26 @@ def generation_defaults(gen: Any, cfg: ModelConfig) -> Dict[str, Any]:
 @torch.no_grad()
 def check_log_probs(hf_model: Any, model: Transformer, sources: List[List[int]]) -> float:
     """Teacher-forced log-probs of our mapped PyTorch model against transformers' on `sources` (their first
-    tokens as targets too) -> the max abs difference; above parity.FP32_TOLERANCE: ParityError."""
+    tokens as targets too) -> the max abs difference; above parity.FP32_TOLERANCE: ParityError. On one torch thread
+    (hf_generate says why)."""
+    with parity.one_torch_thread():
+        worst = _max_log_prob_diff(hf_model, model, sources[:8])
+    if not worst <= parity.FP32_TOLERANCE:
+        raise parity.ParityError(f"the converted model's log-probs differ from transformers' by {worst:.3g} (> "
+                                 f"{parity.FP32_TOLERANCE:g}); the package was not written")
+    return worst
+
+
+def _max_log_prob_diff(hf_model: Any, model: Transformer, sources: List[List[int]]) -> float:
     cfg = model.cfg
     worst = 0.0
-    for src in sources[:8]:
+    for src in sources:
         ids = torch.tensor([src])
         tgt = torch.tensor([[cfg.start_id] + [t for t in src[:-1] if t < cfg.vocab_size][:16]])
         ours = torch.log_softmax(model(ids, torch.ones_like(ids), tgt).float(), -1)
         theirs = torch.log_softmax(hf_model(input_ids=ids, attention_mask=torch.ones_like(ids),
                                             decoder_input_ids=tgt).logits.float(), -1)
         worst = max(worst, float((ours - theirs).abs().max()))
-    if not worst <= parity.FP32_TOLERANCE:
-        raise parity.ParityError(f"the converted model's log-probs differ from transformers' by {worst:.3g} (> "
-                                 f"{parity.FP32_TOLERANCE:g}); the package was not written")
     return worst
 
 
@@ -433,7 +447,15 @@ def hf_generate(hf_model: Any, sources: List[List[int]], batch_size: int = 8,
                 **options: Any) -> List[Tuple[List[int], float]]:
     """transformers' generate() on id sources, in batches of sources of similar length (right-padded as its
     tokenizers pad) -> per source (the generated ids without the decoder start and EOS, the hypothesis's score as
-    generate() ranks it: sequences_scores with beams, the sum of the chosen tokens' processed log-probs without)."""
+    generate() ranks it: sequences_scores with beams, the sum of the chosen tokens' processed log-probs without).
+    On one torch thread, as the parity checks (parity.one_torch_thread): at OPUS-MT en-de's size greedy decoding of 8
+    sources took 5 CPU seconds on one thread, 35 on two (busy 2 cores; 4x the wall time)."""
+    with parity.one_torch_thread():
+        return _hf_generate(hf_model, sources, batch_size, **options)
+
+
+def _hf_generate(hf_model: Any, sources: List[List[int]], batch_size: int,
+                 **options: Any) -> List[Tuple[List[int], float]]:
     pad, eos = hf_model.config.pad_token_id, hf_model.generation_config.eos_token_id
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     out: List[Any] = [None] * len(sources)

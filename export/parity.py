@@ -28,16 +28,24 @@ the trained tiny test model: int8 per-channel gives top-1 0.996 and greedy 0.949
 sources alone, 0.997 and 1.0 on 16 real sentences. 0.90 allows about one diverging synthetic sentence.
 A failed check raises ParityError naming the check and the figure.
 
+The PyTorch side of a batch depends on the model and the batch only (both sides are fed the PyTorch tokens), so it is
+computed once and kept on the batch (`Reference`): an export's fp32, fused-attention and int8 graphs are measured
+against the same numbers without recomputing them (at the size of OPUS-MT en-de it was 3/4 of a measure's time).
+Every compared step's log-probs [rows, V] and caches are kept in a temporary file (`Spilled`), not in memory: ~320 MB
+at OPUS-MT en-de's size (vocab 58,101, 6 decoder layers) with the synthetic batches alone, ~1 GB at NLLB-200's.
+
 A decoding rule lives in runtime/decoding.py alone; this check runs it, so a package that passes was
 decoded by the code users will run.
 """
 from __future__ import annotations
 
 import math
+import os
+import tempfile
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import BinaryIO, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import onnxruntime as ort
@@ -103,6 +111,7 @@ class ParityBatch:
     sources: List[List[int]]     # id lists ending with EOS
     left_pad: bool = False       # pad on the left (graph-level comparison only; decoding pads right)
     real: bool = False           # from --parity-data (else synthetic)
+    reference: Optional["Reference"] = field(default=None, repr=False, compare=False)   # the PyTorch side, once
 
 
 REAL_BATCH_SIZES = (1, 3, 4, 8)
@@ -258,106 +267,235 @@ def _flat(kvs) -> List[np.ndarray]:
     return [t.numpy() for kv in kvs for t in kv]
 
 
+# --- the PyTorch side, computed once per batch --------------------------------------------------------
+class Spilled:
+    """A list of arrays (or of lists of arrays) kept in an unnamed temporary file instead of memory: `append` writes
+    one item, reading an item (index or iteration) reads it back. The reference's log-probs and caches are the
+    largest part of it (~1 GB at NLLB-200's vocabulary of 256,206): on disk, a check holds one step's at a time."""
+
+    def __init__(self) -> None:
+        self.file: Optional[BinaryIO] = None
+        self.items: List[List[Tuple[int, np.dtype, Tuple[int, ...]]]] = []
+        self.single: List[bool] = []
+
+    def append(self, item) -> None:
+        if self.file is None:
+            self.file = tempfile.TemporaryFile(prefix="seq2onnx-parity-")
+        self.file.seek(0, os.SEEK_END)
+        arrays = [item] if isinstance(item, np.ndarray) else list(item)
+        entry = []
+        for a in arrays:
+            a = np.ascontiguousarray(a)
+            entry.append((self.file.tell(), a.dtype, a.shape))
+            self.file.write(a.data)
+        self.items.append(entry)
+        self.single.append(isinstance(item, np.ndarray))
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int):
+        arrays = []
+        for offset, dtype, shape in self.items[i]:
+            self.file.seek(offset)
+            arrays.append(np.fromfile(self.file, dtype, int(np.prod(shape, dtype=np.int64))).reshape(shape))
+        return arrays[0] if self.single[i] else arrays
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+
+@dataclass
+class Chain:
+    """A run of chained decoder steps on the PyTorch side: per step the tokens fed in [R, 1], the rows' past lengths
+    (ragged steps only), the log-probs [R, V] and the present caches (2L arrays), those two on disk (Spilled)."""
+    tokens: List[np.ndarray] = field(default_factory=list)
+    lengths: List[np.ndarray] = field(default_factory=list)
+    log_probs: Spilled = field(default_factory=Spilled)
+    caches: Spilled = field(default_factory=Spilled)
+
+
+@dataclass
+class Reference:
+    """What the PyTorch model computes on one parity batch (none of it depends on the ONNX side: both sides are fed
+    the PyTorch tokens), kept on the batch so that every graph measured against the same model and batches (fp32, the
+    int8 variant's fused fp32 trace, int8, its few-rows step) reuses it: the same numbers as computing them again,
+    without the PyTorch time (3/4 of a measure at OPUS-MT's size). `model` is the model it was computed from and
+    `versions` its tensors' in-place modification counters: a changed model gets a new reference."""
+    model: int
+    versions: Tuple[int, ...]
+    mask: np.ndarray
+    cross: List[np.ndarray]                       # encoder: cross K/V, 2L x [B, H, S, Dh]
+    chain: Chain                                  # STEPS steps, one row per sentence, fed the argmax
+    beam: Chain                                   # BEAM_STEPS steps, BEAM_SIZE rows per sentence
+    cross_kv: Optional[list] = None               # the same as torch tensors, for the ragged steps
+    ragged: Optional[Chain] = None                # contract 3: RAGGED_STEPS steps at unequal lengths (on first use)
+    ragged_noise: List[np.ndarray] = field(default_factory=list)
+    greedy: Optional[List[Hypothesis]] = None     # training/reference.py's greedy_search (not for a left-padded batch)
+    beam4: Optional[List[List[Hypothesis]]] = None
+
+
+def _versions(model: Transformer) -> Tuple[int, ...]:
+    return tuple(t._version for t in (*model.parameters(), *model.buffers()))
+
+
 @torch.no_grad()
+def reference(model: Transformer, batch: ParityBatch, ragged: bool = False, steps: int = STEPS) -> Reference:
+    """The batch's Reference for `model` (and its ragged steps when `ragged`), computed on first use."""
+    ref = batch.reference
+    if ref is None or ref.model != id(model) or ref.versions != _versions(model) or len(ref.chain.log_probs) != min(
+            steps, model.cfg.max_positions):
+        ids, mask = batch_arrays(batch, model.cfg.pad_id)
+        cross = model.cross_kv(model.encode(ids, mask))
+        ref = Reference(id(model), _versions(model), mask.numpy(), _flat(cross),
+                        _reference_chain(model, mask, cross, steps), _reference_beam(model, mask, cross), cross)
+        if not batch.left_pad:                       # decoding pads right, as the contract says
+            ref.greedy = greedy_search(model, batch.sources, max_length=MAX_LENGTH)
+            ref.beam4 = beam_search(model, batch.sources, beam_size=BEAM_SIZE, num_hypotheses=BEAM_SIZE,
+                                    max_length=MAX_LENGTH)
+        batch.reference = ref
+    if ragged and ref.ragged is None:
+        ref.ragged, ref.ragged_noise = _reference_ragged(model, torch.from_numpy(ref.mask), ref.cross_kv)
+    return ref
+
+
+def _reference_chain(model: Transformer, mask: torch.Tensor, cross, steps: int) -> Chain:
+    """`steps` chained decoder steps, each fed the argmax of the previous log-probs (PAD and BOS excluded)."""
+    cfg = model.cfg
+    b = mask.shape[0]
+    past = model.empty_cache(b)
+    tokens = torch.full((b, 1), cfg.start_id, dtype=torch.long)
+    chain = Chain()
+    for _ in range(min(steps, cfg.max_positions)):
+        logp, past = model.decode_step(tokens, mask, past, cross)
+        chain.tokens.append(tokens.numpy())
+        chain.log_probs.append(logp.numpy())
+        chain.caches.append(_flat(past))
+        forbidden = logp.clone()
+        forbidden[:, [cfg.pad_id, cfg.bos_id]] = -math.inf
+        tokens = forbidden.argmax(dim=-1)[:, None]
+    chain.tokens.append(tokens.numpy())             # the last step's argmax: what the last comparison agrees with
+    return chain
+
+
+def _reference_beam(model: Transformer, mask: torch.Tensor, cross, g: int = BEAM_SIZE,
+                    steps: int = BEAM_STEPS) -> Chain:
+    """`steps` chained decoder steps with g rows per sentence (row = sentence * g + j), as beam search runs them:
+    row j is fed the j-th best token of its own previous log-probs, so the rows differ; the cross K/V and mask copied
+    to every row (an independent computation of what the ONNX graph gets once per sentence)."""
+    cfg = model.cfg
+    b = mask.shape[0]
+    rows_cross = [(k.repeat_interleave(g, 0), v.repeat_interleave(g, 0)) for k, v in cross]
+    rows_mask = mask.repeat_interleave(g, 0)
+    past = model.empty_cache(b * g)
+    tokens = torch.full((b * g, 1), cfg.start_id, dtype=torch.long)
+    chain = Chain()
+    for _ in range(min(steps, cfg.max_positions)):
+        logp, past = model.decode_step(tokens, rows_mask, past, rows_cross)
+        chain.tokens.append(tokens.numpy())
+        chain.log_probs.append(logp.numpy())
+        chain.caches.append(_flat(past))
+        ranked = logp.clone()
+        ranked[:, [cfg.pad_id, cfg.bos_id]] = -math.inf
+        order = ranked.argsort(dim=-1, descending=True, stable=True)              # [R, V]
+        tokens = order.gather(1, (torch.arange(b * g) % g)[:, None] % order.shape[1])
+    return chain
+
+
+def _reference_ragged(model: Transformer, mask: torch.Tensor, cross, g: int = BEAM_SIZE,
+                      steps: int = RAGGED_STEPS) -> Tuple[Chain, List[np.ndarray]]:
+    """Contract 3: `steps` chained steps over g rows per sentence whose past_length differ: row r stays at length 0
+    (fed the start token) until step r % RAGGED_SPREAD, then each step writes its next position, fed the argmax of
+    its own previous log-probs; decode_step_fixed over a cache of noise -> (the chain, the noise: 2L x [R, H, C, Dh])."""
+    cfg = model.cfg
+    rows = mask.shape[0] * g
+    capacity = min(steps, cfg.max_positions)
+    rng = np.random.default_rng(capacity)
+    noise = [rng.standard_normal((rows, cfg.n_heads, capacity, cfg.head_dim)).astype(np.float32)
+             for _ in range(2 * cfg.decoder_layers)]
+    cache = [(torch.from_numpy(noise[2 * i].copy()), torch.from_numpy(noise[2 * i + 1].copy()))
+             for i in range(cfg.decoder_layers)]
+    joins = np.arange(rows) % RAGGED_SPREAD                                        # [R]: the step each row joins at
+    tokens = torch.full((rows, 1), cfg.start_id, dtype=torch.long)
+    chain = Chain()
+    for t in range(capacity):
+        lengths = np.maximum(0, t - joins).astype(np.int64)                        # [R], unequal from step 1 on
+        logp, cache, _ = model.decode_step_fixed(tokens, mask, torch.from_numpy(lengths), cache, cross)
+        chain.tokens.append(tokens.numpy())
+        chain.lengths.append(lengths)
+        chain.log_probs.append(logp.numpy())
+        chain.caches.append(_flat(cache))
+        ranked = logp.clone()
+        ranked[:, [cfg.pad_id, cfg.bos_id]] = -math.inf
+        tokens = torch.where(torch.from_numpy(t + 1 > joins)[:, None], ranked.argmax(dim=-1, keepdim=True),
+                             torch.full_like(tokens, cfg.start_id))
+    return chain, noise
+
+
+# --- the ONNX side against it --------------------------------------------------------------------------
 def compare_graphs(model: Transformer, pair: OnnxPair, batch: ParityBatch,
                    steps: int = STEPS) -> Tuple[float, float, float, int, int]:
     """Encoder outputs, then `steps` chained decoder steps (each side feeds back its own cache; both are
     fed the PyTorch argmax token). -> (encoder diff, log-prob diff, cache diff, agreeing argmax, steps*B)"""
     cfg = model.cfg
+    ref = reference(model, batch, pair.format_version >= 3, steps)
     ids, mask = batch_arrays(batch, cfg.pad_id)
-    cross = model.cross_kv(model.encode(ids, mask))
     onnx_cross = pair.encode(ids.numpy(), mask.numpy())
-    enc_diff = _max_diff(onnx_cross, _flat(cross))
+    enc_diff = _max_diff(onnx_cross, ref.cross)
     b = ids.shape[0]
-    past, onnx_past = model.empty_cache(b), pair.empty_cache(b)
-    tokens = torch.full((b, 1), cfg.start_id, dtype=torch.long)
+    onnx_past = pair.empty_cache(b)
     logp_diff = cache_diff = 0.0
     agree = 0
-    for _ in range(min(steps, cfg.max_positions)):
-        logp, past = model.decode_step(tokens, mask, past, cross)
-        onnx_logp, onnx_past = pair.step(tokens.numpy(), mask.numpy(), onnx_past, onnx_cross)
-        logp_diff = max(logp_diff, _max_diff([onnx_logp], [logp.numpy()]))
-        cache_diff = max(cache_diff, _max_diff(onnx_past, _flat(past)))
-        forbidden = logp.clone()
-        forbidden[:, [cfg.pad_id, cfg.bos_id]] = -math.inf
-        best = forbidden.argmax(dim=-1)
+    chain = ref.chain
+    for t, (tokens, logp, past) in enumerate(zip(chain.tokens, chain.log_probs, chain.caches)):
+        onnx_logp, onnx_past = pair.step(tokens, ref.mask, onnx_past, onnx_cross)
+        logp_diff = max(logp_diff, _max_diff([onnx_logp], [logp]))
+        cache_diff = max(cache_diff, _max_diff(onnx_past, past))
         onnx_masked = onnx_logp.copy()
         onnx_masked[:, [cfg.pad_id, cfg.bos_id]] = -np.inf
-        agree += int((onnx_masked.argmax(axis=-1) == best.numpy()).sum())
-        tokens = best[:, None]
-    beam_logp_diff, beam_cache_diff = compare_beam_steps(model, pair, mask, cross, onnx_cross)
+        agree += int((onnx_masked.argmax(axis=-1) == chain.tokens[t + 1][:, 0]).sum())
+    beam_logp_diff, beam_cache_diff = compare_beam_steps(pair, ref, onnx_cross)
     logp_diff, cache_diff = max(logp_diff, beam_logp_diff), max(cache_diff, beam_cache_diff)
     if pair.format_version >= 3:
-        ragged_logp_diff, ragged_cache_diff = compare_ragged_steps(model, pair, mask, cross, onnx_cross)
+        ragged_logp_diff, ragged_cache_diff = compare_ragged_steps(pair, ref, onnx_cross)
         logp_diff, cache_diff = max(logp_diff, ragged_logp_diff), max(cache_diff, ragged_cache_diff)
-    return enc_diff, logp_diff, cache_diff, agree, b * min(steps, cfg.max_positions)
+    return enc_diff, logp_diff, cache_diff, agree, b * len(chain.log_probs)
 
 
-@torch.no_grad()
-def compare_beam_steps(model: Transformer, pair: OnnxPair, mask: torch.Tensor, cross, onnx_cross: List[np.ndarray],
-                       g: int = BEAM_SIZE, steps: int = BEAM_STEPS) -> Tuple[float, float]:
-    """`steps` chained decoder steps with g rows per sentence (row = sentence * g + j), as beam search
-    runs them: row j is fed the j-th best token of its own previous log-probs, so the rows differ.
-    PyTorch gets the cross K/V and mask copied to every row; ONNX one per sentence when the graph takes
-    them so. -> (max diff of log-probs, of present caches; `_max_diff`)"""
-    cfg = model.cfg
-    b = mask.shape[0]
-    rows_cross = [(k.repeat_interleave(g, 0), v.repeat_interleave(g, 0)) for k, v in cross]
-    rows_mask = mask.repeat_interleave(g, 0)
-    onnx_mask, onnx_cross_in = mask.numpy(), onnx_cross
+def compare_beam_steps(pair: OnnxPair, ref: Reference, onnx_cross: List[np.ndarray],
+                       g: int = BEAM_SIZE) -> Tuple[float, float]:
+    """The reference's beam steps (_reference_beam) on the ONNX pair: one cross K/V and mask per sentence when the
+    graph takes them so. -> (max diff of log-probs, of present caches; `_max_diff`)"""
+    b = ref.mask.shape[0]
+    onnx_mask, onnx_cross_in = ref.mask, onnx_cross
     if not pair.cross_per_sentence:
-        onnx_mask, onnx_cross_in = rows_mask.numpy(), [np.repeat(c, g, axis=0) for c in onnx_cross]
-    past, onnx_past = model.empty_cache(b * g), pair.empty_cache(b * g)
-    tokens = torch.full((b * g, 1), cfg.start_id, dtype=torch.long)
+        onnx_mask, onnx_cross_in = np.repeat(ref.mask, g, axis=0), [np.repeat(c, g, axis=0) for c in onnx_cross]
+    onnx_past = pair.empty_cache(b * g)
     logp_diff = cache_diff = 0.0
-    for _ in range(min(steps, cfg.max_positions)):
-        logp, past = model.decode_step(tokens, rows_mask, past, rows_cross)
-        onnx_logp, onnx_past = pair.step(tokens.numpy(), onnx_mask, onnx_past, onnx_cross_in)
-        logp_diff = max(logp_diff, _max_diff([onnx_logp], [logp.numpy()]))
-        cache_diff = max(cache_diff, _max_diff(onnx_past, _flat(past)))
-        ranked = logp.clone()
-        ranked[:, [cfg.pad_id, cfg.bos_id]] = -math.inf
-        order = ranked.argsort(dim=-1, descending=True, stable=True)              # [R, V]
-        tokens = order.gather(1, (torch.arange(b * g) % g)[:, None] % order.shape[1])
+    for tokens, logp, past in zip(ref.beam.tokens, ref.beam.log_probs, ref.beam.caches):
+        onnx_logp, onnx_past = pair.step(tokens, onnx_mask, onnx_past, onnx_cross_in)
+        logp_diff = max(logp_diff, _max_diff([onnx_logp], [logp]))
+        cache_diff = max(cache_diff, _max_diff(onnx_past, past))
     return logp_diff, cache_diff
 
 
-@torch.no_grad()
-def compare_ragged_steps(model: Transformer, pair: OnnxPair, mask: torch.Tensor, cross, onnx_cross: List[np.ndarray],
-                         g: int = BEAM_SIZE, steps: int = RAGGED_STEPS) -> Tuple[float, float]:
-    """Contract 3: `steps` chained steps over g rows per sentence whose past_length differ: row r stays at length 0
-    (fed the start token) until step r % RAGGED_SPREAD, then each step writes its next position, fed the argmax of
-    its own previous log-probs. PyTorch runs decode_step_fixed on the same lengths and the same noise after each
-    row's written positions; each side feeds back its own cache. -> (max diff of log-probs, of each row's written
-    cache positions; `_max_diff`)"""
-    cfg = model.cfg
-    b, rows = mask.shape[0], mask.shape[0] * g
-    capacity = min(steps, cfg.max_positions)
-    onnx_mask, onnx_cross_in = mask.numpy(), onnx_cross
+def compare_ragged_steps(pair: OnnxPair, ref: Reference, onnx_cross: List[np.ndarray],
+                         g: int = BEAM_SIZE) -> Tuple[float, float]:
+    """Contract 3: the reference's ragged steps (_reference_ragged) on the ONNX pair, from the same noise; each side
+    feeds back its own cache. -> (max diff of log-probs, of each row's written cache positions; `_max_diff`)"""
+    onnx_mask, onnx_cross_in = ref.mask, onnx_cross
     if not pair.cross_per_sentence:
         onnx_mask, onnx_cross_in = np.repeat(onnx_mask, g, axis=0), [np.repeat(c, g, axis=0) for c in onnx_cross]
-    rng = np.random.default_rng(capacity)
-    noise = [rng.standard_normal((rows, cfg.n_heads, capacity, cfg.head_dim)).astype(np.float32)
-             for _ in range(2 * cfg.decoder_layers)]
-    dtype = cache_dtype(pair.decoder, cfg)
-    onnx_cache = [n.astype(dtype) for n in noise]                                  # 2L x [R, H, C, Dh]
-    cache = [(torch.from_numpy(noise[2 * i].copy()), torch.from_numpy(noise[2 * i + 1].copy()))
-             for i in range(cfg.decoder_layers)]
-    joins = np.arange(rows) % RAGGED_SPREAD                                        # [R]: the step each row joins at
-    tokens = torch.full((rows, 1), cfg.start_id, dtype=torch.long)
+    dtype = cache_dtype(pair.decoder, pair.cfg)
+    onnx_cache = [n.astype(dtype) for n in ref.ragged_noise]                       # 2L x [R, H, C, Dh]
     logp_diff = cache_diff = 0.0
-    for t in range(capacity):
-        lengths = np.maximum(0, t - joins).astype(np.int64)                        # [R], unequal from step 1 on
-        logp, cache, _ = model.decode_step_fixed(tokens, mask, torch.from_numpy(lengths), cache, cross)
-        onnx_logp, onnx_cache = pair.step_fixed(tokens.numpy(), onnx_mask, lengths, onnx_cache, onnx_cross_in)
-        logp_diff = max(logp_diff, _max_diff([onnx_logp], [logp.numpy()]))
+    chain = ref.ragged
+    for tokens, lengths, logp, cache in zip(chain.tokens, chain.lengths, chain.log_probs, chain.caches):
+        onnx_logp, onnx_cache = pair.step_fixed(tokens, onnx_mask, lengths, onnx_cache, onnx_cross_in)
+        logp_diff = max(logp_diff, _max_diff([onnx_logp], [logp]))
         written = [(r, slice(0, int(n) + 1)) for r, n in enumerate(lengths)]    # row r: positions 0 .. lengths[r]
         cache_diff = max(cache_diff, max(_max_diff([o[r, :, w] for r, w in written], [c[r, :, w] for r, w in written])
-                                         for o, c in zip(onnx_cache, _flat(cache))))
-        ranked = logp.clone()
-        ranked[:, [cfg.pad_id, cfg.bos_id]] = -math.inf
-        tokens = torch.where(torch.from_numpy(t + 1 > joins)[:, None], ranked.argmax(dim=-1, keepdim=True),
-                             torch.full_like(tokens, cfg.start_id))
+                                         for o, c in zip(onnx_cache, cache)))
     return logp_diff, cache_diff
 
 
@@ -397,15 +535,13 @@ def _measure(model: Transformer, pair: OnnxPair, batches: Optional[List[ParityBa
         enc, dec, cache, agree, total = max(enc, e), max(dec, d), max(cache, c), agree + a, total + t
         if batch.left_pad:
             continue                                   # decoding pads right, as the contract says
-        for ref, got in zip(greedy_search(model, batch.sources, max_length=MAX_LENGTH),
-                            onnx_greedy(pair, batch.sources)):
+        expected = reference(model, batch)
+        for ref, got in zip(expected.greedy, onnx_greedy(pair, batch.sources)):
             ref_ids, got_ids = ref.tokens + [cfg.eos_id] * ref.finished, got.tokens + [cfg.eos_id] * got.finished
             hits, n = _token_match(ref_ids, got_ids)
             greedy_hits, greedy_positions, greedy_same = greedy_hits + hits, greedy_positions + n, \
                 greedy_same + (ref_ids == got_ids)
-        for ref_hyps, got_hyps in zip(beam_search(model, batch.sources, beam_size=BEAM_SIZE,
-                                                  num_hypotheses=BEAM_SIZE, max_length=MAX_LENGTH),
-                                      onnx_beam(pair, batch.sources)):
+        for ref_hyps, got_hyps in zip(expected.beam4, onnx_beam(pair, batch.sources)):
             for r, g in zip(ref_hyps, got_hyps):
                 beam_same += r.tokens == g.tokens
                 if r.tokens == g.tokens:

@@ -241,6 +241,44 @@ def test_beam_options_follow_the_reference(fp32_pair, tiny_model, tiny_ckpt):
 
 
 # --- nothing is written unless every check passed -------------------------------------------------------------
+def test_parity_computes_the_pytorch_side_once_per_batch_and_model(fp32_pair, tiny_model):
+    """The fp32, fused and int8 graphs of an export are measured against the same batches: the PyTorch side of each
+    is computed once (parity.Reference), with the figures of a fresh computation, and anew for a changed model."""
+    import copy
+
+    batches = parity.parity_batches(tiny_model.cfg)[:2]
+    first = parity.measure(tiny_model, fp32_pair, batches)
+    refs = [b.reference for b in batches]
+    assert all(r is not None for r in refs)
+    assert parity.measure(tiny_model, fp32_pair, batches) == first
+    assert all(b.reference is r for b, r in zip(batches, refs))                  # reused, not recomputed
+    assert parity.measure(tiny_model, fp32_pair, parity.parity_batches(tiny_model.cfg)[:2]) == first
+    changed = copy.deepcopy(tiny_model)
+    assert parity.measure(changed, fp32_pair, batches) == first                  # another model: its own reference
+    assert all(b.reference is not r for b, r in zip(batches, refs))
+    with torch.no_grad():
+        changed.output_projection.weight[:, 0] += 0.5                            # changed in place
+    assert parity.measure(changed, fp32_pair, batches).decoder_max_abs_diff > 10 * first.decoder_max_abs_diff + 1e-3
+
+
+def test_spilled_reference_reads_back_what_was_written():
+    """The reference's log-probs and caches live in a temporary file (parity.Spilled): each item reads back as written,
+    an array as an array, a list of arrays as a list, in any order and as often as asked."""
+    rng = np.random.default_rng(0)
+    items = [rng.standard_normal((3, 7)).astype(np.float32),
+             [rng.standard_normal((2, 4, 0, 8)).astype(np.float32), np.arange(6, dtype=np.int64).reshape(2, 3)],
+             np.asfortranarray(rng.standard_normal((5, 2))).astype(np.float32)]
+    store = parity.Spilled()
+    for item in items:
+        store.append(item)
+    assert len(store) == 3
+    for got, want in zip([store[2], store[0]] + list(store), [items[2], items[0]] + items):
+        if isinstance(want, list):
+            assert isinstance(got, list) and all(g.dtype == w.dtype and np.array_equal(g, w) for g, w in zip(got, want))
+        else:
+            assert isinstance(got, np.ndarray) and got.dtype == want.dtype and np.array_equal(got, want)
+
+
 def test_failed_parity_writes_nothing(tiny_checkpoint, tiny_package, tmp_path, monkeypatch, capsys):
     export = package_graphs(tiny_package)                     # the trace's graphs (fixtures_export.py)
 

@@ -203,3 +203,22 @@ def test_cli_translates_at_the_package_defaults(converted, tmp_path):
                            "--target-lang", "xx"], capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--target-lang 'xx' is not a target language" \
         in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("kind", ["marian", "marian_separate", "nllb"])
+def test_mapped_model_holds_the_transformers_tensors_not_copies(hf_folders, kind):  # noqa: F811
+    """The converter's model (transformer_from_hf) reads transformers' own tensors: every parameter's storage is one
+    of the HF model's, so the conversion holds the weights once (issue 54), ties stay tied (the output projection is
+    the target embedding), and it computes what transformers computes."""
+    folder = hf_folders.get(kind)
+    config = hf_convert.read_config(folder)
+    cfg = hf_convert.model_config(config)
+    hf = hf_convert.load_hf_model(folder)
+    model = hf_convert.transformer_from_hf(hf, cfg)
+    theirs = {t.untyped_storage().data_ptr() for t in hf.state_dict().values()}
+    for name, p in model.named_parameters():
+        assert p.device.type == "cpu" and p.untyped_storage().data_ptr() in theirs, name
+    assert (model.output_projection.weight is model.tgt_embed.weight) == cfg.tie_output_embedding
+    assert model.pe.device.type == "cpu" and torch.isfinite(model.pe).all()
+    eos = cfg.eos_id
+    assert hf_convert.check_log_probs(hf, model, [[5, 9, 7, eos], [11, 4, eos]]) <= 1e-5

@@ -351,6 +351,12 @@ def time_cases(engines, case_list, rounds: int, facts) -> List[Dict[str, Any]]:
     return out
 
 
+def failure(error: str) -> str:
+    """The line of a converter's last lines that says why it failed (not the peak RSS line measured_child adds)."""
+    lines = [line.strip() for line in error.splitlines() if line.strip() and not line.startswith('{"peak_rss_mib"')]
+    return next((line for line in reversed(lines) if "rror" in line), lines[-1] if lines else error)
+
+
 def markdown(data: Dict[str, Any]) -> str:
     from bench.report import machine_text
     lines = [f"# Every system at the {data['shape_name']} shape", ""]
@@ -366,6 +372,7 @@ def markdown(data: Dict[str, Any]) -> str:
     for name, c in data["conversions"].items():
         lines.append(f"| {name} | {c['seconds'] if c.get('ok') else 'failed'} | "
                      f"{c.get('peak_rss_mib') if c.get('ok') else '-'} |")
+    lines += [f"\n{name} failed: `{failure(c['error'])}`" for name, c in data["conversions"].items() if not c.get("ok")]
     for case in data["cases"]:
         lines += ["", f"## {case['case']}", "",
                   "| system | sentences/s | target tokens/s | seq2onnx fp32 speedup | seq2onnx int8 speedup | "
@@ -479,8 +486,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if a.quick and "smoke" not in note:
         note = "; ".join(filter(None, [note, "smoke run (--quick): not results"]))
     name, doc = SHAPE_DOC[a.shape]
+    data_dims = json.loads((folder / "config.json").read_text())
     if a.dims == "tiny":
-        name, doc = name + ", tiny layers", doc.split(",")[0] + f" with tests/hf_folders.py's tiny layers; {doc}"
+        name = name + ", tiny layers"
+        doc = (f"M2M100 with tests/hf_folders.py's tiny layers (d_model {data_dims['d_model']}, "
+               f"{data_dims['encoder_layers']}+{data_dims['decoder_layers']} layers), NLLB's vocabulary (256,206) and "
+               f"tokenizer; eng_Latn -> deu_Latn (forced first token).")
     data = {"shape": a.shape, "dims": a.dims, "shape_name": name, "shape_doc": doc, "note": note,
             "folder": str(folder.relative_to(ROOT)), "config": json.loads((folder / "config.json").read_text()),
             "generation_settings": facts["generation"], "sentences": len(sources),

@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))      # the repository root: `bench` package
 
-from bench.real_shapes import FILLER, nllb_layout, strip_first  # noqa: E402
+from bench.real_shapes import FILLER, failure, nllb_layout, strip_first  # noqa: E402
 
 
 def _small_tokenizer():
@@ -45,3 +45,9 @@ def test_nllb_layout_refuses_what_does_not_fit():
 def test_strip_first_takes_off_only_a_leading_forced_token():
     assert strip_first([[7, 1, 2], [1, 7], []], 7) == [[1, 2], [1, 7], []]
     assert strip_first([[7, 1]], None) == [[7, 1]]
+
+
+def test_failure_names_the_error_line_not_the_peak_line():
+    assert failure('[3/5] parity: ok\nseq2onnx convert: error: the gate refused\n{"peak_rss_mib": 12.5}') == \
+        "seq2onnx convert: error: the gate refused"
+    assert failure("killed\n") == "killed"

@@ -5,7 +5,7 @@
     python bench/real_shapes.py --shape opus-mt --quick     # 16 sentences, 1 round: a smoke run (bench/.cache/results/)
     python bench/real_shapes.py --shape nllb-600m --dims tiny --quick   # NLLB's vocabulary and tokenizer on tiny
                                                             # layers: rehearses the NLLB path in minutes
-    python bench/real_shapes.py --shape opus-mt --skip-convert          # reuse the converted models in --work
+    python bench/real_shapes.py --shape opus-mt --skip-convert          # reuse the converted models; redo failed ones
 
 The folders (random weights, built once under bench/.cache/, seeded, so every build is the same):
   opus-mt    bench/convert.py's build_folder: Helsinki-NLP/opus-mt-en-de's config.json (74.4M parameters, vocabulary
@@ -72,6 +72,8 @@ CALIBRATION_LENGTH = 49           # generate()'s max_length while EOS is calibra
 FILLER = "<filler_{}>"            # stand-ins for the real SentencePiece's pieces the small one lacks
 
 SYSTEMS = ("ours", "hf", "ct2", "optimum")
+CONVERTERS = {"ours": "seq2onnx convert --int8", "ct2": "ct2-transformers-converter",
+              "optimum": "Optimum export + ORTQuantizer"}
 VARIANTS = {"ours": ("fp32", "int8"), "hf": ("fp32",), "ct2": ("float32", "int8"), "optimum": ("fp32", "int8")}
 
 
@@ -202,24 +204,24 @@ def convert_all(folder: Path, work: Path, systems: Sequence[str]) -> Dict[str, D
         try:
             run = run_once(folder, work / "package", "int8", None)
             manifest = json.loads((work / "package" / "manifest.json").read_text())
-            out["seq2onnx convert --int8"] = {"seconds": round(run["seconds"], 1), "peak_rss_mib": run["peak_rss_mib"],
+            out[CONVERTERS["ours"]] = {"seconds": round(run["seconds"], 1), "peak_rss_mib": run["peak_rss_mib"],
                                              "ok": True, "error": None,
                                              "steps": {s["step"]: round(s["seconds"], 1) for s in run["steps"]},
                                              "variants": {k: v.get("status") for k, v in
                                                           manifest.get("variants", {}).items()
                                                           if isinstance(v, dict)}}
         except RuntimeError as e:
-            out["seq2onnx convert --int8"] = {"ok": False, "error": str(e)}
+            out[CONVERTERS["ours"]] = {"ok": False, "error": str(e)}
     if "ct2" in systems:
         log("convert: ct2-transformers-converter")
-        out["ct2-transformers-converter"] = measure_conversion(
+        out[CONVERTERS["ct2"]] = measure_conversion(
             ["--measure-module", "ctranslate2.converters.transformers", "--model", str(folder),
              "--output_dir", str(work / "ct2"), "--force"])
     if "optimum" in systems:
         from bench.engines import ensure_optimum_overlay, optimum_env
         log("convert: Optimum export + ORTQuantizer")
         overlay = ensure_optimum_overlay(CACHE / "optimum-site")
-        out["Optimum export + ORTQuantizer"] = measure_conversion(
+        out[CONVERTERS["optimum"]] = measure_conversion(
             ["--measure-script", str(BENCH / "optimum_worker.py"), "export", str(folder), str(work / "optimum")],
             optimum_env(overlay))
     for name, figures in out.items():
@@ -412,7 +414,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="nllb-600m: tiny = tests/hf_folders.py's layer sizes with NLLB's vocabulary and tokenizer, "
                          "to rehearse the path (results under --work, never bench/results)")
     ap.add_argument("--quick", action="store_true", help="16 sentences, 1 round: a smoke run")
-    ap.add_argument("--skip-convert", action="store_true", help="reuse the converted models in --work")
+    ap.add_argument("--skip-convert", action="store_true",
+                    help="reuse the models converted before (bench/.cache/real_shapes/SHAPE/); redo only what "
+                         "failed")
     ap.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
     ap.add_argument("--sentences", type=int, help="sentences each case decodes (default 128, quick 16)")
     ap.add_argument("--batch1-sentences", type=int, help="of them, at batch 1 (default 32, quick 8)")
@@ -436,15 +440,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     started, load_before = time.time(), os.getloadavg()
     folder = build(a.shape, a.dims)
     done = work / "conversions.json"
-    if a.skip_convert and done.exists():
-        conversions = json.loads(done.read_text())
-        log(f"convert: skipped, reusing {work} (figures of that conversion)")
-    else:
-        conversions = convert_all(folder, work, a.systems)
-        done.write_text(json.dumps(conversions, indent=1))
-    systems = [s for s in a.systems if s == "hf" or conversions.get(
-        {"ours": "seq2onnx convert --int8", "ct2": "ct2-transformers-converter",
-         "optimum": "Optimum export + ORTQuantizer"}[s], {}).get("ok")]
+    conversions = json.loads(done.read_text()) if a.skip_convert and done.exists() else {}
+    redo = [s for s in a.systems if s != "hf" and not conversions.get(CONVERTERS[s], {}).get("ok")]
+    if conversions:
+        log(f"convert: reusing {work}'s {', '.join(k for k, v in conversions.items() if v.get('ok'))} (figures of "
+            f"that conversion)")
+    conversions.update(convert_all(folder, work, redo))
+    done.write_text(json.dumps(conversions, indent=1))
+    systems = [s for s in a.systems if s == "hf" or conversions.get(CONVERTERS[s], {}).get("ok")]
     for s in set(a.systems) - set(systems):
         log(f"{s}: left out, its conversion failed")
 

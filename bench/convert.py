@@ -139,6 +139,7 @@ def build_folder(folder: Path) -> Path:
         vocab.update({f"<filler_{i}>": i for i in range(len(vocab), VOCAB - 1)})
         vocab["<pad>"] = VOCAB - 1
         (tmp / "vocab.json").write_text(json.dumps(vocab, indent=2, ensure_ascii=False), encoding="utf-8")
+        pad_added_token(tmp, vocab["<pad>"])
         pad, eos = vocab["<pad>"], vocab["</s>"]
         config = MarianConfig(vocab_size=VOCAB, decoder_vocab_size=VOCAB, **SHAPE, dropout=0.1, attention_dropout=0.0,
                               activation_dropout=0.0, init_std=INIT_STD, pad_token_id=pad,
@@ -157,6 +158,18 @@ def build_folder(folder: Path) -> Path:
     atomic_folder(folder, write)
     log(f"folder: {folder} built ({time.perf_counter() - start:.0f}s)")
     return folder
+
+
+def pad_added_token(folder: Path, pad_id: int) -> None:
+    """tokenizer_config.json's added token <pad> at pad_id, as the real folder's ("58100"): the small tokenizer it was
+    written for had <pad> after its own pieces, and transformers' MarianTokenizer takes the id from there (an old
+    id gave <pad> the id of a filler, and ct2-transformers-converter refused the vocabulary)."""
+    path = folder / "tokenizer_config.json"
+    config = json.loads(path.read_text(encoding="utf-8"))
+    added = config.get("added_tokens_decoder", {})
+    for key in [k for k, v in added.items() if v.get("content") == "<pad>"]:
+        added[str(pad_id)] = added.pop(key)
+    path.write_text(json.dumps(config, indent=2, ensure_ascii=False), encoding="utf-8")
 
 
 # --- one run ----------------------------------------------------------------------------------------------------

@@ -94,7 +94,7 @@ class Seq2OnnxTorch(Engine):
 class CTranslate2(Engine):
     """CTranslate2 on the model written by bench/ct2_convert.py (float32 weights, int8 at load)."""
 
-    PRECISIONS = {"float32": "fp32", "float16": "fp16", "int8": "int8"}
+    PRECISIONS = {"float32": "fp32", "float16": "fp16", "int8": "int8", "int8_float16": "int8_float16"}
 
     def __init__(self, model_dir: Path, compute_type: str, tokens: List[str], never: Sequence[int], threads: int,
                  device: str = "cpu"):

@@ -44,7 +44,7 @@ import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -422,7 +422,9 @@ THREADS = 2                   # intra-op threads of every system (bench/README.m
 
 class Speed:
     """One system at one precision: run(batches, beam) -> (best tokens of each source, without the decoder start
-    and EOS; seconds of the decoding calls alone). Each decodes at the model's generation settings."""
+    and EOS; seconds of the decoding calls alone). Each decodes at the model's generation settings; where a model
+    forces its first target token (NLLB's target language: forced_bos), every system is given it and the rows keep
+    it (bench/real_shapes.py strips it)."""
     name, precision = "?", "fp32"
 
     def run(self, batches: List[List[List[int]]], beam: int) -> Tuple[List[List[int]], float]:
@@ -433,18 +435,19 @@ class Speed:
 
 
 class OursSpeed(Speed):
-    def __init__(self, package: Path, precision: str):
+    def __init__(self, package: Path, precision: str, forced_bos_id: Optional[int] = None):
         from bench.engines import Seq2OnnxRuntime
         from seq2onnx.runtime.translator import Translator
         self.name, self.precision = f"seq2onnx {precision}", precision
         self.translator = Translator(package, device="cpu", compute_type=Seq2OnnxRuntime.COMPUTE_TYPES[precision],
                                      intra_threads=THREADS, inter_threads=1)
+        self.extra = {} if forced_bos_id is None else {"forced_bos_id": forced_bos_id}
 
     def run(self, batches, beam):
         tokens, seconds = [], 0.0
         for batch in batches:
             start = time.perf_counter()
-            out = self.translator.translate_ids(batch, max_batch_size=len(batch), beam_size=beam)
+            out = self.translator.translate_ids(batch, max_batch_size=len(batch), beam_size=beam, **self.extra)
             seconds += time.perf_counter() - start
             tokens += [list(hyps[0].tokens) for hyps in out]
         return tokens, seconds
@@ -453,12 +456,13 @@ class OursSpeed(Speed):
 class TransformersSpeed(Speed):
     name = "HF transformers (torch)"
 
-    def __init__(self, model_dir: Path):
+    def __init__(self, model_dir: Path, forced_bos_id: Optional[int] = None):
         import torch
-        from transformers import MarianMTModel
+        from transformers import AutoModelForSeq2SeqLM
         torch.set_num_threads(THREADS)
-        self.model = MarianMTModel.from_pretrained(str(model_dir)).eval()
+        self.model = AutoModelForSeq2SeqLM.from_pretrained(str(model_dir)).eval()
         self.pad, self.eos = self.model.config.pad_token_id, self.model.generation_config.eos_token_id
+        self.extra = {} if forced_bos_id is None else {"forced_bos_token_id": forced_bos_id}
 
     def run(self, batches, beam):
         import torch
@@ -471,7 +475,8 @@ class TransformersSpeed(Speed):
             mask = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in batch])
             start = time.perf_counter()
             with torch.inference_mode():
-                out = self.model.generate(input_ids=ids, attention_mask=mask, num_beams=beam, do_sample=False)
+                out = self.model.generate(input_ids=ids, attention_mask=mask, num_beams=beam, do_sample=False,
+                                          **self.extra)
             seconds += time.perf_counter() - start
             tokens += hf_tokens(out, self.eos)
         return tokens, seconds
@@ -480,9 +485,11 @@ class TransformersSpeed(Speed):
 class CT2Speed(Speed):
     """CTranslate2 on `ct2-transformers-converter`'s model of the same folder: id -> token strings of vocab.json,
     the model's length limit; it has no forced EOS and no renormalize (their effect on the best hypothesis: none
-    but at the limit, and the beam's ranking on renormalize's rounding)."""
+    but at the limit, and the beam's ranking on renormalize's rounding). target_prefix: the forced first target
+    token (NLLB's language code), given as CTranslate2's target_prefix; its hypotheses keep it."""
 
-    def __init__(self, ct2_dir: Path, compute_type: str, vocab: Dict[str, int], eos_id: int, max_length: int):
+    def __init__(self, ct2_dir: Path, compute_type: str, vocab: Dict[str, int], eos_id: int, max_length: int,
+                 target_prefix: Optional[str] = None):
         import ctranslate2
         self.name = f"CTranslate2 {compute_type}"
         self.precision = {"float32": "fp32", "int8": "int8"}[compute_type]
@@ -491,27 +498,30 @@ class CT2Speed(Speed):
         self.tokens = {i: t for t, i in vocab.items()}
         self.ids, self.eos = vocab, eos_id
         self.max_decoding_length = max_length - 1          # transformers' max_length counts the decoder start
+        self.target_prefix = target_prefix
 
     def run(self, batches, beam):
         tokens, seconds = [], 0.0
         for batch in batches:
             strings = [[self.tokens[i] for i in s] for s in batch]
+            prefix = None if self.target_prefix is None else [[self.target_prefix]] * len(batch)
             start = time.perf_counter()
             out = self.translator.translate_batch(strings, beam_size=beam, max_batch_size=len(batch),
-                                                  max_decoding_length=self.max_decoding_length)
+                                                  max_decoding_length=self.max_decoding_length, target_prefix=prefix)
             seconds += time.perf_counter() - start
             tokens += [[self.ids[t] for t in r.hypotheses[0] if self.ids[t] != self.eos] for r in out]
         return tokens, seconds
 
 
 class OptimumSpeed(Speed):
-    def __init__(self, worker, precision: str, eos_id: int):
+    def __init__(self, worker, precision: str, eos_id: int, forced_bos_id: Optional[int] = None):
         self.worker, self.name, self.precision, self.eos = worker, f"Optimum ORT {precision}", precision, eos_id
+        self.extra = {} if forced_bos_id is None else {"forced_bos": forced_bos_id}
 
     def run(self, batches, beam):
         from seq2onnx.export.hf_convert import hf_tokens
         import torch
-        ans = self.worker.request(variant=self.precision, batches=batches, beam=beam)
+        ans = self.worker.request(variant=self.precision, batches=batches, beam=beam, **self.extra)
         rows = [[0] + row for row in ans["tokens"]]          # hf_tokens drops the first (the decoder start)
         width = max(len(r) for r in rows)
         return hf_tokens(torch.tensor([r + [self.eos] * (width - len(r)) for r in rows]), self.eos), ans["seconds"]

@@ -12,8 +12,8 @@ from the overlay, torch / numpy / onnxruntime from the venv. Nothing in the venv
 serve loads the variants named (default fp32 and int8), reads one request per line, {"variant":
 "fp32"|"int8", "sources": [[ids]], "beam": K, "length": N}, and answers {"tokens": [[ids]], "seconds": s},
 s timed around generate() alone; {"variant": ..., "batches": [[[ids]]], "beam": K} decodes each batch (padded
-with pad, masked) at the model's generation_config (no length forced) and answers the same, s the sum of the
-generate() calls; {"peak_rss": true} answers {"peak_rss_mib": m}, this process's own
+with pad, masked) at the model's generation_config (no length forced; "forced_bos": ID, if given, is generate()'s
+forced_bos_token_id: NLLB's target language) and answers the same, s the sum of the generate() calls; {"peak_rss": true} answers {"peak_rss_mib": m}, this process's own
 peak resident memory (bench/memory.py).
 """
 from __future__ import annotations
@@ -88,13 +88,14 @@ def serve(model_dir: Path, threads: int, variants=("fp32", "int8")) -> None:
             continue
         if "batches" in req:          # real sentences at the model's own generation_config (hf_marian_convert.py)
             tokens, seconds = [], 0.0
+            extra = {"forced_bos_token_id": req["forced_bos"]} if req.get("forced_bos") is not None else {}
             for batch in req["batches"]:
                 width = max(len(s) for s in batch)
                 ids = torch.tensor([s + [pad] * (width - len(s)) for s in batch], dtype=torch.long)
                 mask = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in batch], dtype=torch.long)
                 start = time.perf_counter()
                 out = models[req["variant"]].generate(input_ids=ids, attention_mask=mask, num_beams=req["beam"],
-                                                      do_sample=False)
+                                                      do_sample=False, **extra)
                 seconds += time.perf_counter() - start
                 tokens += out[:, 1:].tolist()         # drop the decoder start token
             print(json.dumps({"tokens": tokens, "seconds": seconds}), file=answers, flush=True)

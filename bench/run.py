@@ -59,10 +59,12 @@ QUICK = Settings(preset="tiny", vocab_sizes=[1000, 3000], length=16, rounds=2, o
 
 def system_variants(systems: List[str], device: str = "cpu"):
     """(system, variant) of every engine, in table order. CPU: fp32 and int8 of each system; CUDA: fp32 and
-    fp16 (int8 is a CPU format here)."""
+    fp16 (our int8 is a CPU format), and CTranslate2's int8_float16 (int8 weights, float16 activations: its GPU
+    int8)."""
     cuda = device == "cuda"
     variants = {"ours": ["fp32", "fp16" if cuda else "int8"], "torch": ["fp32"],
-                "ct2": ["float32", "float16" if cuda else "int8"], "hf": ["fp32", "fp16"] if cuda else ["fp32"],
+                "ct2": ["float32", "float16", "int8_float16"] if cuda else ["float32", "int8"],
+                "hf": ["fp32", "fp16"] if cuda else ["fp32"],
                 "optimum": ["fp32", "int8"]}
     return [(s, v) for s in SYSTEMS if s in systems for v in variants[s]]
 

@@ -310,8 +310,7 @@ def translate_file(server, name: str, data: bytes, **fields) -> httpx.Response:
     ("page.html", b"<p>seven. <b>nine.</b></p>", "page_de.html"),
 ])
 def test_translate_file_and_download(server, translator, name, data, download):
-    if name.endswith(".html"):
-        r = translate_file(server, name, data)
+    r = translate_file(server, name, data)
     assert r.status_code == 200 and list(r.json()) == ["translatedFileUrl"], r.text
     url = r.json()["translatedFileUrl"]
     ext = name.rsplit(".", 1)[1]

@@ -116,7 +116,7 @@ def _model_parser(prog: str, description: str, epilog: str, reads: str, writes: 
     return p
 
 
-def _translate_parser() -> argparse.ArgumentParser:
+def translate_parser() -> argparse.ArgumentParser:
     p = _model_parser("seq2onnx translate", "Translate lines with a model package.", TRANSLATE_FORMAT,
                       "sources", "translations")
     sections = _add_flags(p, ["decoding", "generation", "attention"])
@@ -173,13 +173,13 @@ def _flags() -> Dict[str, str]:
     --n-best sets num_hypotheses, --constraint constraints; the Translator's --compute-type compute_type; `score`
     has no flag of its own)."""
     flags: Dict[str, str] = {}
-    for action in _translate_parser()._actions:
+    for action in translate_parser()._actions:
         if action.option_strings:
             flags.setdefault(action.dest, max(action.option_strings, key=len))
     return flags
 
 
-def _cli_message(error: Exception) -> str:
+def cli_message(error: Exception) -> str:
     """An error or warning of the Python API as the command line says it: the arguments an options.OptionError or
     OptionWarning names, named by their flags."""
     if isinstance(error, NamesArgs):
@@ -219,10 +219,10 @@ characters.
 
 
 def _translate_cli_parser() -> argparse.ArgumentParser:
-    """`seq2onnx translate`'s parser: _translate_parser's options (which translate-dataset shares) and documents."""
+    """`seq2onnx translate`'s parser: translate_parser's options (which translate-dataset shares) and documents."""
     from .documents import FORMATS, MAX_PARAGRAPH_CHARS
     from .html_document import MAX_HTML_CHARS
-    p = _translate_parser()
+    p = translate_parser()
     p.epilog = f"{p.epilog}{DOCUMENT_FORMAT.format(chars=MAX_PARAGRAPH_CHARS, html_chars=MAX_HTML_CHARS)}"
     g = p.add_argument_group("documents")
     g.add_argument("--document", action="store_true",
@@ -241,14 +241,14 @@ def translate_main(argv: List[str]) -> int:
         return _translate_document(args, decoding)
     if args.plot_attention is not None:
         from .attention_plot import check_folder
-        check_folder(args.plot_attention)              # made by _check_attention, once the run will proceed
+        check_folder(args.plot_attention)              # made by check_attention, once the run will proceed
     return _run_lines(args, lambda tr, limit: (source_line_bytes(limit), None),
                       lambda tr, limit, block, out: _translate_and_plot(tr, block, decoding, args, limit, out),
-                      check=lambda tr: _check_attention(tr, args)
+                      check=lambda tr: check_attention(tr, args)
                       if args.return_alignment or args.plot_attention is not None else None)
 
 
-def translate_options(argv: List[str], parser: Callable[[], argparse.ArgumentParser] = _translate_parser
+def translate_options(argv: List[str], parser: Callable[[], argparse.ArgumentParser] = translate_parser
                       ) -> Tuple[Any, Dict[str, Any]]:
     """`seq2onnx translate`'s command line (MODEL_DIR and its flags) parsed by a parser that `parser` makes (one with
     more arguments: `translate-dataset`'s, runtime/ray/cli.py) and checked: its arguments, and the translate_batch
@@ -273,7 +273,7 @@ def source_line_bytes(limit: int) -> int:
     return UTF8_MAX_BYTES * max_source_chars(limit)
 
 
-def _given(argv: List[str], parser: Callable[[], argparse.ArgumentParser] = _translate_parser) -> set:
+def _given(argv: List[str], parser: Callable[[], argparse.ArgumentParser] = translate_parser) -> set:
     """The dests of the options that argv names (parsed again, by a new parser, with every default suppressed)."""
     p = parser()
     for action in p._actions:
@@ -293,7 +293,7 @@ def _beam_size(args: Any) -> int:
     return with_defaults(given).get("beam_size", DEFAULTS.beam_size)         # the API's rule
 
 
-def _check_attention(tr: Any, args: Any) -> None:
+def check_attention(tr: Any, args: Any) -> None:
     """--alignment / --plot-attention need a format-2 package: said once the model is loaded, before any line;
     then --plot-attention's DIR is made."""
     if not tr.engine.has_attention:
@@ -327,7 +327,7 @@ def _check_options(args: Any, **decoding: Any) -> None:
             check_text(Arg("target_prefix"), args.target_prefix)
         DecodingOptions.from_kwargs(**decoding)
     except ValueError as e:
-        raise Seq2OnnxError(_cli_message(e)) from e
+        raise Seq2OnnxError(cli_message(e)) from e
 
 
 def _translate_document(args: Any, decoding: Dict[str, Any]) -> int:
@@ -351,7 +351,7 @@ def _translate_document(args: Any, decoding: Dict[str, Any]) -> int:
         try:
             with open_output(args.output, source=source,
                              source_name="stdin" if args.input is None else f"--input {args.input}") as out:
-                tr, limit = _load_translator(args)
+                tr, limit = load_translator(args)
                 if args.format == "html":
                     out.write(_translate_html(tr, source, args, decoding).encode("utf-8"))
                     return 0
@@ -426,7 +426,7 @@ def _run_lines(args: Any, max_bytes: Callable[[Any, int], Tuple[int, Optional[in
         try:
             with open_output(args.output, source=source,
                              source_name="stdin" if args.input is None else f"--input {args.input}") as out:
-                tr, limit = _load_translator(args)
+                tr, limit = load_translator(args)
                 if check is not None:
                     check(tr)
                 chunk = args.max_batch_size if args.batch_type == "examples" else 64
@@ -445,7 +445,7 @@ def _run_lines(args: Any, max_bytes: Callable[[Any, int], Tuple[int, Optional[in
     return 0
 
 
-def _load_translator(args: Any) -> Tuple[Any, int]:
+def load_translator(args: Any) -> Tuple[Any, int]:
     """The Translator of MODEL_DIR with the model options, and the source length limit in tokens."""
     from .translator import Translator
     try:
@@ -455,7 +455,7 @@ def _load_translator(args: Any) -> Tuple[Any, int]:
                             intra_threads=args.intra_threads, inter_threads=args.inter_threads,
                             verify=not args.no_verify)
     except ValueError as e:
-        raise Seq2OnnxError(_cli_message(e)) from e
+        raise Seq2OnnxError(cli_message(e)) from e
     for w in caught:                                   # e.g. an int8 variant exported without its check
         warn(str(w.message))
     try:                                # what the vocabulary cannot spell, or too much work, before any line is read
@@ -463,7 +463,7 @@ def _load_translator(args: Any) -> Tuple[Any, int]:
         if getattr(args, "constraints", None):
             check_work("constraints", tr._constraint_ids([args.constraints], 1), _beam_size(args))
     except ValueError as e:
-        raise Seq2OnnxError(_cli_message(e)) from e
+        raise Seq2OnnxError(cli_message(e)) from e
     limit = tr.config.max_positions if args.max_input_length is None else args.max_input_length
     if not 1 <= limit <= tr.config.max_positions:
         raise Seq2OnnxError(f"--max-input-length must be in [1, {tr.config.max_positions}] (the model's "
@@ -494,7 +494,7 @@ def translate_texts(tr: Any, texts: List[str], decoding: Dict[str, Any], args: A
                                       return_alignment=args.return_alignment,
                                       return_attention=args.plot_attention is not None, **decoding)
     except ValueError as e:
-        raise Seq2OnnxError(_cli_message(e)) from e
+        raise Seq2OnnxError(cli_message(e)) from e
 
 
 def output_lines(n: int, text: str, r: Any, args: Any, limit: int, terminal: bool = False,
@@ -581,10 +581,10 @@ def _score_block(tr: Any, block: List[Tuple[int, str]], args: Any, terminal: boo
                                      max_batch_size=args.max_batch_size, batch_type=args.batch_type,
                                      max_input_length=args.max_input_length)
     except ValueError as e:
-        raise Seq2OnnxError(_cli_message(e)) from e
+        raise Seq2OnnxError(cli_message(e)) from e
     for w in caught:                                   # "input i ..." / "target i ...": name the line
         warn(re.sub(r"^(input|target) (\d+)", lambda m: f"line {block[int(m.group(2))][0]}: "
-                     f"{'source' if m.group(1) == 'input' else 'target'}", _cli_message(w.message)))
+                     f"{'source' if m.group(1) == 'input' else 'target'}", cli_message(w.message)))
     data = []
     for r in results:
         fields = [f"{normalize(sum(r.log_probs), len(r.log_probs), args.length_penalty):.6f}"]

@@ -521,8 +521,8 @@ is refused: one line, exit 2.
 def _file_parser() -> Any:
     import argparse
 
-    from .commands import _translate_parser
-    p = _translate_parser()
+    from .commands import translate_parser
+    p = translate_parser()
     p.prog, p.description, p.epilog = NAME, "Translate a file (.txt, .html, .srt, .docx) with a model package.", \
         FILE_FORMAT
     for action in p._actions:
@@ -543,7 +543,7 @@ def _file_parser() -> Any:
 def translate_file_main(argv: List[str]) -> int:
     from .cli import terminate_raises
     from .cli_io import PROG, open_output, open_path
-    from .commands import _cli_message, _load_translator, translate_options
+    from .commands import cli_message, load_translator, translate_options
     PROG["name"] = NAME
     args, decoding = translate_options(argv, _file_parser)
     given = [flag for dest, flag in NOT_FILE_FLAGS.items()
@@ -567,14 +567,14 @@ def translate_file_main(argv: List[str]) -> int:
                 raise FileError(f"INPUT {args.file_input}: more than {limits.max_bytes:,} bytes (--max-file-bytes)")
             with open_output(args.file_output, "OUTPUT", source=source,
                              source_name=f"INPUT {args.file_input}") as out:
-                tr, _ = _load_translator(args)
+                tr, _ = load_translator(args)
                 batching = dict(max_batch_size=args.max_batch_size, batch_type=args.batch_type,
                                 max_input_length=args.max_input_length)
                 try:
                     out.write(translate_file_bytes(tr, data, fmt, limits, language=decoding.get("source_lang"),
                                                    split_sentences=args.split_sentences, **batching, **decoding))
                 except ValueError as e:                     # FileError, DocumentError, an option translate_batch refuses
-                    raise Seq2OnnxError(f"INPUT {args.file_input}: {_cli_message(e)}") from None
+                    raise Seq2OnnxError(f"INPUT {args.file_input}: {cli_message(e)}") from None
         finally:
             source.close()
     return 0

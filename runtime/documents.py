@@ -118,7 +118,7 @@ def _segment(segment: Any, language: str, text: str) -> List[str]:
         return [text]
 
 
-def _sentence_spans(text: str, language: str, segment: Any) -> List[Tuple[int, int]]:
+def sentence_spans(text: str, language: str, segment: Any) -> List[Tuple[int, int]]:
     """(start, end) of each sentence of `text` (one line's content, stripped), without the white space around it.
     The splitter's pieces are found in the text in order, so nothing it might change in them can change the text."""
     spans: List[Tuple[int, int]] = []
@@ -163,7 +163,7 @@ def layout(text: str, split_sentences: bool = True, language: Optional[str] = No
         lead, content, trail = _LINE.fullmatch(line).groups()                        # type: ignore[union-attr]
         pieces[-1] += lead
         if content:
-            spans = _sentence_spans(content, lang, segment) if segment is not None else [(0, len(content))]
+            spans = sentence_spans(content, lang, segment) if segment is not None else [(0, len(content))]
             for i, (start, end) in enumerate(spans):
                 if i:
                     pieces[-1] += content[spans[i - 1][1]:start]

@@ -44,7 +44,7 @@ from html import unescape
 from html.parser import HTMLParser
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
-from .documents import (MAX_PARAGRAPH_CHARS, DocumentError, Layout, Translation, _sentence_spans, check_controls,
+from .documents import (MAX_PARAGRAPH_CHARS, DocumentError, Layout, Translation, sentence_spans, check_controls,
                         layout, require_splitter, splitter_language)
 
 MAX_HTML_CHARS = 1 << 22            # characters of one HTML document
@@ -639,7 +639,7 @@ class _Builder:
             if self.segment is None:
                 spans = [(0, len(content))]
             else:
-                spans = _sentence_spans(_SPACE_RUN.sub(lambda m: " " * len(m.group()), content), self.lang,
+                spans = sentence_spans(_SPACE_RUN.sub(lambda m: " " * len(m.group()), content), self.lang,
                                         self.segment)
             out += [(base + s, base + e) for s, e in spans]
         return out

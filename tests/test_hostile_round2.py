@@ -62,7 +62,7 @@ def flags_named(message: str):
 
 
 def real_flags():
-    return {s for a in commands._translate_parser()._actions for s in a.option_strings}
+    return {s for a in commands.translate_parser()._actions for s in a.option_strings}
 
 
 def one_word_phrases(translator, n):

@@ -63,7 +63,7 @@ MODEL_FLAGS = {"-h", "--help", "--input", "-i", "--output", "-o", "--device", "-
 
 
 def test_the_translate_flags_are_todays_each_setting_the_api_name_to_the_api_default():
-    parser = commands._translate_parser()
+    parser = commands.translate_parser()
     assert {s for a in parser._actions for s in a.option_strings} == TODAYS_FLAGS | MODEL_FLAGS
     actions = {a.option_strings[0]: a for a in parser._actions if a.option_strings}
     for o in OPTIONS:
@@ -78,12 +78,12 @@ def test_the_translate_flags_are_todays_each_setting_the_api_name_to_the_api_def
 
 
 def test_the_flags_parse_to_the_api_values():
-    args = commands._translate_parser().parse_args(
+    args = commands.translate_parser().parse_args(
         ["m", "--n-best", "2", "--suppress-ids", "0,5", "--early-stopping", "never", "--forced-eos", "--alignment",
          "--constraint", "a", "--constraint", "b", "--max-length-a", "1.5", "--beam-rules", "transformers"])
     assert (args.num_hypotheses, args.suppress_ids, args.early_stopping, args.forced_eos) == (2, [0, 5], "never", True)
     assert (args.return_alignment, args.constraints, args.max_length_a) == (True, ["a", "b"], 1.5)
-    assert commands._translate_parser().parse_args(["m", "--suppress-ids", ""]).suppress_ids == []
+    assert commands.translate_parser().parse_args(["m", "--suppress-ids", ""]).suppress_ids == []
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, Sequence, Tuple
 
-from ..commands import _check_attention, _load_translator, source_line_bytes, translate_options
+from ..commands import check_attention, load_translator, source_line_bytes, translate_options
 from ..errors import Seq2OnnxError
 
 FORMATS = ("text", "jsonl", "parquet")
@@ -52,9 +52,9 @@ def model_path(model: str) -> str:
 def load_checked(args: Any) -> Tuple[Any, int]:
     """The Translator of `seq2onnx translate`'s arguments and its source limit in tokens, its attention checked
     when --return-alignment asks for it: an actor's, and the driver's check_model."""
-    translator, limit = _load_translator(args)
+    translator, limit = load_translator(args)
     if args.return_alignment:
-        _check_attention(translator, args)
+        check_attention(translator, args)
     return translator, limit
 
 

@@ -9,7 +9,7 @@ import itertools
 import re
 import warnings
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, BinaryIO, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from .cli import OneLineParser, printable, terminate_raises
 from .cli_io import (PROG, UTF8_MAX_BYTES, Progress, decode_line, open_output, open_path, read_lines, stdin_bytes,
@@ -127,6 +127,18 @@ def translate_parser() -> argparse.ArgumentParser:
     a.add_argument("--plot-attention", metavar="DIR",
                    help="write one heatmap PNG per input line into DIR (made if missing; needs matplotlib: "
                         'pip install matplotlib)')
+    return p
+
+
+def command_parser(prog: str, description: str, epilog: str, hidden: Iterable[str]) -> argparse.ArgumentParser:
+    """translate's parser under another command's name (translate-file, translate-dataset), the flags that command
+    refuses (`hidden`, dests) left out of its help: the options stay parsed and checked by translate_options."""
+    p = translate_parser()
+    p.prog, p.description, p.epilog = prog, description, epilog
+    hide = set(hidden)
+    for action in p._actions:
+        if action.dest in hide:
+            action.help = argparse.SUPPRESS
     return p
 
 

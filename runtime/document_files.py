@@ -519,15 +519,9 @@ is refused: one line, exit 2.
 
 
 def _file_parser() -> Any:
-    import argparse
-
-    from .commands import translate_parser
-    p = translate_parser()
-    p.prog, p.description, p.epilog = NAME, "Translate a file (.txt, .html, .srt, .docx) with a model package.", \
-        FILE_FORMAT
-    for action in p._actions:
-        if action.dest in NOT_FILE_FLAGS:
-            action.help = argparse.SUPPRESS
+    from .commands import command_parser
+    p = command_parser(NAME, "Translate a file (.txt, .html, .srt, .docx) with a model package.", FILE_FORMAT,
+                       NOT_FILE_FLAGS)
     p.add_argument("file_input", metavar="INPUT", help="the file to translate (below)")
     p.add_argument("file_output", metavar="OUTPUT", help="the translated file to write (below)")
     g = p.add_argument_group("files")

@@ -11,7 +11,7 @@ from contextlib import nullcontext
 from typing import Any, BinaryIO, ContextManager, Dict, List, Optional
 
 from ..cli_io import PROG, open_output, open_path
-from ..commands import translate_parser, translate_options
+from ..commands import command_parser, translate_options
 from ..errors import Seq2OnnxError
 from . import connect
 from .job import (ERROR, FORMATS, HYPOTHESES, LINE, NOT_FLAGS, OUTPUT, PATH, SCORES, TRANSLATION, WARNINGS, check_model,
@@ -59,11 +59,7 @@ The options below "input and batching" are `seq2onnx translate`'s (see its --hel
 def _parser() -> argparse.ArgumentParser:
     """`seq2onnx translate`'s parser (its options, parsed and checked by the same code: commands.translate_options)
     with the job's arguments: INPUT, OUTPUT and the Ray group; translate's NOT_FLAGS hidden (refused if given)."""
-    p = translate_parser()
-    p.prog, p.description, p.epilog = NAME, "Translate a dataset on a Ray cluster.", FORMAT
-    for action in p._actions:
-        if action.dest in NOT_FLAGS:
-            action.help = argparse.SUPPRESS
+    p = command_parser(NAME, "Translate a dataset on a Ray cluster.", FORMAT, NOT_FLAGS)
     p.add_argument("dataset_input", metavar="INPUT", help="the rows to translate (below)")
     p.add_argument("dataset_output", metavar="OUTPUT", help="the file to write (below)")
     g = p.add_argument_group("Ray")

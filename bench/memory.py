@@ -58,7 +58,7 @@ def peak_rss_mib(spec: Dict) -> Tuple[str, float]:
 def child(spec: Dict) -> Dict:
     """Build the engine, run every case once (the same checks as the timed runs), -> its name and peak MiB."""
     from bench import engines as E
-    from bench.measure import _run_checked
+    from bench.measure import run_checked
 
     worker = None
     if spec["system"] == "optimum":
@@ -68,7 +68,7 @@ def child(spec: Dict) -> Dict:
                            tokens=spec["tokens"], never=spec["never"], worker=worker)
     try:
         for case in spec["cases"]:
-            _run_checked(engine, case["sources"], case["beam"], spec["length"])
+            run_checked(engine, case["sources"], case["beam"], spec["length"])
         peak = worker.peak_rss_mib() if worker else own_peak_rss_mib()
         return {"system": engine.name, "peak_rss_mib": peak}
     finally:

@@ -99,15 +99,15 @@ class MultiHeadAttention(nn.Module):
         self.v_proj = nn.Linear(d_model, d_model)
         self.out_proj = nn.Linear(d_model, d_model)
 
-    def _split(self, x: torch.Tensor) -> torch.Tensor:   # [B, T, D] -> [B, H, T, Dh]
+    def split_heads(self, x: torch.Tensor) -> torch.Tensor:     # [B, T, D] -> [B, H, T, Dh]
         b, t, _ = x.shape
         return x.view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
 
     def project_kv(self, x: torch.Tensor) -> KV:          # [B, T, D] -> 2 x [B, H, T, Dh]
-        return self._split(self.k_proj(x)), self._split(self.v_proj(x))
+        return self.split_heads(self.k_proj(x)), self.split_heads(self.v_proj(x))
 
     def forward(self, x: torch.Tensor, kv: KV, bias: Optional[torch.Tensor]) -> torch.Tensor:
-        q = self._split(self.q_proj(x))                                       # [B, H, Tq, Dh]
+        q = self.split_heads(self.q_proj(x))                                  # [B, H, Tq, Dh]
         p = self.attention_dropout if self.training else 0.0
         out = attention(q, kv[0], kv[1], bias, p)                             # [B, H, Tq, Dh]
         b, _, t, _ = out.shape

@@ -9,8 +9,8 @@ with nothing of the other systems loaded. SPEC: {"system", "variant", "files", "
 own figure is reported (the child that talks to it is a pipe).
 
 The figure is VmHWM of /proc/self/status, the peak of the process's memory since its exec, rather
-than getrusage's ru_maxrss: Linux carries the parent's peak into a child's ru_maxrss at exec (a
-child of an 11 MiB peak reported the 426 MiB of the benchmark process that started it).
+than getrusage's ru_maxrss: Linux carries the parent's peak into a child's ru_maxrss at exec, so a
+small child would report the peak of the benchmark process that started it.
 ru_maxrss is the fallback where there is no /proc.
 """
 from __future__ import annotations

@@ -266,12 +266,12 @@ class FixedCacheStep:
 
 
 # The paper does not say how the weights start. "normal" (HF Marian's: every weight matrix and the embeddings
-# N(0, 0.02)) learns real text best at d_model 128 (the gettext duel: per step it now matches HF Marian, with
-# normal-unit 0.1 behind in validation loss at step 1,600) but cannot learn the tiny model's toy task at d_model
-# 64 at all; "normal-unit" (embeddings N(0, D^-1/2)) learns both, the real text more slowly; "xavier"
-# (Xavier-uniform matrices, fairseq's choice and ours until 2026-11) is the fastest on tiny synthetic tasks and
-# falls behind on real text. The default, "auto", is "normal" from AUTO_NORMAL_MIN_D_MODEL up (every preset a
-# real corpus is trained with: small, base, big) and "normal-unit" below. docs/TRAINING.md.
+# N(0, 0.02)) learns real text best at d_model 128 (the gettext duel: per step it matches HF Marian) but cannot
+# learn the tiny model's toy task at d_model 64 at all; "normal-unit" (embeddings N(0, D^-1/2)) learns both, the
+# real text more slowly; "xavier" (Xavier-uniform matrices, fairseq's choice) is the fastest on tiny synthetic
+# tasks and falls behind on real text (bench/results/train_quality.md, train_ablation.md, tiny_learning.md).
+# The default, "auto", is "normal" from AUTO_NORMAL_MIN_D_MODEL up (every preset a real corpus is trained with:
+# small, base, big) and "normal-unit" below. docs/TRAINING.md.
 INITS = {"normal-unit": ("normal", "unit"),     # name: (weight matrices, embeddings)
          "xavier": ("xavier", "unit"),
          "normal": ("normal", "normal"),

@@ -43,8 +43,8 @@ def _cached(out: Path, key: str, build: Callable[[], None], label: str) -> Path:
 
 # The exporter refuses an int8 variant whose tokens drift from fp32 (export/parity.py: top-1 agreement
 # >= 0.98, greedy token match >= 0.90). That gate protects users of trained models; on the benchmark's
-# random weights, whose top-2 logits are often close, int8 falls below it (measured: 0.86 top-1
-# agreement at base size), as CTranslate2's and Optimum's int8 do, which no gate stops. The benchmark
+# random weights, whose top-2 logits are often close, int8 falls below it, as CTranslate2's and
+# Optimum's int8 do, which no gate stops. The benchmark
 # therefore exports with --skip-int8-validation: the int8 figures are still measured and recorded in
 # the package manifest (the variant's status says "validation-skipped"). fp32 keeps every check.
 EXPORT_ARGS = ["--int8", "--skip-int8-validation", "--overwrite"]
@@ -52,7 +52,7 @@ EXPORT_ARGS = ["--int8", "--skip-int8-validation", "--overwrite"]
 # earlier graphs is exported again (format_version 4: decoder step contract 3, a past_length per row; sibling
 # projections fused: export/fuse.py; the int8 decoder step with onnxruntime's fused attention:
 # export_fused_decoder; its GroupQueryAttention on the packed QKV: fuse.pack_attention_qkv; int8 embeddings:
-# quantize.int8_embeddings; no few-rows step, the export's default since issue #35: what a user's package holds;
+# quantize.int8_embeddings; no few-rows step, the export's default: what a user's package holds;
 # one int8 table [V, D] that the embedding and the output projection, a QGemm, read)
 EXPORT_CONTRACT = ("format 4 (past_length per row), fused projections, int8 fused attention, no few-rows step, "
                    "packed QKV, int8 embeddings, one int8 table [V, D] (QGemm projection)")

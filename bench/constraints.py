@@ -1,4 +1,4 @@
-"""Terminology constraints (issue #18, runtime/constraints.py): do the translations hold the phrases, what does
+"""Terminology constraints (runtime/constraints.py): do the translations hold the phrases, what does
 it cost, and what does it do to chrF on real text.
 
     python bench/constraints.py --real PACKAGE --test TSV [--pairs 400]

@@ -1,10 +1,10 @@
-"""How long `seq2onnx convert` takes on an OPUS-MT-en-de-shaped folder, step by step, and its peak memory (issue 49).
+"""How long `seq2onnx convert` takes on an OPUS-MT-en-de-shaped folder, step by step, and its peak memory.
 
     python bench/convert.py                            # fp32 and --int8 once each: bench/results/convert.{json,md}
     python bench/convert.py --against main --rounds 2  # also the code at git revision main, interleaved A B A B
     python bench/convert.py --against main --together  # the two sides at the same time instead, each round
     python bench/convert.py --modes int8 --profile     # py-spy record of each run (bench/.cache/convert/profile-*.txt)
-    python bench/convert.py --shape nllb-600m --name convert-nllb-600m   # NLLB-200-distilled-600M's shape (issue 54)
+    python bench/convert.py --shape nllb-600m --name convert-nllb-600m   # NLLB-200-distilled-600M's shape
 
 The folder (built once into bench/.cache/convert/opus-mt-en-de-shaped/, seeded, so every build is the same):
 Helsinki-NLP/opus-mt-en-de's shape, 74.4M parameters: MarianMTModel d_model 512, 6+6 layers, 8 heads, FFN 2048,
@@ -199,7 +199,7 @@ def run_once(folder: Path, out: Path, mode: str, code: Optional[Path], profile: 
     """One conversion in a process of its own -> {"steps": [{"step", "seconds", "line"}], "seconds",
     "peak_rss_mib", "cpu_seconds"}; raises RuntimeError with its last lines if it fails."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", str(folder), str(out), "--overwrite"]
-    # random weights: the int8 variant fails its gate (top-1 agreement 0.55); its figures are measured all the same
+    # random weights: the int8 variant fails its gate (top-1 agreement); its figures are measured all the same
     cmd += ["--int8", "--skip-int8-validation"] if mode == "int8" else []
     if profile is not None:
         cmd = [shutil.which("py-spy") or "py-spy", "record", "-r", "20", "-f", "raw", "-o", str(profile),

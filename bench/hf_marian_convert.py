@@ -1,4 +1,4 @@
-"""A really trained HF MarianMTModel, converted by `seq2onnx convert`, against transformers (issue 32).
+"""A really trained HF MarianMTModel, converted by `seq2onnx convert`, against transformers.
 
     python bench/hf_marian_convert.py data               # gettext en->de split, SentencePiece, MarianTokenizer
     python bench/hf_marian_convert.py train --minutes 20 # MarianMTModel, plain PyTorch loop; resumes if killed
@@ -178,8 +178,8 @@ def step_train(work: Path, minutes: float, force: bool) -> None:
         import shutil
         shutil.rmtree(p["train"], ignore_errors=True)
         shutil.rmtree(p["model"], ignore_errors=True)
-    # one thread: on cores shared with other work, two of torch's threads waited on each other (17 s a step
-    # against ~1 s for one thread alone, measured while training this model)
+    # one thread: on cores shared with other work, two of torch's threads wait on each other and a step takes many
+    # times as long (bench/results/shared-machine.md)
     torch.set_num_threads(1)
     tok = load_tokenizer(p["spm"])
     model = new_model(tok)

@@ -1,4 +1,4 @@
-"""Peak memory of hostile-sized inputs (issue 14, items 2 and 3), each case in a fresh process.
+"""Peak memory of hostile-sized inputs, each case in a fresh process.
 
     python bench/hostile_memory.py [--label after] [--cases line30mb fdfa5mb batch20k]
 

@@ -56,7 +56,7 @@ def make_sources(n: int, src_len: int, vocab_size: int, first_regular_id: int, e
 PAUSE_S = 0.1
 
 
-def _run_checked(engine: Engine, sources, beam: int, length: int):
+def run_checked(engine: Engine, sources, beam: int, length: int):
     time.sleep(PAUSE_S)
     tokens, seconds = engine.run(sources, beam, length)
     bad = [len(t) for t in tokens if len(t) != length]
@@ -77,7 +77,7 @@ def run_case(engines: Sequence[Engine], case: Case, sources, length: int, rounds
         if r > 0 and before_round is not None:
             before_round()
         for e in engines:
-            tokens, s = _run_checked(e, sources, case.beam, length)
+            tokens, s = run_checked(e, sources, case.beam, length)
             result.outputs[e.name] = tokens
             if r > 0:
                 seconds[e.name].append(s)
@@ -115,7 +115,7 @@ def run_scaling(engines: Sequence[Engine], make, generated: Sequence[int], sourc
         times: Dict[str, List[float]] = {e.name: [] for e in engines}
         for r in range(rounds + 1):
             for e in engines:
-                _, s = _run_checked(e, sources, 1, n_tokens)
+                _, s = run_checked(e, sources, 1, n_tokens)
                 if r > 0:
                     times[e.name].append(s)
         for e in engines:

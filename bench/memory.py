@@ -9,8 +9,8 @@ with nothing of the other systems loaded. SPEC: {"system", "variant", "files", "
 own figure is reported (the child that talks to it is a pipe).
 
 The figure is VmHWM of /proc/self/status, the peak of the process's memory since its exec, rather
-than getrusage's ru_maxrss: Linux carries the parent's peak into a child's ru_maxrss at exec (a
-child of an 11 MiB peak reported the 426 MiB of the benchmark process that started it).
+than getrusage's ru_maxrss: Linux carries the parent's peak into a child's ru_maxrss at exec, so a
+small child would report the peak of the benchmark process that started it.
 ru_maxrss is the fallback where there is no /proc.
 """
 from __future__ import annotations
@@ -58,7 +58,7 @@ def peak_rss_mib(spec: Dict) -> Tuple[str, float]:
 def child(spec: Dict) -> Dict:
     """Build the engine, run every case once (the same checks as the timed runs), -> its name and peak MiB."""
     from bench import engines as E
-    from bench.measure import _run_checked
+    from bench.measure import run_checked
 
     worker = None
     if spec["system"] == "optimum":
@@ -68,7 +68,7 @@ def child(spec: Dict) -> Dict:
                            tokens=spec["tokens"], never=spec["never"], worker=worker)
     try:
         for case in spec["cases"]:
-            _run_checked(engine, case["sources"], case["beam"], spec["length"])
+            run_checked(engine, case["sources"], case["beam"], spec["length"])
         peak = worker.peak_rss_mib() if worker else own_peak_rss_mib()
         return {"system": engine.name, "peak_rss_mib": peak}
     finally:

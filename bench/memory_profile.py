@@ -58,7 +58,7 @@ def _no_mem_pattern(so) -> None:
 
 
 def _arena(so) -> None:
-    so.enable_cpu_mem_arena = True              # onnxruntime's default; the runtime turns it off on CPU (#35)
+    so.enable_cpu_mem_arena = True              # onnxruntime's default; the runtime turns it off on CPU
 
 
 _ENV_ARENA: List[int] = []             # the extend strategy of the process's registered CPU arena, once registered
@@ -86,7 +86,7 @@ OPTION_SETS: Dict[str, List[Callable]] = {
     "no_mem_pattern": [_no_mem_pattern],        # no preplanned block per input shape
     "no_arena_no_prepacking": [_no_arena, _no_prepacking],
     "arena": [_arena],                          # the CPU arena back on: what the runtime saves without it
-    "arena_no_trim": [_arena],                  # and the heap not trimmed: the runtime before issue #35's levers
+    "arena_no_trim": [_arena],                  # and the heap not trimmed: the runtime without its memory levers
     "shared_arena": [_shared_arena(0)],
     "shared_arena_same_as_requested": [_shared_arena(1)],
 }

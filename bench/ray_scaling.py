@@ -1,4 +1,4 @@
-"""Ray's overhead and scaling (issue #34): the same corpus through the plain CLI and through `seq2onnx
+"""Ray's overhead and scaling: the same corpus through the plain CLI and through `seq2onnx
 translate-dataset` with 1 and 2 actors on a Ray cluster of this machine.
 
     python bench/ray_scaling.py                   # the full run: writes bench/results/ray_scaling.{json,md}
@@ -16,7 +16,7 @@ wall time):
                     job's time counts its driver (imports, ray.init, its model check), its actors' start and model
                     load, and the rows' way back to the driver, which writes OUTPUT.
 Every system's output must equal `cli 1 thread`'s, byte for byte (else the run stops). The overhead at 1 actor is
-`ray 1 actor` against `cli 1 thread` (the issue's target: within 10%); the scaling is `ray 2 actors` against
+`ray 1 actor` against `cli 1 thread` (the target: within 10%); the scaling is `ray 2 actors` against
 `ray 1 actor`. Times on a shared machine are noise: run it on a quiet one.
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""Every system at the shapes users run: OPUS-MT-en-de and NLLB-200-distilled-600M (issue 50, item 1).
+"""Every system at the shapes users run: OPUS-MT-en-de and NLLB-200-distilled-600M.
 
     python bench/real_shapes.py --shape opus-mt             # bench/results/real-shapes-opus-mt.{json,md}
-    python bench/real_shapes.py --shape nllb-600m           # the same for NLLB (its conversion needs > 12 GB today)
+    python bench/real_shapes.py --shape nllb-600m           # the same for NLLB (its conversion needs far more memory)
     python bench/real_shapes.py --shape opus-mt --quick     # 16 sentences, 1 round: a smoke run (bench/.cache/results/)
     python bench/real_shapes.py --shape nllb-600m --dims tiny --quick   # NLLB's vocabulary and tokenizer on tiny
                                                             # layers: rehearses the NLLB path in minutes

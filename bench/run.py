@@ -128,11 +128,11 @@ def floor_summary(bandwidth: Dict, step_bytes: Dict[int, Dict], results, st: Set
     Two floors per vocabulary, both measured in this run with the same probe (floor.bandwidth, its best try): at the
     start, before any model is loaded (`floor_tok_s`, `percent_of_floor`), and beside the batch-1 case itself, the
     best of the probes taken before each of its counted rounds (`floor_tok_s_during_case`,
-    `percent_of_floor_during_case`). This machine's bandwidth moves with its neighbours' load (the same probe read
-    46.6 and 77.5 GB/s a minute apart): the second floor is the one taken under the conditions the case ran in.
+    `percent_of_floor_during_case`). This machine's bandwidth moves with its neighbours' load
+    (bench/results/shared-machine.md): the second floor is the one taken under the conditions the case ran in.
     A third, `read_floor_tok_s` (`percent_of_read_floor`): the same start probe's best read on st.threads threads
-    alone. The floor takes the best of read and copy, and a copy's bytes read + written came out 1.3x what a
-    read reached on this host, while a decoder step's weights are only read."""
+    alone. The floor takes the best of read and copy, and a copy's bytes read + written can come out above what a
+    read reaches (shared-machine.md), while a decoder step's weights are only read."""
     by_vocab = {}
     read_gb_s = max(bandwidth.get("read_gb_s", {}).get(str(st.threads)) or [0.0])
     for vocab, variants in step_bytes.items():

@@ -1,4 +1,4 @@
-"""The serving benchmark (issue #33): `seq2onnx serve`'s batching policies and CTranslate2 behind the same HTTP front.
+"""The serving benchmark: `seq2onnx serve`'s batching policies and CTranslate2 behind the same HTTP front.
 
     python bench/serve.py                  # the full run: writes bench/results/serve.{json,md}
     python bench/serve.py --quick          # a smoke run on the tiny model: bench/.cache/results/serve-quick.*
@@ -261,8 +261,8 @@ async def closed_loop(url: str, items: List[Tuple[str, int]], clients: int, beam
                       rule: str) -> List[Record]:
     """`clients` clients, each sending its next request when the last is answered, for `seconds`; client c sends
     items c, c + clients, c + 2 clients, ... Requests still running at the end are awaited (and recorded).
-    aiohttp's client: the load generator shares the machine's two cores with the server, and httpx's took 60-80% of
-    a core at 64 clients (about 20 ms of CPU a request; aiohttp's a fraction of it), which the server then lacked."""
+    aiohttp's client: the load generator shares the machine's two cores with the server, and httpx's costs many times
+    aiohttp's CPU a request (bench/results/shared-machine.md), which the server would then lack."""
     import aiohttp
 
     records: List[Record] = []

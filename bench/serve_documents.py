@@ -1,4 +1,4 @@
-"""Documents against their sentences one request each, on LibreTranslate's POST /translate (issue 52).
+"""Documents against their sentences one request each, on LibreTranslate's POST /translate.
 
     python bench/serve_documents.py            # base model, int8: bench/results/serve-documents.{json,md}
     python bench/serve_documents.py --quick    # tiny model, 48 documents, 1 round: a smoke run (bench/.cache/results/)

@@ -1,13 +1,13 @@
-"""The server's peak memory under the costliest requests its default flags admit (issue 49, item 2).
+"""The server's peak memory under the costliest requests its default flags admit.
 
     python bench/serve_memory.py [--cases unbounded attention tokens together] [--out bench/results]
 
 Each case starts `seq2onnx serve numbers-en-de` afresh on 127.0.0.1 (default flags, but --timeout 600 so that a
 slow machine finishes the requests), sends one request to warm it up, reads its peak RSS (VmHWM), sends the case's
 requests, and reads VmHWM again:
-  unbounded  issue 49's request (4,900 characters, beam 64, 64 hypotheses, 256 steps, return_attention) with the
+  unbounded  a hostile request (4,900 characters, beam 64, 64 hypotheses, 256 steps, return_attention) with the
              cost flags lifted (--max-request-tokens, --max-attention-values, --max-answer-bytes,
-             --max-pending-bytes 2**40): what it cost before they existed. Under the defaults it is refused (400).
+             --max-pending-bytes 2**40): what it costs without them. Under the defaults it is refused (400).
   attention  the largest answer the defaults admit: 4 hypotheses x 415 steps x 416 source tokens of attention,
              reckoned 16,680,704 bytes of --max-answer-bytes' 16,777,216
   tokens     the largest cache: 64 texts of 511 source tokens, beam 2, 512 steps: 65,536 tokens of

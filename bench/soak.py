@@ -1,4 +1,4 @@
-"""The soak (issue #49 item 8): `seq2onnx serve` under 64 clients of mixed requests for a long time, then killed with
+"""The soak: `seq2onnx serve` under 64 clients of mixed requests for a long time, then killed with
 SIGKILL under load and started again, as the servers users trust are tested.
 
     python bench/soak.py                           # 64 clients, 30 minutes, then the kill: bench/results/soak.{json,md}

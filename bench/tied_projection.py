@@ -1,4 +1,4 @@
-"""The tied output projection with and without onnxruntime's prepacked copy of its weight (issue #35).
+"""The tied output projection with and without onnxruntime's prepacked copy of its weight.
 
     python bench/tied_projection.py [--vocab-sizes 8000 32000] [--rows 1 4 16 64] [--threads 2] [--rounds 5]
 

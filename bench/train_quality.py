@@ -102,8 +102,8 @@ def _repetitive(text: str) -> bool:
 
 
 # --- ablations: the initialisation, one part at a time, on either system -----------------------------
-# Each model is built with its own initialisation (seq2onnx's with init="xavier", its default until this
-# benchmark), then the named parts are drawn again. Biases 0 and the pad row 0 throughout.
+# Each model is built with its own initialisation (seq2onnx's with init="xavier", fairseq's, the baseline of
+# bench/results/train_ablation.md), then the named parts are drawn again. Biases 0 and the pad row 0 throughout.
 def _marian_init_in_ours(model) -> None:
     """Every Linear and Embedding weight N(0, 0.02) (HF Marian's init_std), in module order."""
     import torch
@@ -138,7 +138,7 @@ def _marian_embedding_in_ours(model) -> None:
 
 
 def _marian_matrices_in_ours(model) -> None:
-    """N(0, 0.02) weight matrices, embeddings kept: the init="normal-unit" that seq2onnx now uses."""
+    """N(0, 0.02) weight matrices, embeddings kept: seq2onnx's init="normal-unit"."""
     import torch
     for m in model.modules():
         if isinstance(m, torch.nn.Linear) and m is not model.output_projection:   # that one is the embedding
@@ -335,8 +335,8 @@ def run_marian(paths: Dict[str, Path], run_dir: Path, budgets: List[float]) -> D
             if len(snapshots) == len(budgets):
                 break
             t0 = time.monotonic()
-            # the open window goes on: its clock skips the snapshot (it measured 52,551 tokens/s when it was
-            # restarted here while keeping the tokens of its steps before the snapshot)
+            # the open window goes on: its clock skips the snapshot (restarted here, it would keep the tokens of its
+            # steps before the snapshot and overstate the window's tokens/s)
             window_start += t0 - paused
         b = stream.next()
         logits = model(b.src_ids, b.src_mask, b.tgt_in)

@@ -6,8 +6,8 @@
 Exact match = the hypothesis equals the reference string exactly, measured by running
 `seq2onnx translate` (fp32 and int8, greedy and beam 4) on: every number 0..999 in every form people
 type (training/numbers.py FORMS), the held-out test numbers (1,000..999,999, none in training) in every
-form and once more each in a random form, and the inputs of issue 16 (what people type first, and what
-lies outside the domain). All of it goes through one CLI run per case. Writes MODEL_CARD.md and
+form and once more each in a random form, the inputs people type first, and some that
+lie outside the domain. All of it goes through one CLI run per case. Writes MODEL_CARD.md and
 card.json beside it (the figures). Run by scripts/make_numbers_model.sh; needs torch only to count the
 parameters of the run's checkpoint.
 """
@@ -147,7 +147,7 @@ def error_lines(rows: List[Dict], names: List[str], limit: int) -> List[str]:
             for r in rows for name in names for s, ref, h in r["sets"][name]["errors"][:limit]]
 
 
-# issue 16: what people type first (the reference is num2words' German), and what lies outside the domain
+# what people type first (the reference is num2words' German), and what lies outside the domain
 FIRST_TYPED = [("one", 1), ("zero", 0), ("sixty-six", 66), ("Forty-Two", 42), ("twenty one", 21),
                ("a hundred", 100), ("42", 42), ("1,234", 1234), ("SEVENTEEN", 17)]
 OUT_OF_DOMAIN = ["one million", "1000000", "minus five", "two point five", "hello world", "the cat"]

@@ -4,7 +4,7 @@ the compound is not counted as a miss) and the first misses.
 
     python scripts/numbers_small_numbers.py build/numbers/run/step_6000.pt build/numbers/run/averaged.pt
 
-The figures of docs/TRAINING.md's batching table and of issue 16's closing note came from this."""
+The numbers model's figures in bench/results/maxi_batch.md came from this."""
 from __future__ import annotations
 
 import sys

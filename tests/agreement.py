@@ -182,7 +182,7 @@ def assert_same_decodes(bounds: Float32Bounds, judge, sources: Sequence[Sequence
       * where they differ, the difference must be a tie, judged teacher-forced by `judge` (torch_judge or
         engine_judge). Greedy search: at the first step where they part, the two tokens' log-probs lie within twice
         `bounds.log_prob`. Beam search: the got hypothesis, normalized, within twice `bounds.score` of the expected
-        one's (d66519c). Either way the engine's own score of its tokens must be the judge's, within `bounds.score`.
+        one's. Either way the engine's own score of its tokens must be the judge's, within `bounds.score`.
     Twice: the tie is judged by a third computation, each within half a bound of the exact numbers. The judge's
     comparisons use `bounds.judged` (int8: the judge runs another batch, so other quantization scales).
     """

@@ -8,8 +8,8 @@ under CI (the CI environment variable set, as .ci/run has it) they draw the same
 PyTorch (and numpy's BLAS) run one thread in the tests and in the processes they start (OMP_NUM_THREADS=1,
 unless set already; set here before anything imports torch). The models here are tiny, so a second thread gains
 nothing, and on a busy machine (make test runs three streams on CI's two cores) each of its parallel
-regions waits for a descheduled thread: transformers' generate() on 80 sentences took 210 s with two
-threads against 11 s with one, beside two busy processes. onnxruntime keeps its own thread pool
+regions waits for a descheduled thread, which makes a second thread many times slower than one
+(bench/results/shared-machine.md). onnxruntime keeps its own thread pool
 (SessionConfig.intra_threads): the runtime's defaults are what the tests run."""
 import os
 

@@ -1,5 +1,5 @@
 """Tiny HuggingFace model folders in the hub layout (what `save_pretrained` writes), built offline in seconds:
-the inputs of `seq2onnx convert` in the tests (issue 32).
+the inputs of `seq2onnx convert` in the tests.
 
 Each folder holds SentencePiece models trained here on real text (English msgids and their German or French
 msgstrs from the gettext catalogs the system installs, training/gettext_data.py), the tokenizer files that

@@ -1,4 +1,4 @@
-"""What a newcomer sees from the command line (issue 31, section 3): a closed stdout (`| head`) ends quietly,
+"""What a newcomer sees from the command line: a closed stdout (`| head`) ends quietly,
 a run folder passed where a checkpoint or a model package belongs is named as such, sampling on the command
 line, `seq2onnx info`'s parity figures, the progress total, the list of known decoding options, and inputs
 the model's tokenizer cannot cover. Each CLI case runs the real command in a subprocess: one line on stderr,

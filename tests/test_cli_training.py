@@ -83,7 +83,7 @@ def test_average_errors(tiny_run, tmp_path, capsys):
                           "run folder not found")
     assert_one_line_error(*run_cli(capsys, "average", tmp_path, "--out", tmp_path / "a.pt"),
                           "no step_N.pt checkpoints", "--keep-last")
-    # one checkpoint file (issue 31: it said "run folder not found"): named as a file, with both ways out
+    # one checkpoint file where a run folder belongs: named as a file, with both ways out
     assert_one_line_error(*run_cli(capsys, "average", tiny_run / "best.pt", "--out", tmp_path / "a.pt"),
                           "best.pt is one checkpoint file", f"pass its run folder ({tiny_run})", "two or more .pt")
     assert_one_line_error(*run_cli(capsys, "average", tiny_run / "best.pt", tmp_path / "no.pt", "--out",
@@ -146,8 +146,8 @@ def test_every_command_reports_a_bad_command_line_in_one_line(capsys, argv, frag
 
 def test_the_readmes_train_average_export_sequence_goes_through_after_a_short_run(tiny_data_dir, tmp_path, capsys,
                                                                                   monkeypatch):
-    """README "Train and export your own model", command for command, after a run as short as the issue's (16 steps,
-    2 step checkpoints): `average --last 5` averages the 2 with a note, and every command after it works; the run,
+    """README "Train and export your own model", command for command, after a newcomer's short first run (16 steps, 2
+    step checkpoints): `average --last 5` averages the 2 with a note, and every command after it works; the run,
     its export and `info` call the model undertrained. Smaller than the README: --preset tiny, --max-steps 16 with a
     validation every 8 steps in place of --max-minutes 60 (whose checkpoint count would follow the clock)."""
     from seq2onnx.training.checkpoint import load_checkpoint

@@ -1,5 +1,5 @@
-"""A continuous batch's cross K/V and encoder mask with rows joining and leaving in place (issues #33/#35:
-runtime/cache_memory.py CrossRows, over runtime/cache_inplace.py), against the copying version (np.take, and
+"""A continuous batch's cross K/V and encoder mask with rows joining and leaving in place
+(runtime/cache_memory.py CrossRows, over runtime/cache_inplace.py), against the copying version (np.take, and
 append_padded, which the CUDA engine still uses). No model: test_serve_invariance runs them through the engine."""
 from __future__ import annotations
 

@@ -113,7 +113,7 @@ def test_translate_document_is_translate_batch_of_its_sentences(translator):
     assert got.count("\n") == DOCUMENT.count("\n") and "\r\n- " in got and got.endswith("\n\n\n   \n" + got[-len(
         translator.translate("five")):])
     assert translate_document(translator, "forty-two\nnine") == \
-        f"{translator.translate('forty-two')}\n{translator.translate('nine')}"      # issue #52: not one number
+        f"{translator.translate('forty-two')}\n{translator.translate('nine')}"      # two lines, not one number
     # every translate_batch option applies; per-document options go to each of its sentences
     docs = [DOCUMENT, "  ", "", "seven. nine."]
     got = translate_documents(translator, docs, beam_size=1, max_decoding_length=3, target_prefix=[None, None, None,

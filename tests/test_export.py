@@ -1,4 +1,4 @@
-"""Export (issue 4): the tiny model trained in this session, exported, checked against PyTorch.
+"""Export: the tiny model trained in this session, exported, checked against PyTorch.
 
 Uses the session fixtures `tiny_checkpoint` (fixtures_training.py) and `tiny_package`
 (fixtures_export.py, exported with --int8). Everything runs for real at small size; the tests whose subject

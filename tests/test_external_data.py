@@ -1,6 +1,6 @@
 """Packages whose graphs keep their weights in a data file beside them (ONNX external data, for models past
-protobuf's 2 GB limit; issue 32 "Big models"), tested on the tiny model forced to it (--external-data); and the
-variant's shared data file every export writes (a weight several graphs hold, once: issue #35), on tiny_package.
+protobuf's 2 GB limit), tested on the tiny model forced to it (--external-data); and the
+variant's shared data file every export writes (a weight several graphs hold, written once), on tiny_package.
 
 The export writes one data file per graph, lists it in `files` and names it in the variant's external_data; the
 package translates exactly as the same export without external data (fp32 and int8). A data file that is changed,

@@ -1,4 +1,4 @@
-"""Fuzzing (hypothesis), issue 14: over the manifest, the tokenizer file and the input text. The property:
+"""Fuzzing (hypothesis) over the manifest, the tokenizer file and the input text. The property:
 loading a package and translating with it either works or raises the project's one-line error
 (Seq2OnnxError, ModelPackageError among them), never anything else; a tokenizer id never leaves the
 vocabulary. Each target edits the session's real tiny package (tests/fixtures_export.py).

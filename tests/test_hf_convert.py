@@ -208,7 +208,7 @@ def test_cli_translates_at_the_package_defaults(converted, tmp_path):
 @pytest.mark.parametrize("kind", ["marian", "marian_separate", "nllb"])
 def test_mapped_model_holds_the_transformers_tensors_not_copies(hf_folders, kind):  # noqa: F811
     """The converter's model (transformer_from_hf) reads transformers' own tensors: every parameter's storage is one
-    of the HF model's, so the conversion holds the weights once (issue 54), ties stay tied (the output projection is
+    of the HF model's, so the conversion holds the weights once, ties stay tied (the output projection is
     the target embedding), and it computes what transformers computes."""
     folder = hf_folders.get(kind)
     config = hf_convert.read_config(folder)

@@ -1,4 +1,4 @@
-"""export/hf_tokenizers.py against transformers (issue 32): for each tiny HF folder (tests/hf_folders.py), the
+"""export/hf_tokenizers.py against transformers: for each tiny HF folder (tests/hf_folders.py), the
 converted tokenizers give exactly the ids of transformers' MarianTokenizer / M2M100Tokenizer / NllbTokenizer on
 TEXTS strings (gettext lines in English, German and French, and generated ones: case, digits, punctuation, odd
 whitespace, emoji, characters the SentencePiece models do not know, characters NFKC changes), and the same text

@@ -1,4 +1,4 @@
-"""Issue 14, the command line and the API against hostile inputs and paths: --output onto anything (a
+"""The command line and the API against hostile inputs and paths: --output onto anything (a
 file's mode, a symlink, a FIFO, a device, /dev/stdout, a folder, signals mid-write), lines and texts of
 any length (memory bounded by max_input_length), translate_batch on many sentences (memory bounded by
 the batch), and the small ones: a BOM, /dev/stdin and <(cmd), a closed stdout, Ctrl-C while loading,
@@ -248,8 +248,8 @@ MEMORY_WORKER = PEAK_MB + textwrap.dedent("""
 
 
 def test_memory_of_a_huge_text_is_bounded(tiny_package, tmp_path):
-    """300,000 x U+FDFA (NFKC: 5.4 million characters) and 10 million characters of words: tokenized
-    whole, they took more than 1 GB; from a prefix, a few MB."""
+    """300,000 x U+FDFA (NFKC: 5.4 million characters) and 10 million characters of words: only a
+    prefix of each is tokenized, so the peak grows by less than 100 MB (the whole texts would take gigabytes)."""
     worker = tmp_path / "worker.py"
     worker.write_text(MEMORY_WORKER)
     proc = subprocess.run([sys.executable, str(worker), str(tiny_package)], capture_output=True, text=True,
@@ -277,7 +277,7 @@ def test_a_huge_line_is_read_up_to_its_bound(tiny_package, tr):
 
 
 def test_a_huge_line_costs_no_more_memory_than_a_long_one(tiny_package, tmp_path):
-    """The CLI's peak RSS for one 20 MB line (read whole before: over 2 GB), taken by a small process that
+    """The CLI's peak RSS for one 20 MB line (read whole, gigabytes) stays bounded, taken by a small process that
     starts it: a child's ru_maxrss counts its parent's peak too (pytest's, here), exec keeps it."""
     script = tmp_path / "measure.py"
     script.write_text(textwrap.dedent("""

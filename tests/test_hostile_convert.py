@@ -1,4 +1,4 @@
-"""Issues 49 (items 9-12) and 55: `seq2onnx convert` against hostile transformers folders. Each case is the tiny
+"""`seq2onnx convert` against hostile transformers folders. Each case is the tiny
 MarianMT folder of tests/hf_folders.py (built once a session) with one file changed; the converter reads the folder
 by the runtime's rule for package files (runtime/package_files.py: a regular file in the folder itself, at most a
 limit of bytes) and checks every setting when it reads it, so each refusal is one line and exit 2, before any
@@ -64,7 +64,7 @@ def as_index(folder: Path, shard: str) -> None:
                                                                       "weight_map": dict.fromkeys(names, shard)}))
 
 
-# --- issue 55.1 and 55.5: nothing outside the folder, regular files only ------------------------------------------
+# --- nothing outside the folder, regular files only ---------------------------------------------------------------
 @pytest.mark.parametrize("shard, message", [
     (f"../{OUTSIDE}", rf"the file name '\.\./{OUTSIDE}' is not a file of the folder: seq2onnx convert reads "
                       "nothing outside the model folder"),
@@ -105,7 +105,7 @@ def test_files_past_their_limit_are_not_read_whole(folder, capfd):
     assert f"config.json has more than {hf_tokenizers.MAX_SETTINGS_BYTES} bytes" in refused(folder, capfd)
 
 
-# --- issue 55.2 and 55.3: tokenizer files are what they claim, of the model's size -------------------------------
+# --- tokenizer files are what they claim, of the model's size ----------------------------------------------------
 def test_empty_sentencepiece_model_is_refused(folder, capfd):
     (folder / "source.spm").write_bytes(b"")
     assert f"{folder / 'source.spm'} is not a SentencePiece model (it holds no pieces)" in refused(folder, capfd)
@@ -132,7 +132,7 @@ def test_vocabulary_larger_than_the_model_is_refused_when_read(folder, capfd):
            "belong to this model" in refused(folder, capfd)
 
 
-# --- issue 55.4 and 49.11: weights and config that do not fit, one line and no transformers report ----------------
+# --- weights and config that do not fit, one line and no transformers report --------------------------------------
 def test_weights_of_other_shapes_or_not_finite(folder, capfd):
     import torch
     from safetensors.torch import load_file, save_file
@@ -170,7 +170,7 @@ def test_config_fields_are_checked_when_read(folder, capfd, text, message):
     assert f"{folder / 'config.json'}" in line and re.search(message, line), line
 
 
-# --- issue 49.10: generation_config.json, checked when read -------------------------------------------------------
+# --- generation_config.json, checked when read --------------------------------------------------------------------
 @pytest.mark.parametrize("change, message", [
     ({"num_beams": 10**6}, r"num_beams should be an integer in \[1, 256\], got 1000000"),
     ({"num_beams": -3}, r"num_beams should be an integer in \[1, 256\], got -3"),
@@ -188,7 +188,7 @@ def test_generation_config_is_checked_when_read(folder, capfd, change, message):
     assert ".partial-" not in line and "seq2onnx export" not in line
 
 
-# --- issue 49.9: --parity-data is read as translate reads its input ----------------------------------------------
+# --- --parity-data is read as translate reads its input ----------------------------------------------------------
 def test_parity_data_is_read_bounded(folder, tmp_path):
     config = hf_convert.read_config(folder)
     cfg = hf_convert.model_config(config)
@@ -205,7 +205,7 @@ def test_parity_data_is_read_bounded(folder, tmp_path):
         commands._parity_sources(tmp_path / "none.txt", tok, cfg)
 
 
-# --- issue 49.12: the messages name the right command and flag ----------------------------------------------------
+# --- the messages name the right command and flag -----------------------------------------------------------------
 def test_int8_gate_names_skip_int8_validation():
     report = parity.ParityReport("CPUExecutionProvider", 0, 0, 0, 0.5, 0.5, 0, 0, 0, 10, 10)
     with pytest.raises(parity.ParityError, match=r"int8 parity check 'top-1 agreement' failed: 0.5000 < .*; the "

@@ -1,4 +1,4 @@
-"""Issue 31, section 4, hostile graphs and manifests (the Python runtime; docs/SECURITY.md):
+"""Hostile graphs and manifests (the Python runtime; docs/SECURITY.md):
   * onnxruntime's own log never reaches the terminal: a graph whose names hold escape sequences (an unused
     initializer that onnxruntime warns about at load, a node that fails to load or to run) cannot write them to
     stderr; what matters comes back as our one line, its control characters shown as \\xNN;
@@ -106,7 +106,7 @@ def run_cli(args, stdin):
 
 # --- onnxruntime's log ---------------------------------------------------------------------------------------
 def test_initializer_named_with_escape_sequences_never_reaches_the_terminal(pkg):
-    """Before: onnxruntime's load warning ("Removing initializer '...'. It is not used by any node") wrote the
+    """The hazard: onnxruntime's load warning ("Removing initializer '...'. It is not used by any node") writes the
     name raw to stderr: the terminal's title set, the screen cleared, a fake error line."""
     path = edit_graph(pkg, "decoder_step.onnx", lambda m: m.graph.initializer.append(
         numpy_helper.from_array(np.zeros(1, dtype=np.float32), ESCAPES)))
@@ -122,8 +122,8 @@ def test_initializer_named_with_escape_sequences_never_reaches_the_terminal(pkg)
 @pytest.mark.parametrize("case", ["load", "run"])
 def test_node_named_with_escape_sequences_never_reaches_the_terminal(pkg, case):
     """A node that fails to load (an operator onnxruntime does not have) or to run, its name made of escape
-    sequences: onnxruntime logged its error line with the name raw, then raised it; now one line of ours, the
-    name's control characters shown as \\xNN."""
+    sequences: onnxruntime would log its error line with the name raw, then raise it; what comes out is one line of
+    ours, the name's control characters shown as \\xNN."""
     if case == "load":
         path = edit_graph(pkg, "encoder.onnx", after("cross_key_0", lambda raw, out: [
             helper.make_node("NoSuchOperator", [raw], [out], name=ESCAPES, domain="com.example")]))
@@ -147,8 +147,8 @@ RUN_FAILURES = {  # case -> (graph, edit, compute_type, the failing node)
 
 @pytest.mark.parametrize("case", list(RUN_FAILURES))
 def test_graph_failing_at_run_time_is_one_line_naming_it(pkg, tmp_path, capfd, case):
-    """Before: exit 1, a RuntimeError / Fail of onnxruntime's internals (C++ source paths and signatures), after
-    onnxruntime's own coloured error line. The graphs load (their declared shapes pass every load check) and
+    """Left to onnxruntime: exit 1, a RuntimeError / Fail of its internals (C++ source paths and signatures), after
+    its own coloured error line. The graphs load (their declared shapes pass every load check) and
     fail at their first run: one ModelPackageError line naming the file, exit 2, nothing else on stderr."""
     name, edit, compute_type, node = RUN_FAILURES[case]
     if name == FEW and onnxruntime_version() < quantize.FEW_ROWS_MIN_ONNXRUNTIME:
@@ -187,7 +187,7 @@ def test_graph_failing_when_it_scores_is_one_line_naming_it(pkg, tmp_path, capfd
 @pytest.mark.parametrize("graph, sentences", [(FEW, 1), ("decoder_step.int8.onnx", 8)], ids=["few-rows", "step"])
 @pytest.mark.parametrize("value", [np.nan, -np.inf], ids=["nan", "inf"])     # log-probs <= 0: x -inf is +inf
 def test_non_finite_log_probs_name_the_graph_that_stepped_them(pkg, graph, sentences, value):
-    """Before: NaN from the few-rows step (1 row) was blamed on decoder_step.int8.onnx. 8 sentences are more rows
+    """NaN from the few-rows step (1 row) is blamed on it, not on decoder_step.int8.onnx. 8 sentences are more rows
     than the few-rows step takes (quantize.FEW_ROWS_MAX): the step graph runs the first step, and is named."""
     assert quantize.FEW_ROWS_MAX < 8
     edit_graph(pkg, graph, times(value))
@@ -207,7 +207,7 @@ def many_variants(n):
 
 
 def test_manifest_of_12000_variants_is_refused_before_any_work(pkg, capsys):
-    """Before: `seq2onnx info` read and hashed the two graphs once per variant: 103-110 s on 12,000 variants.
+    """Checked one variant at a time, `seq2onnx info` would read and hash the two graphs 12,000 times.
     Refused when the manifest is read, before any file is checked or hashed."""
     edit_manifest(pkg, many_variants(12_000))
     assert (pkg / "manifest.json").stat().st_size < manifest_module.MAX_MANIFEST_BYTES

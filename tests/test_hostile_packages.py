@@ -1,4 +1,4 @@
-"""Issue 14, hostile model folders: a package is untrusted input. Whatever its manifest, tokenizer or graphs
+"""Hostile model folders: a package is untrusted input. Whatever its manifest, tokenizer or graphs
 hold, loading it either works or raises one ModelPackageError line naming the file and the field, at load;
 nothing outside the folder is read, every byte used is covered by the manifest's checksums, and a broken
 graph is reported, never turned into an empty or NaN translation. Each case edits a copy of the session's
@@ -111,8 +111,8 @@ FIELDS = [  # (edit, what the message must say)
 
 @pytest.mark.parametrize("change, message", FIELDS, ids=[re.sub(r"[^\w.]+", "-", m)[:40] for _, m in FIELDS])
 def test_every_field_is_checked_at_load_and_named(pkg, capsys, change, message):
-    """Before: a hang (10**9 layers: 4e9 I/O names), raw TypeError / AttributeError / ValueError, a load
-    that passes and fails at the first translation, or `seq2onnx info` crashing."""
+    """Unchecked, a field could hang the runtime (10**9 layers: 4e9 I/O names), raise a raw TypeError /
+    AttributeError / ValueError, pass the load and fail at the first translation, or crash `seq2onnx info`."""
     edit_manifest(pkg, change)
     text = refused(pkg, message)
     assert text.startswith(f"{pkg / 'manifest.json'}: ")
@@ -122,7 +122,7 @@ def test_every_field_is_checked_at_load_and_named(pkg, capsys, change, message):
 @pytest.mark.parametrize("config", [dict(n_heads=2), dict(d_model=128), dict(n_heads=8, d_model=128)],
                          ids=["heads", "width", "heads-and-width"])
 def test_config_that_lies_about_the_graph_is_refused_at_load(pkg, config):
-    """Before: it loaded and every translation failed inside onnxruntime."""
+    """Unchecked, it would load and every translation would fail inside onnxruntime."""
     edit_manifest(pkg, lambda m: m["config"].update(config))
     refused(pkg, r"encoder.onnx: its cross_key_0 is tensor\(float\) \['batch', 4, 'src_len', 16\], the contract and "
                  r"the config \(n_heads \d, d_model \d+\) want tensor\(float\) or tensor\(float16\) \['\*', \d, '\*', "
@@ -132,8 +132,8 @@ def test_config_that_lies_about_the_graph_is_refused_at_load(pkg, config):
 # --- item 5: every byte read is checksummed, nothing outside the folder is read ----------------------------------
 @pytest.mark.parametrize("listed", [True, False], ids=["data-listed", "data-unlisted"])
 def test_graph_with_external_data_is_refused(pkg, capsys, listed):
-    """Before: onnxruntime read the weights from encoder.onnx.data, which no checksum covered (a changed
-    file changed the translations while `info` said "checksums verified")."""
+    """Loaded, onnxruntime would read the weights from encoder.onnx.data, which no checksum covers (a changed
+    file would change the translations while `info` said "checksums verified")."""
     import onnx
     path = pkg / "encoder.onnx"
     onnx.save_model(onnx.load(str(path)), str(path), save_as_external_data=True, location="encoder.onnx.data")
@@ -151,7 +151,7 @@ def test_graph_with_external_data_is_refused(pkg, capsys, listed):
 
 @pytest.mark.parametrize("name", ["manifest.json", "tokenizer.json", "decoder_step.onnx", "README.md"])
 def test_symbolic_link_is_refused(pkg, tmp_path, capsys, name):
-    """Before: the link was followed, wherever it pointed (here: an identical file outside the folder)."""
+    """Followed, the link could point anywhere (here: an identical file outside the folder)."""
     outside = tmp_path / "elsewhere"
     outside.mkdir()
     (pkg / name).rename(outside / name)
@@ -188,7 +188,7 @@ def precompiled(charsmap: bytes):
 
 
 def test_tokenizer_that_panics_when_loaded(pkg, capsys):
-    """Before: pyo3_runtime.PanicException (a BaseException) and a traceback."""
+    """Uncaught: pyo3_runtime.PanicException (a BaseException) and a traceback."""
     edit_tokenizer(pkg, precompiled(b"\xff" * 64))
     message = refused(pkg, "tokenizer.json: the tokenizer crashed in its Rust code")
     info_says(pkg, capsys, message)
@@ -220,7 +220,7 @@ def nan_decoder(pkg):
 @pytest.mark.parametrize("options", [dict(beam_size=1), dict(beam_size=4),
                                      dict(beam_size=1, sampling_topk=5, seed=1)], ids=["greedy", "beam4", "sampling"])
 def test_decoder_returning_nan_is_reported(pkg, options):
-    """Before: beam search gave an empty translation with score 0.0, greedy a score of nan, exit 0."""
+    """Unchecked, beam search would give an empty translation with score 0.0, greedy a score of nan, exit 0."""
     nan_decoder(pkg)
     tr = translator(pkg)
     with pytest.raises(ModelPackageError, match=f"^{pkg / 'decoder_step.onnx'} returned NaN or infinite log-probs: "
@@ -240,13 +240,14 @@ def expected(tiny_package):
     {"truncation": {"max_length": 1, "strategy": "LongestFirst", "stride": 0, "direction": "Right"}},
 ], ids=["padding", "truncation"])
 def test_tokenizer_padding_and_truncation_are_ignored(pkg, expected, setting):
-    """Before: a package could make every source 5000 ids long (or 10**9: memory without end), or one id."""
+    """Honoured, they would let a package make every source 5000 ids long (or 10**9: memory without end), or
+    one id."""
     edit_tokenizer(pkg, lambda t: t.update(setting))
     assert translator(pkg).translate_batch([SOURCE, "one two"], return_scores=True) == expected
 
 
 def test_tokenizer_with_a_post_processor_is_refused(pkg):
-    """Before: its template added id 10**6 to every text, refused only at the first translation."""
+    """Its template could add id 10**6 to every text, refused only at the first translation."""
     edit_tokenizer(pkg, lambda t: t.update(post_processor={
         "type": "TemplateProcessing", "single": [{"Sequence": {"id": "A", "type_id": 0}},
                                                  {"SpecialToken": {"id": "X", "type_id": 0}}],
@@ -256,7 +257,8 @@ def test_tokenizer_with_a_post_processor_is_refused(pkg):
 
 
 def test_tokenizer_ids_outside_the_vocabulary_are_refused(pkg):
-    """A piece renumbered to 10**6 (the vocabulary keeps its size): before, encoding it gave that id."""
+    """A piece renumbered to 10**6 (the vocabulary keeps its size): refused at load, or encoding it would give
+    that id."""
     def renumber(t):
         vocab = t["model"]["vocab"]
         vocab[next(k for k, i in vocab.items() if i == len(vocab) // 2)] = 10**6

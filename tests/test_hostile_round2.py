@@ -1,4 +1,4 @@
-"""Issue 31, section 4: what an attacker found in constraints, `seq2onnx score`, target prefixes and the API's
+"""What an attacker found in constraints, `seq2onnx score`, target prefixes and the API's
 argument types, each fixed case and one hostile case of our own per surface:
   * constraints: refused by size before any work (no quadratic check), and the work of a constrained step bounded
     (constraints.MAX_CONSTRAINT_WORK: a sentence over it refused in one line, a batch over it decoded in groups);
@@ -77,8 +77,8 @@ def one_word_phrases(translator, n):
 
 # --- constraints: refused by size before any work ----------------------------------------------------------
 def test_too_many_phrases_are_refused_by_their_number_first(tr):
-    """60,000 phrases took 59 s to refuse (a quadratic repeat check): the number is checked before any phrase is
-    looked at. The last phrase is not even a str: the error is about the number, so no phrase was read."""
+    """The number of phrases is checked before any phrase is looked at (a repeat check over 60,000 phrases is
+    quadratic). The last phrase is not even a str: the error is about the number, so no phrase was read."""
     phrases = [f"drei {i}" for i in range(59_999)] + [7]
     with pytest.raises(OptionError, match=r"^constraints\[0\] holds 60000 phrases; a translation holds at most "
                                           rf"{tr.config.max_positions} tokens") as e:
@@ -119,7 +119,7 @@ def test_work_counts_what_a_constrained_step_holds(tr, sentences, beam_size):
 
 
 def test_a_sentence_over_the_work_bound_is_refused_in_one_line(shipped, capsys):
-    """The attacker's case: beam 256, 16 sentences x 256 phrases (6.9 GB and 241 s before): refused before any
+    """The attacker's case: beam 256, 16 sentences x 256 phrases (gigabytes and minutes of work): refused before any
     work, by the API and by the command line, naming the flags."""
     phrases = one_word_phrases(shipped, 256)
     texts = [f"three hundred and {w}" for w in "one two three four five six seven eight".split()] * 2
@@ -220,7 +220,7 @@ def test_argv_bytes_that_are_not_utf8_are_one_line(tiny_package, tmp_path, flag)
                                            r"does not know \(they become <unk>\): no translation can start with it"),
     (dict(constraints=[["\u65e5\u672c"]]), r"constraints\[0\]\[0\] '\u65e5\u672c' has characters the model's "
                                            r"tokenizer does not know \(they become <unk>\): no translation can hold it"),
-    # our own: a prefix no translation can hold was cut in silence; a prefix of bytes
+    # our own: a prefix no translation can hold (never cut in silence); a prefix of bytes
     (dict(target_prefix=["drei " * 600]), r"target_prefix\[0\] 'drei drei .*' is longer than a translation can be"),
     (dict(target_prefix=[b"drei"]), r"target_prefix\[0\] must be a str, got bytes"),
 ])

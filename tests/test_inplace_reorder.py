@@ -1,4 +1,4 @@
-"""The CPU engine's one cache set (issue #35): the beam reorder, rows joining and a larger capacity done inside the
+"""The CPU engine's one cache set: the beam reorder, rows joining and a larger capacity done inside the
 buffers that hold the cache (runtime/cache_inplace.py), against numpy's copies; and the pool that refits its one set
 (runtime/cache_memory.py). No model: the decoding tests run these through the engine."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""translate_batch's options written once (runtime/option_table.py, issue #33): the table cannot drift from
+"""translate_batch's options written once (runtime/option_table.py): the table cannot drift from
 DecodingOptions' fields or translate_batch's signature; the command line's flags, a JSON request's keyword
 arguments, a form's and the published schema all come from it. No trained model: the shipped one where a
 request reaches translate_batch."""

@@ -1,4 +1,4 @@
-"""Issue 8, inputs to the runtime: awkward text and every option at and beyond its bounds, through
+"""Inputs to the runtime: awkward text and every option at and beyond its bounds, through
 the Python API and the CLI. Each case has one defined result (a translation, the empty output,
 truncation with a warning) or a one-line error naming the problem; never a traceback, and the other
 lines of a batch are translated as if alone. The defined results are listed in docs/CONTRACTS.md
@@ -60,7 +60,7 @@ def test_ten_thousand_characters_are_cut_to_max_input_length(tr):
     ids = tr._tokenizer.encode(LONG_LINE).ids
     assert len(LONG_LINE) == 10_000 and len(ids) + 1 > limit
     (r, short), messages = caught(tr.translate_batch, [LONG_LINE, "one two"], beam_size=2)
-    # only a prefix of a long text is tokenized (issue 14): its count of tokens is not known
+    # only a prefix of a long text is tokenized (bounded memory): its count of tokens is not known
     assert messages == [f"input 0 has more than {limit} tokens (EOS included); truncated to max_input_length={limit}"]
     assert r.truncated and not short.truncated
     expected = tr.translate_ids([ids[:limit - 1] + [eos]], beam_size=2)[0][0].tokens

@@ -1,4 +1,4 @@
-"""Issue 8, load: memory stays flat over 2,000 consecutive requests of one Translator (RSS measured after
+"""Load: memory stays flat over 2,000 consecutive requests of one Translator (RSS measured after
 request 100 and after request 2,000, within 5%), in a fresh process that holds only the runtime (no torch,
 no pytest), so the figure is the runtime's own. Concurrency: test_translator.py::test_thread_safety."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 8, model folders: every damaged, foreign or half-written package is refused when it is loaded,
+"""Model folders: every damaged, foreign or half-written package is refused when it is loaded,
 by the API (ModelPackageError) and the CLI (exit 2, one stderr line), with a message that names the
 file and the fix. Each case damages a copy of the session's tiny package the way it happens in life."""
 from __future__ import annotations

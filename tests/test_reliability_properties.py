@@ -1,4 +1,4 @@
-"""Issue 8, properties of decoding over the whole option space (hypothesis), on the tiny exported model,
+"""Properties of decoding over the whole option space (hypothesis), on the tiny exported model,
 through the Translator: beam_size 1 == greedy; every output within its min/max length; n-best sorted by
 score; the same seed gives the same samples; a batch gives what its members give one by one.
 

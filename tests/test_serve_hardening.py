@@ -1,4 +1,4 @@
-"""`seq2onnx serve` against hostile or careless clients (issue #49), as a real subprocess on 127.0.0.1 with the shipped
+"""`seq2onnx serve` against hostile or careless clients, as a real subprocess on 127.0.0.1 with the shipped
 model (test_serve.py's Server): what one request may cost (--max-request-tokens, --max-attention-values,
 --max-answer-bytes) and all of them hold (--max-pending-bytes), refused before any decoding with the flag named;
 the Host check without --api-keys (DNS rebinding); every error JSON, Starlette's own included; Python warnings as
@@ -55,7 +55,8 @@ def post(server: Server, path: str, body, **kw) -> httpx.Response:
 
 # --- what a request may cost ------------------------------------------------------------------------------------
 def test_the_issue_request_is_refused_under_the_default_flags(tmp_path):
-    """Issue #49's request (186.6 MB answered after 38 s): refused up front by the default --max-attention-values."""
+    """64 hypotheses of 256 steps with their attention over 816 source words (bench/serve_memory.py's `unbounded`
+    case; its cost: bench/results/serve-memory.md): refused up front by the default --max-attention-values."""
     body = {"texts": [" ".join(["seven"] * 816)], "beam_size": 64, "num_hypotheses": 64, "min_decoding_length": 256,
             "max_decoding_length": 256, "return_attention": True}
     default = Settings().max_attention_values

@@ -1,10 +1,10 @@
-"""Issue 49, items 1, 4 and 20, in `seq2onnx serve`'s schedulers (runtime/serve/), run in this process without HTTP
+"""Faults and deadlines in `seq2onnx serve`'s schedulers (runtime/serve/), run in this process without HTTP
 (no server extras needed):
   * one request's bad option or hostile input is its own error, under every batching policy: the requests it shared
-    a batch with get translate_batch's answers (before: with continuous batching, an id past the vocabulary failed
-    every request of the batch with "internal error in the continuous scheduler");
-  * a job whose deadline passed leaves the running batch at once, its rows with it (before: its rows decoded on,
-    and held the batch's room, while the next request waited);
+    a batch with get translate_batch's answers (with continuous batching too, where an id past the vocabulary
+    could otherwise fail every request of the batch);
+  * a job whose deadline passed leaves the running batch at once, its rows with it (else they decode on and
+    hold the batch's room while the next request waits);
   * sampling with no beam size decodes with beam size 1 in translate_batch, a server request and the CLI alike.
 Jobs are queued before a scheduler's worker starts, so that they meet in its first batch whatever the machine's speed;
 the continuous loop is driven pass by pass (ContinuousScheduler.turn) where the order of events matters."""
@@ -195,8 +195,9 @@ def test_an_expired_job_leaves_the_running_batch_at_once(tr, same_decodes):
 
 def test_a_cancelled_job_sharing_a_decoding_leaves_with_the_last_job_that_shares_it(tr):
     """Jobs of equal options admitted together share one Decoding: a cancelled one's sentences decode on while a
-    live one's do, and leave with them (before: once the live one finished, nothing held them, and they decoded to
-    their end). Each sentence decodes exactly its limit, 2 x its source ids: the live one's 4 steps, the other's 16."""
+    live one's do, and leave with them (else, once the live one finished, nothing would hold them and they would decode
+    to their end). Each sentence decodes exactly its limit, 2 x its source ids: the live one's 4 steps, the other's
+    16."""
     options = {"beam_size": 2, "min_decoding_length": 16, "max_decoding_length": 16, "max_length_a": 2,
                "max_length_b": 0}
     long, short = "nine hundred and ninety-nine thousand", "three"

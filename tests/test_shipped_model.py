@@ -72,7 +72,7 @@ def test_cli_translates_with_the_shipped_model_by_name(tmp_path):
     assert proc.stdout.splitlines() == [ref for _, ref in EXAMPLES]
 
 
-# issue 16: what people type first, every row of its table, and what lies outside the domain (0..999,999):
+# what people type first, every row of the card's table, and what lies outside the domain (0..999,999):
 # the model card's table "outside the domain" shows what the model answers there, pinned here
 SIXTIES = ["einundsechzig", "zweiundsechzig", "dreiundsechzig", "vierundsechzig", "fünfundsechzig",
            "sechsundsechzig", "siebenundsechzig", "achtundsechzig", "neunundsechzig"]

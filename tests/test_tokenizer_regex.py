@@ -1,7 +1,7 @@
 """A package's tokenizer.json holds only the trainer's regular expressions (runtime/package_tokenizer.py
-ALLOWED_REGEXES, issue 31 sec 4): a backtracking one is refused at load, in one line naming it, before any text is
+ALLOWED_REGEXES): a backtracking one is refused at load, in one line naming it, before any text is
 tokenized. (Oniguruma's retry limit stops one match: `(a+)+b` on ~20 "a"s stays under it and costs ~0.06 s a match,
-so a long line of such words took minutes.) web/test/hostile_package.test.js holds the JS runtime to the same
+so a long line of such words takes minutes.) web/test/hostile_package.test.js holds the JS runtime to the same
 verdicts. Runs on copies of the shipped package: no training."""
 from __future__ import annotations
 

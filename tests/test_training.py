@@ -533,7 +533,7 @@ def test_tokenizer_options_lowercase_and_split_digits_and_punctuation():
 
 # --- validation cadence, early stopping (the budget and the progress bar: test_training_budget.py) ----
 def test_validation_cadence_follows_the_budget():
-    from seq2onnx.training.train import DEFAULT_VALID_INTERVAL, TrainArgs
+    from seq2onnx.training.train_args import DEFAULT_VALID_INTERVAL, TrainArgs
     assert TrainArgs(out="r").validation_every() == (DEFAULT_VALID_INTERVAL, None)
     assert TrainArgs(out="r", max_minutes=20).validation_every() == (None, 2.0)   # ten validations in a budget
     assert TrainArgs(out="r", max_minutes=20, valid_interval=300).validation_every() == (300, None)

@@ -1,4 +1,4 @@
-"""A newcomer's short training run (issue 31): what validation may cost under --max-minutes, which checkpoint is
+"""A newcomer's short training run: what validation may cost under --max-minutes, which checkpoint is
 best when scores tie, the progress bar, the end-of-run verdict on an undertrained model, and curves.png.
 
 Every check is decided by construction or on given numbers: the clock's arithmetic on simulated times, the
@@ -59,7 +59,7 @@ def simulate(clock: ValidationClock, step_s: float, valid_s) -> list:
 
 
 def test_the_ten_promised_validations_happen_on_the_grid_within_the_budget():
-    # the issue's run: --max-minutes 8, 10 s a step (49 steps), validations that fit in their share (9 s)
+    # a newcomer's CPU run: --max-minutes 8, 10 s a step (49 steps), validations that fit in their share (9 s)
     clock = ValidationClock(start=100.0, interval=48.0, end=100.0 + 480)
     ran = simulate(clock, step_s=10.0, valid_s=lambda k: 9.0)
     assert clock.planned == 10 and len(ran) == clock.count == 10 and clock.spaced == 0

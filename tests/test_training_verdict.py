@@ -23,7 +23,7 @@ def test_the_shipped_numbers_model_is_not_called_undertrained():
     manifest = json.loads((SHIPPED / "manifest.json").read_text(encoding="utf-8"))
     meta = manifest["source_checkpoint"]["train_meta"]
     m = meta["metrics"]
-    # the case of the issue: one-word targets, so BLEU is 0 (the rule of BLEU alone called it undertrained)
+    # one-word targets, so BLEU is 0: a rule of BLEU alone would call it undertrained
     assert m["bleu"] < BLEU_UNTRAINED and m["chrf"] == 100.0 and m["exact_match"] == 1.0
     assert meta["args"]["best_metric"] == "exact_match"
     verdict = checkpoint_verdict(meta, manifest["vocab_size"])

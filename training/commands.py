@@ -29,7 +29,7 @@ def _positive_int(text: str) -> int:
 # --- seq2onnx train --------------------------------------------------------------------------
 def train_parser() -> argparse.ArgumentParser:
     from .model import INIT_CHOICES
-    from .train import BEST_METRICS, DEFAULT_VALID_INTERVAL, TrainArgs
+    from .train_args import BEST_METRICS, DEFAULT_VALID_INTERVAL, TrainArgs
     d = TrainArgs(out="")
     p = _Parser(prog="seq2onnx train", description="Train a Transformer (Vaswani et al., 2017) on parallel data. "
                 "Multi-process: torchrun --nproc_per_node N -m seq2onnx.runtime.cli train ...")
@@ -99,7 +99,8 @@ def train_parser() -> argparse.ArgumentParser:
 
 
 def train_main(argv: List[str]) -> int:
-    from .train import TrainArgs, train
+    from .train import train
+    from .train_args import TrainArgs
     ns = train_parser().parse_args(argv)
     names = {f.name for f in fields(TrainArgs)}
     args = TrainArgs(**{k: v for k, v in vars(ns).items() if k in names})

@@ -99,15 +99,15 @@ class MultiHeadAttention(nn.Module):
         self.v_proj = nn.Linear(d_model, d_model)
         self.out_proj = nn.Linear(d_model, d_model)
 
-    def _split(self, x: torch.Tensor) -> torch.Tensor:   # [B, T, D] -> [B, H, T, Dh]
+    def split_heads(self, x: torch.Tensor) -> torch.Tensor:     # [B, T, D] -> [B, H, T, Dh]
         b, t, _ = x.shape
         return x.view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
 
     def project_kv(self, x: torch.Tensor) -> KV:          # [B, T, D] -> 2 x [B, H, T, Dh]
-        return self._split(self.k_proj(x)), self._split(self.v_proj(x))
+        return self.split_heads(self.k_proj(x)), self.split_heads(self.v_proj(x))
 
     def forward(self, x: torch.Tensor, kv: KV, bias: Optional[torch.Tensor]) -> torch.Tensor:
-        q = self._split(self.q_proj(x))                                       # [B, H, Tq, Dh]
+        q = self.split_heads(self.q_proj(x))                                  # [B, H, Tq, Dh]
         p = self.attention_dropout if self.training else 0.0
         out = attention(q, kv[0], kv[1], bias, p)                             # [B, H, Tq, Dh]
         b, _, t, _ = out.shape
@@ -266,12 +266,12 @@ class FixedCacheStep:
 
 
 # The paper does not say how the weights start. "normal" (HF Marian's: every weight matrix and the embeddings
-# N(0, 0.02)) learns real text best at d_model 128 (the gettext duel: per step it now matches HF Marian, with
-# normal-unit 0.1 behind in validation loss at step 1,600) but cannot learn the tiny model's toy task at d_model
-# 64 at all; "normal-unit" (embeddings N(0, D^-1/2)) learns both, the real text more slowly; "xavier"
-# (Xavier-uniform matrices, fairseq's choice and ours until 2026-11) is the fastest on tiny synthetic tasks and
-# falls behind on real text. The default, "auto", is "normal" from AUTO_NORMAL_MIN_D_MODEL up (every preset a
-# real corpus is trained with: small, base, big) and "normal-unit" below. docs/TRAINING.md.
+# N(0, 0.02)) learns real text best at d_model 128 (the gettext duel: per step it matches HF Marian) but cannot
+# learn the tiny model's toy task at d_model 64 at all; "normal-unit" (embeddings N(0, D^-1/2)) learns both, the
+# real text more slowly; "xavier" (Xavier-uniform matrices, fairseq's choice) is the fastest on tiny synthetic
+# tasks and falls behind on real text (bench/results/train_quality.md, train_ablation.md, tiny_learning.md).
+# The default, "auto", is "normal" from AUTO_NORMAL_MIN_D_MODEL up (every preset a real corpus is trained with:
+# small, base, big) and "normal-unit" below. docs/TRAINING.md.
 INITS = {"normal-unit": ("normal", "unit"),     # name: (weight matrices, embeddings)
          "xavier": ("xavier", "unit"),
          "normal": ("normal", "normal"),

@@ -232,7 +232,7 @@ def cross_attention(model, source: Sequence[int], target: Sequence[int]) -> torc
 
     def capture(module, args):
         x, kv, bias = args[:3]                                                 # x [1, T, D], kv [1, H, S, Dh]
-        rows.append(attention_weights(module._split(module.q_proj(x)), kv[0], bias).mean(dim=1)[0])
+        rows.append(attention_weights(module.split_heads(module.q_proj(x)), kv[0], bias).mean(dim=1)[0])
 
     hook = layer.register_forward_pre_hook(capture)
     try:

@@ -15,7 +15,7 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 import torch.distributed as dist
 
@@ -26,9 +26,7 @@ from .atomic import remove_stale_temps, write_text_atomic
 from .checkpoint import STEP_FILE, has_resume_state, load_checkpoint
 from .data import BatchStream, Example, SkipCounts, encode_pairs, read_parallel, read_tsv
 from .tokenizer import Tokenizer, load_tokenizer, special_ids, tokenizer_from_json, train_tokenizer
-
-if TYPE_CHECKING:
-    from .train import TrainArgs
+from .train_args import TrainArgs
 
 RUN_FILES = ("last.pt", "best.pt", "config.json", "tokenizer.json", "metrics.jsonl")
 # every file a run writes (atomically, except metrics.jsonl's appends): their temp files are a kill's leftovers
@@ -81,7 +79,7 @@ def holds_run(run_dir: Path) -> bool:
     return any((run_dir / n).exists() for n in RUN_FILES) or any(STEP_FILE.match(p.name) for p in run_dir.iterdir())
 
 
-def _model_config(args: "TrainArgs") -> ModelConfig:
+def _model_config(args: TrainArgs) -> ModelConfig:
     """The config --preset / --config asks for (the paper's base model when neither)."""
     try:
         if args.config:
@@ -96,7 +94,7 @@ def _model_config(args: "TrainArgs") -> ModelConfig:
         raise Seq2OnnxError(f"bad model config {args.config or args.preset}: {e}: fix it or use --preset")
 
 
-def check_run_dir(args: "TrainArgs") -> Optional[Dict[str, Any]]:
+def check_run_dir(args: TrainArgs) -> Optional[Dict[str, Any]]:
     """Check the --out folder (nothing is written yet) -> the checkpoint to resume, if any."""
     run_dir = Path(args.out)
     if run_dir.exists() and not run_dir.is_dir():
@@ -139,7 +137,7 @@ def _saved_config(run_dir: Path) -> Optional[Dict[str, Any]]:
         raise Seq2OnnxError(f"{path} is not a model config ({e}): delete {run_dir} and start the run again")
 
 
-def _read(args: "TrainArgs", side: str):
+def _read(args: TrainArgs, side: str):
     tsv = getattr(args, side)
     if tsv:
         return read_tsv(tsv)
@@ -155,7 +153,7 @@ def _report(counts: SkipCounts, kept: int, side: str, d: DistInfo, quiet: bool) 
         print(f"{side} data: {kept} pairs of {counts.read} lines", file=sys.stderr)
 
 
-def load_run_data(args: "TrainArgs", d: DistInfo, resume_ckpt: Optional[Dict[str, Any]]) -> RunData:
+def load_run_data(args: TrainArgs, d: DistInfo, resume_ckpt: Optional[Dict[str, Any]]) -> RunData:
     run_dir = Path(args.out)
     train_pairs, train_counts = _read(args, "train")
     valid_pairs, valid_counts = _read(args, "valid")

@@ -393,9 +393,13 @@ def _int8_variant(model, staging: Path, enc: Path, dec: Path, names: GraphNames,
                 and onnxruntime_version() >= quantize.FEW_ROWS_MIN_ONNXRUNTIME)
     block = quantize.few_rows_block(model.cfg.d_model)
     if format_version >= 2:
-        source = onnx_export.export_fused_decoder(model, staging / FUSED_DECODER_FILE, opset, external, format_version)
+        source = staging / FUSED_DECODER_FILE
+        derived = onnx_export.fused_decoder_from_plain(dec, source, model.cfg, external)
+        if not derived:
+            onnx_export.export_fused_decoder(model, source, opset, external, format_version)
         _check(source, names.decoder_inputs, names.decoder_outputs)
-        done(f"{FUSED_DECODER_FILE.lstrip('.')} traced with onnxruntime's fused attention, checked")
+        done(f"{FUSED_DECODER_FILE.lstrip('.')}: onnxruntime's fused attention, "
+             + (f"rewritten from {dec.name}" if derived else "traced") + ", checked")
         fused = parity.check_fp32(parity.measure(model, parity.OnnxPair(enc, source, model.cfg), batches))
         done("its fp32 parity")
         entry["attention"] = {"ops": [f"{FUSED_ATTENTION_DOMAIN}.{op}" for op in FUSED_ATTENTION_OPS],

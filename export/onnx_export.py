@@ -241,7 +241,8 @@ def export_graphs(model: Transformer, out_dir: Path, opset: int = DEFAULT_OPSET,
 def export_fused_decoder(model: Transformer, path: Path, opset: int = DEFAULT_OPSET, external: bool = False,
                          format_version: int = DECODER_FORMAT) -> Path:
     """The decoder step of `format_version` (2 or 3; fp32) with its attention as onnxruntime's fused CPU ops (FUSED_ATTENTION_OPS),
-    written to `path`: what the int8 variant is quantised from (export/commands.py). Measured on the benchmark
+    written to `path`: what the int8 variant is quantised from (export/commands.py; fused_decoder_from_plain writes
+    the same graph without tracing, where it applies). Measured on the benchmark
     model against the plain graph (bench/ab_packages.py, same process): batch-1 greedy 1.08x int8 and 1.04x fp32,
     batch 16 beam 4 1.00x. The fp32 and fp16 variants keep the plain attention: onnxruntime's CUDA provider has
     GroupQueryAttention for float16 and bfloat16 only, and would run a float32 one on the CPU."""

@@ -16,6 +16,7 @@ int8 variant (export/quantize.py) quantises the fused MatMul like any other.
 
 In the decoder step traced with onnxruntime's fused attention (the int8 variant's source), the Split of each layer's
 Q | K | V then only feeds a GroupQueryAttention, which takes the product packed (pack_attention_qkv): the Split goes.
+fused_attention_from_plain writes that graph from the plain decoder step without a second trace.
 """
 from __future__ import annotations
 

@@ -46,7 +46,7 @@ PARITY_READ_BYTES = 1 << 28     # of --parity-data at most: its first PARITY_LIN
 VARIANT_FILES = {"int8": ("encoder.int8.onnx", "decoder_step.int8.onnx"),
                  "fp16": ("encoder.fp16.onnx", "decoder_step.fp16.onnx")}
 FEW_ROWS_FILE = "decoder_step.int8.few_rows.onnx"    # format 2 int8: the step for <= FEW_ROWS_MAX rows (quantize.py)
-FUSED_DECODER_FILE = ".decoder_step.fused.onnx"      # int8: the fp32 trace it is quantised from (not kept)
+FUSED_DECODER_FILE = ".decoder_step.fused.onnx"      # int8: the fp32 graph it is quantised from (not kept)
 
 
 @dataclass
@@ -375,8 +375,9 @@ def _int8_variant(model, staging: Path, enc: Path, dec: Path, names: GraphNames,
     """validate False (--skip-int8-validation): the figures are measured and recorded, the thresholds
     not applied; status "validation-skipped" instead of "checked". The graph checks always apply.
 
-    Formats 2 and 3: the decoder step is quantised from a trace whose attention is onnxruntime's fused CPU ops
-    (onnx_export.export_fused_decoder), which first passes the fp32 parity gate as the fp32 graph does; the same
+    Formats 2 and 3: the decoder step is quantised from a graph whose attention is onnxruntime's fused CPU ops
+    (onnx_export.fused_decoder_from_plain: the fp32 step rewritten, or export_fused_decoder's trace where the rewrite
+    does not apply), which first passes the fp32 parity gate as the fp32 graph does; the same
     trace is quantised a second time as the few-rows step (quantize.quantize_int8_few_rows), which passes the
     same checks and int8 gate as the step itself, where `with_few_rows` asks for it (--few-rows; not written where
     this onnxruntime is older than its ops): a second copy of the step's weights, for batch-1 speed on some CPUs.
@@ -393,9 +394,13 @@ def _int8_variant(model, staging: Path, enc: Path, dec: Path, names: GraphNames,
                 and onnxruntime_version() >= quantize.FEW_ROWS_MIN_ONNXRUNTIME)
     block = quantize.few_rows_block(model.cfg.d_model)
     if format_version >= 2:
-        source = onnx_export.export_fused_decoder(model, staging / FUSED_DECODER_FILE, opset, external, format_version)
+        source = staging / FUSED_DECODER_FILE
+        derived = onnx_export.fused_decoder_from_plain(dec, source, model.cfg, external)
+        if not derived:
+            onnx_export.export_fused_decoder(model, source, opset, external, format_version)
         _check(source, names.decoder_inputs, names.decoder_outputs)
-        done(f"{FUSED_DECODER_FILE.lstrip('.')} traced with onnxruntime's fused attention, checked")
+        done(f"{FUSED_DECODER_FILE.lstrip('.')}: onnxruntime's fused attention, "
+             + (f"rewritten from {dec.name}" if derived else "traced") + ", checked")
         fused = parity.check_fp32(parity.measure(model, parity.OnnxPair(enc, source, model.cfg), batches))
         done("its fp32 parity")
         entry["attention"] = {"ops": [f"{FUSED_ATTENTION_DOMAIN}.{op}" for op in FUSED_ATTENTION_OPS],

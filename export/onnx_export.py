@@ -201,9 +201,12 @@ def _export_one(module: nn.Module, args: tuple, input_names: List[str], output_n
         warnings.simplefilter("ignore", FutureWarning)
         registration_log.setLevel(logging.ERROR)
         try:
-            program = torch.onnx.export(module.eval(), args, input_names=input_names, output_names=output_names,
-                                        dynamic_shapes=dynamic_shapes, dynamo=True, opset_version=opset,
-                                        external_data=False, verbose=False)
+            # without FakeTensor's dispatch cache: rebuilding a cached output's symbolic sizes and strides cost more
+            # than computing them (a decoder step's trace took 1.2x the CPU time with it); the same graph
+            with torch._dynamo.config.patch(fake_tensor_cache_enabled=False):
+                program = torch.onnx.export(module.eval(), args, input_names=input_names, output_names=output_names,
+                                            dynamic_shapes=dynamic_shapes, dynamo=True, opset_version=opset,
+                                            external_data=False, verbose=False)
         finally:
             registration_log.setLevel(level)
     if program is None:
@@ -238,12 +241,27 @@ def export_graphs(model: Transformer, out_dir: Path, opset: int = DEFAULT_OPSET,
 def export_fused_decoder(model: Transformer, path: Path, opset: int = DEFAULT_OPSET, external: bool = False,
                          format_version: int = DECODER_FORMAT) -> Path:
     """The decoder step of `format_version` (2 or 3; fp32) with its attention as onnxruntime's fused CPU ops (FUSED_ATTENTION_OPS),
-    written to `path`: what the int8 variant is quantised from (export/commands.py). Measured on the benchmark
+    written to `path`: what the int8 variant is quantised from (export/commands.py; fused_decoder_from_plain writes
+    the same graph without tracing, where it applies). Measured on the benchmark
     model against the plain graph (bench/ab_packages.py, same process): batch-1 greedy 1.08x int8 and 1.04x fp32,
     batch 16 beam 4 1.00x. The fp32 and fp16 variants keep the plain attention: onnxruntime's CUDA provider has
     GroupQueryAttention for float16 and bfloat16 only, and would run a float32 one on the CPU."""
     return _export_decoder(model.float().eval(), Path(path), opset, format_version, step_type=FusedAttentionStep,
                            external=external)
+
+
+def fused_decoder_from_plain(plain: Path, path: Path, cfg: ModelConfig, external: bool = False) -> bool:
+    """export_fused_decoder's graph without a second trace: the plain decoder step `plain` (formats 2, 3, as
+    export_graphs wrote it) rewritten by fuse.fused_attention_from_plain into the graph tracing FusedAttentionStep
+    writes, saved to `path` as save_graph does -> True; False (nothing written) where the graph is not the one the
+    rewrite expects, and export_fused_decoder traces it instead."""
+    graph = onnx.load(str(plain))
+    try:
+        fuse.fused_attention_from_plain(graph, cfg.n_heads, cfg.decoder_layers, FUSED_ATTENTION_DOMAIN)
+    except ValueError:
+        return False
+    save_graph(graph, Path(path), external)
+    return True
 
 
 def _export_decoder(model: Transformer, path: Path, opset: int, format_version: int,

@@ -593,3 +593,40 @@ def test_exported_graphs_read_each_tensor_with_one_projection(tiny_package):
         ops = [n.op_type for n in int8.graph.node]
         # and the output projection a QGemm over the int8 table (export/quantize.py int8_embeddings)
         assert (ops.count("MatMulInteger"), ops.count("QGemm")) == (len(readers), name == "decoder_step.onnx"), name
+
+
+def test_fused_decoder_rewritten_from_the_plain_one_is_the_traced_one(tiny_package, tiny_model, tmp_path):
+    """The int8 variant's fp32 source (export/fuse.py fused_attention_from_plain: the plain step's attention rewritten
+    as onnxruntime's fused ops) computes bit for bit what tracing FusedAttentionStep writes, at rows of unequal
+    past lengths over a cache of noise, a padded sentence and beams; the rewrite refuses a graph it does not know."""
+    import onnxruntime as ort
+
+    from seq2onnx.export import fuse
+
+    derived, traced = tmp_path / "derived.onnx", tmp_path / "traced.onnx"
+    assert onnx_export.fused_decoder_from_plain(tiny_package / "decoder_step.onnx", derived, tiny_model.cfg)
+    onnx_export.export_fused_decoder(tiny_model, traced)
+    graphs = [onnx.load(str(p)) for p in (derived, traced)]
+    ops = [sorted(n.op_type for n in g.graph.node if n.domain == "com.microsoft") for g in graphs]
+    assert ops[0] == ops[1] and "ScatterND" not in {n.op_type for n in graphs[0].graph.node}
+    cfg = tiny_model.cfg
+    rng = np.random.default_rng(5)
+    sentences, beams, src_len, capacity = 3, 4, 9, 12
+    rows = sentences * beams
+    mask = np.ones((sentences, src_len), dtype=np.int64)
+    mask[1, 6:] = 0
+    feed = {"input_ids": rng.integers(4, cfg.vocab_size, (rows, 1)), "encoder_attention_mask": mask,
+            "past_length": rng.integers(0, capacity, rows)}
+    for prefix, size in (("past", rows), ("cross", sentences)):
+        for name in onnx_export.cache_names(prefix, cfg.decoder_layers):
+            feed[name] = rng.standard_normal((size, cfg.n_heads, capacity if prefix == "past" else src_len,
+                                              cfg.head_dim)).astype(np.float32)
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    got, want = (ort.InferenceSession(str(p), opts, providers=["CPUExecutionProvider"]).run(None, feed)
+                 for p in (derived, traced))
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+    encoder = onnx.load(str(tiny_package / "encoder.onnx"))
+    with pytest.raises(ValueError, match="past_length"):
+        fuse.fused_attention_from_plain(encoder, cfg.n_heads, cfg.decoder_layers)

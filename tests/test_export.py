@@ -591,5 +591,7 @@ def test_exported_graphs_read_each_tensor_with_one_projection(tiny_package):
         assert sum(n.op_type == "Split" for n in model.graph.node) == groups, name
         int8 = onnx.load(str(tiny_package / name.replace(".onnx", ".int8.onnx")))
         ops = [n.op_type for n in int8.graph.node]
-        # and the output projection a QGemm over the int8 table (export/quantize.py int8_embeddings)
-        assert (ops.count("MatMulInteger"), ops.count("QGemm")) == (len(readers), name == "decoder_step.onnx"), name
+        # (MatMulIntegerToFloat after each row's quantisation: export/int8_rows.py) and the output projection a QGemm
+        # over the int8 table (export/quantize.py int8_embeddings)
+        assert (ops.count("MatMulIntegerToFloat"), ops.count("QGemm")) == (len(readers),
+                                                                           name == "decoder_step.onnx"), name

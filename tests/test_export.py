@@ -146,7 +146,7 @@ def test_graphs_use_plain_attention_and_finite_masks(tiny_package):
             if t.data_type == onnx.TensorProto.FLOAT:
                 assert np.isfinite(onnx.numpy_helper.to_array(t)).all(), t.name
     int8 = onnx.load(str(tiny_package / "decoder_step.int8.onnx"))
-    assert any(n.op_type == "MatMulInteger" for n in int8.graph.node)
+    assert any(n.op_type == "MatMulIntegerToFloat" for n in int8.graph.node)     # export/int8_rows.py
     assert any(n.op_type == "Gather" for n in int8.graph.node)          # the embedding stays a float table
     # its attention: GroupQueryAttention over the cache in every layer, MultiHeadAttention for the cross-attention
     # of every layer but the last, whose weights are the cross_attention output (plain Softmax)

@@ -165,3 +165,36 @@ def test_a_greedy_translation_is_the_same_alone_and_beside_other_sentences(int8_
     batches = [g[i:i + 6] for g in groups for i in range(0, len(g), 6)]
     assert sum(len(b) > 1 for b in batches) >= 3, "too few sentences of one length to batch"
     _alone_and_batched(int8_translator, batches, beam_size=1)
+
+
+def test_each_rows_scale_on_a_small_graph(tmp_path):
+    """x @ W1 -> Relu -> @ W2 quantised by quantize_int8: a row of zeros gives zeros (its scale has a floor, no 0 / 0),
+    rows a thousand times apart are each quantised to their own range (a per-tensor scale would round the small one
+    to nothing), and the Relu's output is read with zero point 0 (all 256 levels on [0, max])."""
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(2)
+    w1 = (rng.standard_normal((16, 32)) * 0.3).astype(np.float32)
+    w2 = (rng.standard_normal((32, 8)) * 0.3).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+         helper.make_node("MatMul", ["r", "w2"], ["y"])], "small",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["rows", 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["rows", 8])],
+        [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    onnx.save(model, str(tmp_path / "fp32.onnx"))
+    quantize_int8(tmp_path / "fp32.onnx", tmp_path / "int8.onnx")
+    int8 = onnx.load(str(tmp_path / "int8.onnx"))
+    zeros = {n.input[0]: onnx.numpy_helper.to_array(next(t for t in int8.graph.initializer if t.name == n.input[2]))
+             for n in int8.graph.node if n.op_type == "QuantizeLinear"}
+    assert sorted(int(z) for z in zeros.values()) == [0, ZERO_POINT]
+    x = rng.standard_normal((3, 16)).astype(np.float32)
+    x[0], x[2] = 0.0, x[2] * 1e-3
+    session = _session(tmp_path / "int8.onnx")
+    y = session.run(None, {"x": x})[0]
+    assert np.array_equal(y[0], np.zeros(8, np.float32))
+    want = np.maximum(x @ w1, 0) @ w2
+    for row in (1, 2):
+        assert np.abs(y[row] - want[row]).max() < 0.1 * np.abs(want[row]).max(), row     # per tensor: 1.0 in row 2
+        assert np.array_equal(session.run(None, {"x": x[row:row + 1]})[0][0], y[row])

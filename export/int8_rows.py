@@ -18,8 +18,8 @@ levels (uint8 in [0, 255]), as quantize_dynamic's asymmetric range did; the symm
 
 Standard ops but the two com.microsoft ones, which the int8 graphs held already (ORT fuses quantize_dynamic's
 MatMulInteger -> Cast -> Mul into MatMulIntegerToFloat itself; the QGemm is int8_embeddings'); both get a scalar
-a_scale of 1, so no onnxruntime version's handling of a per-row a_scale (1.21 refuses one; later ones add a bias
-before scaling by it) is relied on. The integer part keeps MLAS's u8s8 kernel and the 7-bit exactness argument
+a_scale of 1, so no onnxruntime version's handling of a per-row a_scale is relied on (older MatMulIntegerToFloat
+kernels refuse one; newer ones scale after adding their bias, and ORT's own fusion would hand them ours). The integer part keeps MLAS's u8s8 kernel and the 7-bit exactness argument
 of export/quantize.py's docstring: q is uint8 in [0, 255], |w| <= 64, so each VPMADDUBSW pair sum is at most
 255 * 64 * 2 < 32767 on AVX2 without VNNI. Everything after the integer sum is elementwise per row, so a row's
 result is the same float32 alone or in any batch.

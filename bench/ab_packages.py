@@ -30,7 +30,7 @@ from seq2onnx.runtime.translator import Translator  # noqa: E402
 LENGTH, SRC_LEN, THREADS = 64, 32, 2
 CASES = {"b1g": (1, 1, 1), "b16g": (16, 1, 2), "b16k4": (16, 4, 3)}   # batch, beam, source seed (bench/run.py)
 CASES.update({f"b{n}g": (n, 1, 2) for n in (2, 3, 4, 5, 6, 8)})         # steps of few rows (the int8 few-rows step)
-CASES.update({"b1k2": (1, 2, 3), "b1k4": (1, 4, 3)})
+CASES.update({"b1k2": (1, 2, 3), "b1k4": (1, 4, 3), "b64g": (64, 1, 2), "b64k4": (64, 4, 3)})
 VARIANTS = {"int8": "int8", "fp32": "float32"}
 
 

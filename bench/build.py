@@ -53,9 +53,10 @@ EXPORT_ARGS = ["--int8", "--skip-int8-validation", "--overwrite"]
 # projections fused: export/fuse.py; the int8 decoder step with onnxruntime's fused attention:
 # export_fused_decoder; its GroupQueryAttention on the packed QKV: fuse.pack_attention_qkv; int8 embeddings:
 # quantize.int8_embeddings; no few-rows step, the export's default: what a user's package holds;
-# one int8 table [V, D] that the embedding and the output projection, a QGemm, read)
+# one int8 table [V, D] that the embedding and the output projection, a QGemm, read; int8 activations per row:
+# export/int8_rows.py)
 EXPORT_CONTRACT = ("format 4 (past_length per row), fused projections, int8 fused attention, no few-rows step, "
-                   "packed QKV, int8 embeddings, one int8 table [V, D] (QGemm projection)")
+                   "packed QKV, int8 embeddings, one int8 table [V, D] (QGemm projection), per-row int8 activations")
 
 
 # --device cuda adds the float16 variant, checked on the GPU against PyTorch at export (its thresholds apply).

@@ -154,7 +154,7 @@ def run_child(spec: Dict) -> Dict:
 
 
 # --- the weights of each graph ---------------------------------------------------------------------------------
-PROJECTION_OPS = {"MatMul", "Gemm", "MatMulInteger", "DynamicQuantizeMatMul", "MatMulNBits"}
+PROJECTION_OPS = {"MatMul", "Gemm", "MatMulInteger", "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "MatMulNBits"}
 
 
 def tensor_bytes(t) -> int:

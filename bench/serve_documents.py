@@ -23,9 +23,10 @@ other round (the machine is shared: its speed drifts by more than the difference
 load is reported, and the ratio is the median of the per-round ratios. Before the rounds, one pass compares the text:
 each document's answer against documents.layout(document).join(its sentences' answers, each sent alone). fp32 rows
 do not depend on the rows beside them (in-process, Translator.translate_batch of a document's sentences gave the same
-tokens as each alone: 49/49); int8 rows do: the int8 graphs quantize each activation tensor with one scale for all its
-rows (DynamicQuantizeLinear + MatMulInteger), so a sentence's int8 answer can change with the rows decoded beside it
-(24/49 the same there), and the int8 check counts differences that are no error of the server's.
+tokens as each alone: 49/49); int8 rows did in packages before per_row_activations, whose graphs quantize each
+activation tensor with one scale for all its rows (DynamicQuantizeLinear + MatMulInteger), so a sentence's int8 answer
+could change with the rows decoded beside it (24/49 the same there), and the int8 check counted differences that were
+no error of the server's. Since export/int8_rows.py each row has its own scale.
 """
 from __future__ import annotations
 

@@ -434,6 +434,9 @@ def _int8_variant(model, staging: Path, enc: Path, dec: Path, names: GraphNames,
             "quantization": {"tool": "onnxruntime.quantization.quantize_dynamic", "weight_type": "QInt8",
                              "op_types": list(quantize.QUANTIZED_OPS), "per_channel": quantize.PER_CHANNEL,
                              "reduce_range": quantize.REDUCE_RANGE,
+                             # activations quantised with a scale per row (export/int8_rows.py); packages without
+                             # the key quantised them per tensor, over the whole batch
+                             "per_row_activations": quantize.PER_ROW,
                              # the embedding table of every int8 graph: quantize.int8_embeddings
                              "embeddings": {"weight_type": "QInt8", "per_row": True, "symmetric": True,
                                             "max": quantize.TABLE_INT8_MAX, "layout": "[V, D]",

@@ -1,7 +1,8 @@
 """Reduced-precision variants of the fp32 graphs, made with onnxruntime's own tools.
 
 int8  (--int8): dynamic quantisation of the MatMul weights (onnxruntime.quantization.quantize_dynamic,
-      signed int8 weights, activations quantised at run time). The dynamo exporter writes `value_info`
+      signed int8 weights, activations quantised at run time, then per row: int8_rows.py, so that a row's result
+      does not depend on the rows batched with it). The dynamo exporter writes `value_info`
       entries for some initializers, which makes quantize_dynamic fail: they are dropped first.
       Weights are quantised per output channel (PER_CHANNEL), one scale per column: on the trained tiny
       test model its beam-4 hypotheses match fp32 at 0.98 (per tensor: 0.91) and its top-1 agreement on
@@ -17,9 +18,10 @@ int8  (--int8): dynamic quantisation of the MatMul weights (onnxruntime.quantiza
       written before quantize_dynamic sees the graph: int8 rows [V, D], 7-bit as the other weights (one float32
       scale per row, max |row| / 64). The embedding Gathers its rows and multiplies each by its scale (Cast, Mul:
       standard ops); the output projection reads the same rows as its transposed per-column weight through
-      onnxruntime's QGemm (com.microsoft, transB=1, float32 output, after a DynamicQuantizeLinear of its input: the
-      integers of quantize_dynamic's MatMulInteger over a [D, V] copy, bit for bit, and no slower). A [D, V] table
-      that both read was tried first: the embedding's Gather along axis 1 cost 2 ms a step at 64 rows. Every int8
+      onnxruntime's QGemm (com.microsoft, transB=1, float32 output, after a quantisation of its input, per row since
+      int8_rows.py: the integers of quantize_dynamic's MatMulInteger over a [D, V] copy, bit for bit, and no
+      slower). A [D, V] table that both read was tried first: the embedding's Gather along axis 1 cost 2 ms a step
+      at 64 rows. Every int8
       graph (encoder, step, few-rows step) quantises the same float32 table to the same bytes, so the export's
       shared weights (graph_files.share_weights) store it once per variant: at vocab 32000 and d_model 512 the
       float32 tables were 188 MiB of an int8 package (three graphs), then two int8 copies (per-row 8-bit
@@ -52,9 +54,11 @@ from typing import Sequence
 import onnx
 
 from .graph_files import remove_graph, save_graph, too_big
+from .int8_rows import per_row_activations
 
 PER_CHANNEL = True
 REDUCE_RANGE = True                 # 7-bit weights: exact int32 sums on AVX2 as on VNNI (module docstring)
+PER_ROW = True                      # activations: one scale per row, a row's result its own (int8_rows.py)
 QUANTIZED_OPS = ["MatMul"]
 TABLE_INT8_MAX = 64                 # int8_embeddings: symmetric rows in [-64, 64], REDUCE_RANGE's (a GEMM reads them)
 EMBEDDING_ROWS, EMBEDDING_SCALES = ".embedding_rows", ".embedding_scales"   # suffixes of the table's int8 tensors
@@ -171,10 +175,11 @@ def int8_embeddings(model: onnx.ModelProto) -> int:
 
 
 def quantize_int8(src: Path, dst: Path, per_channel: bool = PER_CHANNEL, reduce_range: bool = REDUCE_RANGE,
-                  external: bool = False) -> None:
+                  external: bool = False, per_row: bool = PER_ROW) -> None:
     """src fp32 .onnx -> dst with int8 MatMul weights, inside the file or (external, or past protobuf's limit) in
     its data file (graph_files.save_graph). quantize_dynamic writes external data its own way (every tensor of
-    attributes too, unaligned): its output is written again by save_graph."""
+    attributes too, unaligned): its output is written again by save_graph. per_row: its activations quantised per
+    row (export/int8_rows.py); False leaves quantize_dynamic's per-tensor ones (benchmarks and tests compare)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     model = onnx.load(str(src))
@@ -192,8 +197,11 @@ def quantize_int8(src: Path, dst: Path, per_channel: bool = PER_CHANNEL, reduce_
     finally:
         logging.disable(logging.NOTSET)
         remove_graph(Path(cleaned))
-    if external:
-        save_graph(onnx.load(str(dst)), Path(dst), external)
+    if external or per_row:
+        quantized = onnx.load(str(dst))
+        if per_row:
+            per_row_activations(quantized)
+        save_graph(quantized, Path(dst), external)
 
 
 def gemm_as_matmul(model: onnx.ModelProto) -> int:

@@ -20,17 +20,19 @@ d u above covers that for every reduction up to n = d^2 terms (d_ff and the sour
 A score sums T log-probs: float32 in beam search (search.BeamSearch.cum, and the reference's), one rounding of at most
 u |score| per addition, so two engines' scores differ by at most T (LOG_PROB + 2 u |score|) (`Float32Bounds.score`).
 
-int8 (`Float32Bounds.of_graph(path, int8=True)`). An int8 graph quantizes each activation tensor at run time, one scale
-per tensor and call (s = its range / 255, the range including 0), the range taken over every row of the batch. At the
-input of the logits' projection h_j lies in [b_j - |g_j| sqrt(d), b_j + |g_j| sqrt(d)] (the LayerNorm above), so s is
-at most s_max = (max_j (b_j + |g_j| sqrt(d))^+ + max_j (|g_j| sqrt(d) - b_j)^+) / 255.
+int8 (`Float32Bounds.of_graph(path, int8=True)`). An int8 graph quantizes each activation tensor at run time: one
+scale per row (s = max |h| / 127: export/int8_rows.py), or in packages before it one per tensor and call (s = its
+range / 255, the range including 0, taken over every row of the batch). At the input of the logits' projection h_j
+lies in [b_j - |g_j| sqrt(d), b_j + |g_j| sqrt(d)] (the LayerNorm above), so s is at most s_max, the larger of
+max_j (|b_j| + |g_j| sqrt(d)) / 127 and (max_j (b_j + |g_j| sqrt(d))^+ + max_j (|g_j| sqrt(d) - b_j)^+) / 255.
   * The same batch on two engines: the same scales up to float32 rounding, but a rounding can move an h_j across a half
     step (one int8 value one step apart: logit i moves by s_max |W_ij|; an event of probability about rounding / s
     per value, so one per step is the model). ||W_i|| >= |W_ij|, and the log-softmax (1-Lipschitz in the max norm) at
     most doubles it: LOG_PROB gains INT8_STEP = 2 s_max max_i ||W_i|| (`int8_step`).
-  * Another batch (a judge scoring one sentence alone, where the decode batched several): another scale, so every
-    h_j's rounding error may change, by at most s_max each, all in one direction at worst: a log-prob moves by at most
-    INT8_JUDGE = 2 s_max max_i sum_j |W_ij| (`int8_judge`), which the judge's comparisons use in place of INT8_STEP.
+  * Another batch (a judge scoring one sentence alone, where the decode batched several; per tensor): another scale,
+    so every h_j's rounding error may change, by at most s_max each, all in one direction at worst: a log-prob moves
+    by at most INT8_JUDGE = 2 s_max max_i sum_j |W_ij| (`int8_judge`), which the judge's comparisons use in place of
+    INT8_STEP.
 A lower layer's quantization reaches h through the LayerNorm as the same kind of change.
 
 Ties. Where two candidates' log-probs lie within that bound, either engine may rank either one first: token equality
@@ -99,7 +101,9 @@ class Float32Bounds:
         step = judge = 0.0
         if int8:
             reach = np.abs(g) * math.sqrt(d)
-            s_max = (max(float((b + reach).max()), 0.0) + max(float((reach - b).max()), 0.0)) / 255
+            # per tensor (range / 255) or, since per_row_activations, per row (max |h| / 127): the larger
+            s_max = max((max(float((b + reach).max()), 0.0) + max(float((reach - b).max()), 0.0)) / 255,
+                        float((np.abs(b) + reach).max()) / 127)
             step = 2 * s_max * float(np.linalg.norm(w, axis=0).max())
             judge = 2 * s_max * float(np.abs(w).sum(axis=0).max())
         return cls(float(s.max()), d, w.shape[1], step, judge)

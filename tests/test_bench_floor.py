@@ -82,7 +82,7 @@ def test_weight_products_keep_each_weight_product_and_nothing_else(tmp_path):
     weights = [numpy_helper.to_array(t) for t in graph.initializer]
     assert [w.shape for w in weights] == [(4, 4), (4, 3)] and np.array_equal(weights[1], np.arange(12).reshape(3, 4).T)
     assert [i.name for i in graph.input] == ["x4"]
-    assert any(n.op_type == "MatMulInteger" for n in onnx.load(str(out["int8"])).graph.node)
+    assert any(n.op_type == "MatMulIntegerToFloat" for n in onnx.load(str(out["int8"])).graph.node)
     assert all(weight_products_tok_s(path, threads=1, runs=5) > 0 for path in out.values())
 
 

@@ -146,7 +146,7 @@ def test_graphs_use_plain_attention_and_finite_masks(tiny_package):
             if t.data_type == onnx.TensorProto.FLOAT:
                 assert np.isfinite(onnx.numpy_helper.to_array(t)).all(), t.name
     int8 = onnx.load(str(tiny_package / "decoder_step.int8.onnx"))
-    assert any(n.op_type == "MatMulInteger" for n in int8.graph.node)
+    assert any(n.op_type == "MatMulIntegerToFloat" for n in int8.graph.node)     # export/int8_rows.py
     assert any(n.op_type == "Gather" for n in int8.graph.node)          # the embedding stays a float table
     # its attention: GroupQueryAttention over the cache in every layer, MultiHeadAttention for the cross-attention
     # of every layer but the last, whose weights are the cross_attention output (plain Softmax)
@@ -591,8 +591,10 @@ def test_exported_graphs_read_each_tensor_with_one_projection(tiny_package):
         assert sum(n.op_type == "Split" for n in model.graph.node) == groups, name
         int8 = onnx.load(str(tiny_package / name.replace(".onnx", ".int8.onnx")))
         ops = [n.op_type for n in int8.graph.node]
-        # and the output projection a QGemm over the int8 table (export/quantize.py int8_embeddings)
-        assert (ops.count("MatMulInteger"), ops.count("QGemm")) == (len(readers), name == "decoder_step.onnx"), name
+        # (MatMulIntegerToFloat after each row's quantisation: export/int8_rows.py) and the output projection a QGemm
+        # over the int8 table (export/quantize.py int8_embeddings)
+        assert (ops.count("MatMulIntegerToFloat"), ops.count("QGemm")) == (len(readers),
+                                                                           name == "decoder_step.onnx"), name
 
 
 def test_fused_decoder_rewritten_from_the_plain_one_is_the_traced_one(tiny_package, tiny_model, tmp_path):

@@ -39,12 +39,12 @@ def test_export_writes_a_checked_few_rows_step(tiny_package):
     # held to the variant's thresholds, as the int8 step is
     assert few["parity"]["top1_agreement"] >= parity.MIN_TOP1_AGREEMENT
     assert few["parity"]["greedy_token_match"] >= parity.MIN_GREEDY_TOKEN_MATCH
-    # every weight MatMul of the int8 step (MatMulInteger there; the output projection a QGemm over the int8 table)
-    # is MatMulNBits, the output projection included
+    # every weight MatMul of the int8 step (MatMulIntegerToFloat there; the output projection a QGemm over the int8
+    # table) is MatMulNBits, the output projection included
     ops = [n.op_type for n in onnx.load(str(tiny_package / FEW)).graph.node]
     step = [n.op_type for n in onnx.load(str(tiny_package / "decoder_step.int8.onnx")).graph.node]
     assert step.count("QGemm") == 1
-    assert ops.count("MatMulNBits") == step.count("MatMulInteger") + 1 > 1 and "MatMulInteger" not in ops
+    assert ops.count("MatMulNBits") == step.count("MatMulIntegerToFloat") + 1 > 1 and "MatMulIntegerToFloat" not in ops
     assert "Gemm" not in ops and "QGemm" not in ops and "Gather" in ops     # the embedding reads the int8 table
     assert FEW in (tiny_package / "README.md").read_text(encoding="utf-8")
 

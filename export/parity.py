@@ -45,7 +45,7 @@ import tempfile
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Dict, List, Optional, Sequence, Tuple
+from typing import BinaryIO, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import onnxruntime as ort
@@ -167,13 +167,13 @@ class OnnxPair:
     The decoder step's contract (format 1 or 2, graph_io.py) is read from the graph's inputs."""
 
     def __init__(self, encoder: Path, decoder: Path, cfg, provider: str = "CPUExecutionProvider",
-                 cross_per_sentence: bool = True):
+                 cross_per_sentence: bool = True, options: Optional[Callable[[Path], ort.SessionOptions]] = None):
         self.cfg = cfg
         self.cross_per_sentence = cross_per_sentence
-        opts = session_options()
+        opts = options or (lambda graph: session_options())     # options(graph path): export/commands.py TorchWeights
         self.decoder_path = decoder
-        self.encoder = ort.InferenceSession(str(encoder), opts, providers=[provider])
-        self.decoder = ort.InferenceSession(str(decoder), opts, providers=[provider])
+        self.encoder = ort.InferenceSession(str(encoder), opts(encoder), providers=[provider])
+        self.decoder = ort.InferenceSession(str(decoder), opts(decoder), providers=[provider])
         self.provider = self.decoder.get_providers()[0]
         self.format_version = graph_format(self.decoder)
         self.names = GraphNames.for_config(cfg, self.format_version)

@@ -18,9 +18,11 @@ G = K beams share their sentence's cross K/V (training/model.py, forward_per_sen
 The cut follows the model's own encode + cross_kv / decode_step methods. Both graphs are exported
 with the torch.onnx dynamo exporter from `.eval()` at a batch of 2 sentences, 10 decoder rows and
 distinct lengths (S=7, P=3; in format 3 the rows' past_length differ: TRACE_PAST_LENGTHS), so that no axis is
-specialised; batch (encoder), rows, sentences, src_len and past_len are named dynamic axes. Weights are stored inside the .onnx files (no
-external .data file). Projections that read one tensor (Q, K, V; the encoder's cross K/V of every decoder
-layer) are then fused into one MatMul each (export/fuse.py), before the graphs are checked against PyTorch.
+specialised; batch (encoder), rows, sentences, src_len and past_len are named dynamic axes. Weights are traced into a
+data file beside the graph, tensor by tensor, then stored as graph_files.save_graph decides (inside the .onnx file
+unless the graph is big or --external-data). Projections that read one tensor (Q, K, V; the encoder's cross K/V of
+every decoder layer) are then fused into one MatMul each (export/fuse.py), before the graphs are checked against
+PyTorch.
 """
 from __future__ import annotations
 

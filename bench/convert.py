@@ -90,8 +90,8 @@ def log(msg: str) -> None:
 
 # --- the folder -----------------------------------------------------------------------------------------------
 def build_nllb_folder(folder: Path, shape: Dict[str, int] = NLLB_600M) -> Path:
-    """The NLLB-200-distilled-600M-shaped folder (module doc) at `folder`, or one of `shape` (FAIRSEQ_SHAPES, or
-    a small one: tests/test_convert_memory.py), unless it is there already."""
+    """The NLLB-200-distilled-600M-shaped folder (module doc) at `folder`, or one of `shape` (FAIRSEQ_SHAPES),
+    unless it is there already."""
     if (folder / "model.safetensors").is_file():
         return folder
     from bench.base_model import atomic_folder

@@ -210,14 +210,14 @@ def write_package(model, contents: PackageContents, opts: ExportOptions, parity_
 
         t = time.perf_counter()
         names = GraphNames.for_config(model.cfg, opts.format_version)
-        _check(enc, names.encoder_inputs, names.encoder_outputs)
-        _check(dec, names.decoder_inputs, names.decoder_outputs)
+        in_place = TorchWeights(model)
+        _check(enc, names.encoder_inputs, names.encoder_outputs, in_place)
+        _check(dec, names.decoder_inputs, names.decoder_outputs, in_place)
         stage_seconds["check"] = time.perf_counter() - t
         log(f"[2/5] check: onnx.checker, I/O names, ops, finite constants, onnxruntime CPU load: ok "
             f"({stage_seconds['check']:.1f}s)")
 
         t = time.perf_counter()
-        in_place = TorchWeights(model)
         fp32 = parity.check_fp32(parity.measure(model, parity.OnnxPair(enc, dec, model.cfg, options=in_place),
                                                 batches))
         stage_seconds["parity"] = time.perf_counter() - t
@@ -347,10 +347,11 @@ def _parity_sources(path: Optional[Path], tok, cfg, prefix: Sequence[int] = ()) 
     return [list(prefix) + t[:limit] + [cfg.eos_id] for t in ids]                     # as translate
 
 
-def _check(path: Path, inputs: List[str], outputs: List[str]) -> str:
+def _check(path: Path, inputs: List[str], outputs: List[str], options: Optional[Callable] = None) -> str:
+    """options: the session's (parity.session_loads): TorchWeights for an fp32 graph of the model in memory."""
     try:
         onnx_export.check_graph(path, inputs, outputs)
-        return parity.session_loads(path)
+        return parity.session_loads(path, options=options)
     except Exception as e:  # noqa: BLE001 - onnx and onnxruntime raise many kinds
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise Seq2OnnxError(f"check failed for {path.name}: {reason}; the package was not written")
@@ -451,7 +452,8 @@ class TorchWeights:
     once. The checks' sessions otherwise held every weight of both graphs on top of the model's (2.5x its weights)."""
 
     def __init__(self, model) -> None:
-        self.arrays = {f"model.{name}": p.detach().numpy() for name, p in model.named_parameters(remove_duplicate=False)
+        self.arrays = {f"model.{name}": p.detach().numpy()
+                       for name, p in model.named_parameters(remove_duplicate=False)
                        if p.dtype == torch.float32 and p.numel() * 4 >= graph_files.SHARED_MIN_BYTES}
         self.values: List[Any] = []         # onnxruntime keeps pointers to them: alive as long as the sessions
 

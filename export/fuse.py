@@ -48,7 +48,8 @@ def fuse_sibling_projections(model: onnx.ModelProto) -> int:
             consumers[name].append(node)
     groups: Dict[str, List[tuple]] = defaultdict(list)      # x -> [(MatMul, bias Add, bias name)]
     for node in graph.node:
-        if node.op_type == "MatMul" and node.input[1] in initializers and len(initializers[node.input[1]].dims) == 2:
+        weight = initializers.get(node.input[1]) if node.op_type == "MatMul" else None
+        if weight is not None and len(weight.dims) == 2:
             found = _bias_add(node, consumers, initializers)
             if found is not None:
                 groups[node.input[0]].append((node, *found))

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Tuple
 
 import onnx
-from onnx.external_data_helper import set_external_data
 
 from seq2onnx.runtime.external_data import FIELD
 from seq2onnx.runtime.manifest import MAX_FILE_BYTES

@@ -589,6 +589,8 @@ def check_reduced(report: ParityReport, what: str) -> ParityReport:
     return report
 
 
-def session_loads(path: Path, provider: str = "CPUExecutionProvider") -> str:
-    """Open an InferenceSession (raises on failure) -> the provider it runs on."""
-    return ort.InferenceSession(str(path), session_options(), providers=[provider]).get_providers()[0]
+def session_loads(path: Path, provider: str = "CPUExecutionProvider",
+                  options: Optional[Callable[[Path], ort.SessionOptions]] = None) -> str:
+    """Open an InferenceSession (raises on failure) -> the provider it runs on. options: as OnnxPair's."""
+    opts = options(path) if options else session_options()
+    return ort.InferenceSession(str(path), opts, providers=[provider]).get_providers()[0]

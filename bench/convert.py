@@ -5,6 +5,7 @@
     python bench/convert.py --against main --together  # the two sides at the same time instead, each round
     python bench/convert.py --modes int8 --profile     # py-spy record of each run (bench/.cache/convert/profile-*.txt)
     python bench/convert.py --shape nllb-600m --name convert-nllb-600m   # NLLB-200-distilled-600M's shape
+    python bench/convert.py --shape nllb-1.3b --modes int8 --name convert-nllb-1.3b     # 1.37B parameters
 
 The folder (built once into bench/.cache/convert/opus-mt-en-de-shaped/, seeded, so every build is the same):
 Helsinki-NLP/opus-mt-en-de's shape, 74.4M parameters: MarianMTModel d_model 512, 6+6 layers, 8 heads, FFN 2048,
@@ -15,6 +16,9 @@ bad_words [pad], forced EOS, renormalize_logits). Random weights as tests/hf_fol
 final_logits_bias random, a length signal so that greedy outputs end after 4-30 tokens as a trained model's do,
 EOS calibrated on gettext sentences), so the gate against transformers decodes sentences of a trained model's
 lengths, and the int8 variant passes its gate.
+
+--shape nllb-1.3b / m2m100-1.2b: the same at NLLB-200-distilled-1.3B's and M2M100 1.2B's shapes (24+24 layers, FFN
+8192; M2M100's vocabulary 128,112): 1.37B / 1.24B parameters, 5.1 / 4.6 GiB in float32.
 
 --shape nllb-600m (built once into bench/.cache/convert/nllb-600m-shaped/, seeded): NLLB-200-distilled-600M's shape,
 615M parameters (2.3 GiB in float32): M2M100ForConditionalGeneration d_model 1024, 12+12 layers, 16 heads, FFN 4096,
@@ -68,10 +72,16 @@ INIT_STD = 0.2 * (64 / 512) ** 0.5
 STEP = re.compile(r"^\[(\d+)/(\d+)\] ([\w-]+)")        # a step's progress line: [3/5] parity: ...
 SUB_STEP = re.compile(r"^ +(\w+: [^(]+?) \(\d+\.\ds\)$")    # a part of one, indented: "      int8: ... (1.2s)"
 MODES = ("fp32", "int8")
+RSS_PERIOD = 0.1                  # seconds between two samples of a run's resident memory (RssSampler)
 # NLLB-200-distilled-600M's config.json (facebook/nllb-200-distilled-600M)
 NLLB_600M = dict(vocab_size=256206, d_model=1024, encoder_layers=12, decoder_layers=12, encoder_attention_heads=16,
                  decoder_attention_heads=16, encoder_ffn_dim=4096, decoder_ffn_dim=4096, max_position_embeddings=1024)
 NLLB_MAX_LENGTH = 200
+# facebook/nllb-200-distilled-1.3B's and facebook/m2m100_1.2B's config.json: 24+24 layers, FFN 8192 (1.37B and 1.24B
+# parameters, 5.1 and 4.6 GiB in float32); M2M100's vocabulary 128,112 (the NLLB-shaped tokenizer's ids at its bottom)
+NLLB_1_3B = dict(NLLB_600M, encoder_layers=24, decoder_layers=24, encoder_ffn_dim=8192, decoder_ffn_dim=8192)
+M2M100_1_2B = dict(NLLB_1_3B, vocab_size=128112)
+FAIRSEQ_SHAPES = {"nllb-600m": NLLB_600M, "nllb-1.3b": NLLB_1_3B, "m2m100-1.2b": M2M100_1_2B}
 
 
 def log(msg: str) -> None:
@@ -79,8 +89,9 @@ def log(msg: str) -> None:
 
 
 # --- the folder -----------------------------------------------------------------------------------------------
-def build_nllb_folder(folder: Path) -> Path:
-    """The NLLB-200-distilled-600M-shaped folder (module doc) at `folder`, unless it is there already."""
+def build_nllb_folder(folder: Path, shape: Dict[str, int] = NLLB_600M) -> Path:
+    """The NLLB-200-distilled-600M-shaped folder (module doc) at `folder`, or one of `shape` (FAIRSEQ_SHAPES),
+    unless it is there already."""
     if (folder / "model.safetensors").is_file():
         return folder
     from bench.base_model import atomic_folder
@@ -96,8 +107,8 @@ def build_nllb_folder(folder: Path) -> Path:
                                                   extra_special_tokens=list(FAIRSEQ_LANGUAGE_CODES))
         tokenizer.save_pretrained(str(tmp))
         ids = {t: tokenizer.convert_tokens_to_ids(t) for t in ("<s>", "<pad>", "</s>")}
-        std = H.FAIRSEQ_LENGTH["init_std"] * (H.TINY["d_model"] / NLLB_600M["d_model"]) ** 0.5
-        config = M2M100Config(**NLLB_600M, activation_function="relu", scale_embedding=True, dropout=0.1,
+        std = H.FAIRSEQ_LENGTH["init_std"] * (H.TINY["d_model"] / shape["d_model"]) ** 0.5
+        config = M2M100Config(**shape, activation_function="relu", scale_embedding=True, dropout=0.1,
                               attention_dropout=0.1, activation_dropout=0.0, encoder_layerdrop=0.05,
                               decoder_layerdrop=0.05, init_std=std, pad_token_id=ids["<pad>"],
                               bos_token_id=ids["<s>"], eos_token_id=ids["</s>"], decoder_start_token_id=ids["</s>"])
@@ -114,13 +125,15 @@ def build_nllb_folder(folder: Path) -> Path:
     return folder
 
 
-SHAPES = {"opus-mt-en-de": FOLDER_NAME, "nllb-600m": "nllb-600m-shaped"}
+SHAPES = {"opus-mt-en-de": FOLDER_NAME, **{name: f"{name}-shaped" for name in FAIRSEQ_SHAPES}}
 
 
 def build_folder(folder: Path) -> Path:
-    """The OPUS-MT-en-de-shaped folder (module doc) at `folder`, unless it is there already."""
-    if folder.name == SHAPES["nllb-600m"]:
-        return build_nllb_folder(folder)
+    """The OPUS-MT-en-de-shaped folder (module doc) at `folder`, or the FAIRSEQ_SHAPES one its name says, unless it
+    is there already."""
+    for name, shape in FAIRSEQ_SHAPES.items():
+        if folder.name == SHAPES[name]:
+            return build_nllb_folder(folder, shape)
     if (folder / "model.safetensors").is_file():
         return folder
     from bench.base_model import atomic_folder
@@ -207,6 +220,7 @@ def run_once(folder: Path, out: Path, mode: str, code: Optional[Path], profile: 
     start = last = time.perf_counter()
     steps, lines, peak, cpu = [], [], None, None
     proc = subprocess.Popen(cmd, env=side_env(code), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sampler = RssSampler(proc.pid if profile is None else None)
     for line in proc.stderr:
         now = time.perf_counter()
         line = line.rstrip("\n")
@@ -214,17 +228,54 @@ def run_once(folder: Path, out: Path, mode: str, code: Optional[Path], profile: 
         if line.startswith("{") and "peak_rss_mib" in line:
             peak, cpu = json.loads(line)["peak_rss_mib"], json.loads(line)["cpu_seconds"]
             continue
-        log(f"  {tag}{now - start:7.1f}s  {line}")
+        step_peak = sampler.take()
+        log(f"  {tag}{now - start:7.1f}s  {line}" + (f"  [peak RSS {step_peak:.0f} MiB]" if step_peak else ""))
         m = STEP.match(line.strip())
         sub = SUB_STEP.match(line)
         name = m.group(3) if m else "gate" if line.strip().startswith("gate ") else sub.group(1) if sub else None
         if name:
-            steps.append({"step": name, "seconds": now - last, "line": line.strip()})
+            steps.append({"step": name, "seconds": now - last, "line": line.strip(), "peak_rss_mib": step_peak})
             last = now
     proc.stdout.read()
+    sampler.stop()
     if proc.wait() != 0:
         raise RuntimeError(f"seq2onnx convert ({mode}) failed ({proc.returncode}):\n" + "\n".join(lines[-5:]))
     return {"steps": steps, "seconds": time.perf_counter() - start, "peak_rss_mib": peak, "cpu_seconds": cpu}
+
+
+class RssSampler:
+    """The largest VmRSS of process `pid` (None: nothing sampled) between two take() calls, read from /proc every
+    RSS_PERIOD seconds: which step of a conversion its peak comes from (VmHWM gives the process's peak only)."""
+
+    def __init__(self, pid: Optional[int]) -> None:
+        import threading
+
+        self.pid, self.top, self.done = pid, 0.0, threading.Event()
+        self.lock = threading.Lock()
+        if pid is not None:
+            threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        while not self.done.wait(RSS_PERIOD):
+            try:
+                status = Path(f"/proc/{self.pid}/status").read_text()
+            except OSError:
+                return
+            m = re.search(r"^VmRSS:\s+(\d+) kB", status, re.M)
+            if m:
+                with self.lock:
+                    self.top = max(self.top, int(m.group(1)) / 1024)
+
+    def take(self) -> Optional[float]:
+        """The largest RSS (MiB) since the last take, then start again; None without a pid."""
+        if self.pid is None:
+            return None
+        with self.lock:
+            top, self.top = self.top, 0.0
+        return top
+
+    def stop(self) -> None:
+        self.done.set()
 
 
 # --- the report ---------------------------------------------------------------------------------------------------

@@ -210,14 +210,16 @@ def write_package(model, contents: PackageContents, opts: ExportOptions, parity_
 
         t = time.perf_counter()
         names = GraphNames.for_config(model.cfg, opts.format_version)
-        _check(enc, names.encoder_inputs, names.encoder_outputs)
-        _check(dec, names.decoder_inputs, names.decoder_outputs)
+        in_place = TorchWeights(model)
+        _check(enc, names.encoder_inputs, names.encoder_outputs, in_place)
+        _check(dec, names.decoder_inputs, names.decoder_outputs, in_place)
         stage_seconds["check"] = time.perf_counter() - t
         log(f"[2/5] check: onnx.checker, I/O names, ops, finite constants, onnxruntime CPU load: ok "
             f"({stage_seconds['check']:.1f}s)")
 
         t = time.perf_counter()
-        fp32 = parity.check_fp32(parity.measure(model, parity.OnnxPair(enc, dec, model.cfg), batches))
+        fp32 = parity.check_fp32(parity.measure(model, parity.OnnxPair(enc, dec, model.cfg, options=in_place),
+                                                batches))
         stage_seconds["parity"] = time.perf_counter() - t
         log(f"[3/5] parity: max diff encoder {fp32.encoder_max_abs_diff:.2g}, log-probs "
             f"{fp32.decoder_max_abs_diff:.2g}; greedy and beam-4 tokens identical on {fp32.sentences} sentences "
@@ -232,7 +234,7 @@ def write_package(model, contents: PackageContents, opts: ExportOptions, parity_
         if opts.fp16:
             variants["fp16"] = _fp16_variant(model, staging, enc, dec, names, batches, opts.external_data)
         graph_files.add_external_data_fields(staging, variants)
-        graph_files.share_weights(staging, variants)
+        graph_files.share_weights(staging, variants, merge=not opts.external_data)
         stage_seconds["quantise"] = time.perf_counter() - t
         log("[4/5] quantise: " + (", ".join(_variant_line(k, v) for k, v in variants.items() if k != "fp32")
                                  or "no --int8 / --fp16 asked") + f" ({stage_seconds['quantise']:.1f}s)")
@@ -345,10 +347,11 @@ def _parity_sources(path: Optional[Path], tok, cfg, prefix: Sequence[int] = ()) 
     return [list(prefix) + t[:limit] + [cfg.eos_id] for t in ids]                     # as translate
 
 
-def _check(path: Path, inputs: List[str], outputs: List[str]) -> str:
+def _check(path: Path, inputs: List[str], outputs: List[str], options: Optional[Callable] = None) -> str:
+    """options: the session's (parity.session_loads): TorchWeights for an fp32 graph of the model in memory."""
     try:
         onnx_export.check_graph(path, inputs, outputs)
-        return parity.session_loads(path)
+        return parity.session_loads(path, options=options)
     except Exception as e:  # noqa: BLE001 - onnx and onnxruntime raise many kinds
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise Seq2OnnxError(f"check failed for {path.name}: {reason}; the package was not written")
@@ -401,7 +404,8 @@ def _int8_variant(model, staging: Path, enc: Path, dec: Path, names: GraphNames,
         _check(source, names.decoder_inputs, names.decoder_outputs)
         done(f"{FUSED_DECODER_FILE.lstrip('.')}: onnxruntime's fused attention, "
              + (f"rewritten from {dec.name}" if derived else "traced") + ", checked")
-        fused = parity.check_fp32(parity.measure(model, parity.OnnxPair(enc, source, model.cfg), batches))
+        fused = parity.check_fp32(parity.measure(model, parity.OnnxPair(enc, source, model.cfg,
+                                                                        options=TorchWeights(model)), batches))
         done("its fp32 parity")
         entry["attention"] = {"ops": [f"{FUSED_ATTENTION_DOMAIN}.{op}" for op in FUSED_ATTENTION_OPS],
                               "min_onnxruntime": version_text(MIN_ONNXRUNTIME),
@@ -445,6 +449,32 @@ def _int8_variant(model, staging: Path, enc: Path, dec: Path, names: GraphNames,
             "thresholds": {"top1_agreement": parity.MIN_TOP1_AGREEMENT,
                            "greedy_token_match": parity.MIN_GREEDY_TOKEN_MATCH},
             "parity": report.to_dict()}
+
+
+class TorchWeights:
+    """The session options of an fp32 graph checked against `model` (parity.OnnxPair's options): onnxruntime is given
+    the PyTorch model's own tensors, in place (SessionOptions.add_initializer: no copy), for the graph's initializers
+    that are one of them (the dynamo exporter names them "model." + the parameter's name: the embedding table, which
+    the encoder and the decoder step both hold, 1 GiB of NLLB-200 600M's 2.3), and makes no prepacked copies of its
+    weights (session.disable_prepacking): each other weight is then read from the graph's data file where it lies,
+    once. The checks' sessions otherwise held every weight of both graphs on top of the model's (2.5x its weights)."""
+
+    def __init__(self, model) -> None:
+        self.arrays = {f"model.{name}": p.detach().numpy()
+                       for name, p in model.named_parameters(remove_duplicate=False)
+                       if p.dtype == torch.float32 and p.numel() * 4 >= graph_files.SHARED_MIN_BYTES}
+        self.values: List[Any] = []         # onnxruntime keeps pointers to them: alive as long as the sessions
+
+    def __call__(self, graph: Path) -> ort.SessionOptions:
+        opts = parity.session_options()
+        opts.add_session_config_entry("session.disable_prepacking", "1")
+        for tensor in onnx.load(str(graph), load_external_data=False).graph.initializer:
+            array = self.arrays.get(tensor.name)
+            if (array is not None and tensor.data_type == onnx.TensorProto.FLOAT
+                    and tuple(tensor.dims) == array.shape):
+                self.values.append(ort.OrtValue.ortvalue_from_numpy(array))
+                opts.add_initializer(tensor.name, self.values[-1])
+        return opts
 
 
 def _int8_parity(model, enc8: Path, dec8: Path, batches: List[parity.ParityBatch], validate: bool):

@@ -36,31 +36,32 @@ def _bias_add(node: onnx.NodeProto, consumers: Dict[str, List[onnx.NodeProto]],
         return None
     add = readers[0]
     bias = add.input[1] if add.input[0] == node.output[0] else add.input[0]
-    return (add, bias) if bias in initializers and initializers[bias].ndim == 1 else None
+    return (add, bias) if bias in initializers and len(initializers[bias].dims) == 1 else None
 
 
 def fuse_sibling_projections(model: onnx.ModelProto) -> int:
     """Fuse the MatMul + bias Add pairs that read one tensor (module docstring) -> how many groups."""
     graph = model.graph
-    initializers = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    initializers = {t.name: t for t in graph.initializer}       # read as arrays only where joined: one group's at a time
     consumers: Dict[str, List[onnx.NodeProto]] = defaultdict(list)
     for node in graph.node:
         for name in node.input:
             consumers[name].append(node)
     groups: Dict[str, List[tuple]] = defaultdict(list)      # x -> [(MatMul, bias Add, bias name)]
     for node in graph.node:
-        if node.op_type == "MatMul" and node.input[1] in initializers and initializers[node.input[1]].ndim == 2:
+        weight = initializers.get(node.input[1]) if node.op_type == "MatMul" else None
+        if weight is not None and len(weight.dims) == 2:
             found = _bias_add(node, consumers, initializers)
             if found is not None:
                 groups[node.input[0]].append((node, *found))
     fused, removed, replacement = 0, set(), {}
     for x, pairs in groups.items():
-        if len(pairs) < 2 or len({initializers[m.input[1]].shape[0] for m, _, _ in pairs}) != 1:
+        if len(pairs) < 2 or len({initializers[m.input[1]].dims[0] for m, _, _ in pairs}) != 1:
             continue
-        weights = [initializers[m.input[1]] for m, _, _ in pairs]
-        biases = [initializers[bias] for _, _, bias in pairs]
-        if any(w.shape[1] != b.shape[0] for w, b in zip(weights, biases)):
+        if any(initializers[m.input[1]].dims[1] != initializers[bias].dims[0] for m, _, bias in pairs):
             continue
+        weights = [numpy_helper.to_array(initializers[m.input[1]]) for m, _, _ in pairs]
+        biases = [numpy_helper.to_array(initializers[bias]) for _, _, bias in pairs]
         stem = f"fused_projection_{fused}"
         graph.initializer.extend([
             numpy_helper.from_array(np.concatenate(weights, axis=1), f"{stem}.weight"),

@@ -1,7 +1,7 @@
 """Writing a graph file: its weights inside it, or in one data file beside it (ONNX external data).
 
-A graph whose serialized size would pass protobuf's 2 GB limit (runtime/manifest.py MAX_FILE_BYTES: NLLB-200
-1.3B and 3.3B, OPUS-MT's big models), or every graph with `--external-data`, is written as
+A graph whose weights pass EXTERNAL_FROM_BYTES (NLLB-200 600M and up, M2M100 1.2B, OPUS-MT's big models; protobuf's
+limit, runtime/manifest.py MAX_FILE_BYTES, is 2 GB), or every graph with `--external-data`, is written as
     encoder.onnx          the graph, with each initializer of at least INLINE_BYTES as a reference
                           (external_data: location "encoder.onnx.data", offset, length)
     encoder.onnx.data     those initializers' bytes, one after the other, each at an offset aligned to ALIGNMENT
@@ -20,10 +20,9 @@ import hashlib
 import os
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, Iterator, List, Tuple
 
 import onnx
-from onnx.external_data_helper import set_external_data
 
 from seq2onnx.runtime.external_data import FIELD
 from seq2onnx.runtime.manifest import MAX_FILE_BYTES
@@ -33,6 +32,11 @@ INLINE_BYTES = 1024         # smaller initializers stay in the graph (onnx.save_
 ALIGNMENT = 64              # each weight's offset: its numpy view over the data file's bytes is aligned for any dtype
 SHARED_SUFFIX = ".shared.data"   # a variant's shared data file: "int8" -> int8.shared.data
 SHARED_MIN_BYTES = 1 << 16       # a weight repeated across a variant's graphs is stored once from this size up
+# a graph with more weights than this keeps them in its data file: onnxruntime maps a data file and holds each weight
+# once, where an embedded graph's weights are in memory as the file's bytes, the parsed ModelProto and the session's
+# tensors (runtime/external_data.py); NLLB-200 600M's fp32 encoder is 1.6 GB
+EXTERNAL_FROM_BYTES = 1 << 30
+COPY_CHUNK = 1 << 24             # save_graph copies a weight that stays in the data file in pieces of this size
 
 
 def data_file(graph: Path) -> Path:
@@ -40,33 +44,119 @@ def data_file(graph: Path) -> Path:
     return graph.with_name(graph.name + DATA_SUFFIX)
 
 
+def external_bytes(model: onnx.ModelProto) -> int:
+    """The bytes of `model`'s initializers that lie in a data file (onnx.load(..., load_external_data=False))."""
+    return sum(int(_where(t)[2]) for t in model.graph.initializer if _is_external(t))
+
+
 def too_big(model: onnx.ModelProto) -> bool:
-    """Would `model`, serialized with its weights inside, pass protobuf's limit?"""
+    """Should `model` keep its weights outside: more than EXTERNAL_FROM_BYTES of them (in memory or in a data file),
+    or past protobuf's limit?"""
     try:
-        return model.ByteSize() > MAX_FILE_BYTES
+        return model.ByteSize() + external_bytes(model) > min(MAX_FILE_BYTES, EXTERNAL_FROM_BYTES)
     except Exception:  # noqa: BLE001 - a protobuf build that cannot even size it: it is too big
         return True
 
 
+def _is_external(tensor: onnx.TensorProto) -> bool:
+    return tensor.data_location == onnx.TensorProto.EXTERNAL
+
+
+def _where(tensor: onnx.TensorProto) -> Tuple[str, int, int]:
+    """An external tensor's (location, offset, length)."""
+    info = {e.key: e.value for e in tensor.external_data}
+    return info["location"], int(info.get("offset", 0)), int(info["length"])
+
+
+def tensor_chunks(tensor: onnx.TensorProto, folder: Path, chunk: int = 0) -> Iterator[bytes]:
+    """An initializer's bytes in pieces of `chunk` bytes (0: whole): its raw_data, or (external) read from its data
+    file in `folder` piece by piece, so that a pass over the weights holds one piece at a time (a mapped file's pages
+    would count as the process's memory for as long as it is mapped)."""
+    if not _is_external(tensor):
+        raw = tensor.raw_data
+        for start in range(0, len(raw), chunk or max(1, len(raw))):
+            yield raw[start:start + chunk] if chunk else raw
+        return
+    location, offset, length = _where(tensor)
+    with open(Path(folder) / location, "rb") as f:
+        f.seek(offset)
+        for done in range(0, length, chunk or max(1, length)):
+            yield f.read(min(chunk or length, length - done))
+
+
 def save_graph(model: onnx.ModelProto, path: Path, external: bool = False) -> Path:
-    """Write `model` (its weights in memory: onnx.load loads a data file's) to `path`; with `external`, or when it is
-    too_big, its initializers of INLINE_BYTES or more go into data_file(path) instead (written anew). The model's
-    tensors hold references instead of their bytes afterwards."""
+    """Write `model` to `path`; with `external`, or when it is too_big, its initializers of INLINE_BYTES or more go
+    into data_file(path) instead (written anew, tensor by tensor). Initializers may hold their bytes in memory
+    (onnx.load) or still in a data file of the folder, data_file(path) itself or another graph's
+    (onnx.load(..., load_external_data=False): a rewrite of the graph that did not need them), whose bytes are
+    copied over in chunks, never all in memory. The model's tensors hold
+    references instead of their bytes afterwards."""
     path = Path(path)
     data = data_file(path)
-    data.unlink(missing_ok=True)            # onnx appends to an existing data file
-    if external or too_big(model):
-        offset = 0
-        for tensor in model.graph.initializer:
-            if tensor.HasField("raw_data") and len(tensor.raw_data) >= INLINE_BYTES:
-                offset = -(-offset // ALIGNMENT) * ALIGNMENT
-                set_external_data(tensor, data.name, offset, len(tensor.raw_data))
-                tensor.data_location = onnx.TensorProto.EXTERNAL
-                offset += len(tensor.raw_data)
-    onnx.save_model(model, str(path))       # writes the marked tensors' bytes at their offsets, then the graph
-    if data.exists():                       # onnx creates it 0600: readable as the graph is
+    old = data.with_name(data.name + ".old")
+    if any(_is_external(t) and _where(t)[0] == data.name for t in model.graph.initializer):
+        os.replace(data, old)               # the bytes still to copy: read from there while the new file is written
+    else:
+        data.unlink(missing_ok=True)
+    try:
+        if external or too_big(model):
+            _write_data(model, data, old)
+        else:
+            for tensor in model.graph.initializer:
+                if _is_external(tensor):    # a small graph: its bytes inside
+                    tensor.raw_data = _read(_source(tensor, data, old), *_where(tensor)[1:])
+                    del tensor.external_data[:]
+                    tensor.data_location = onnx.TensorProto.DEFAULT
+        onnx.save_model(model, str(path))   # the graph alone: every marked tensor's bytes are written already
+    finally:
+        old.unlink(missing_ok=True)
+    if data.exists():                       # readable as the graph is
         os.chmod(data, path.stat().st_mode & 0o777)
     return path
+
+
+def _source(tensor: onnx.TensorProto, data: Path, old: Path) -> Path:
+    """The file an external tensor's bytes are read from while data_file `data` is written anew: `old` (the former
+    data file of that name), or the data file it names in the same folder (another graph's, e.g. the graph it was
+    made from)."""
+    location = _where(tensor)[0]
+    if location == data.name:
+        return old
+    if Path(location).name != location or location in ("", ".", ".."):
+        raise ValueError(f"{tensor.name}: external data location {location!r} is not a file beside the graph")
+    return data.parent / location
+
+
+def _read(path: Path, offset: int, length: int) -> bytes:
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return f.read(length)
+
+
+def _write_data(model: onnx.ModelProto, data: Path, old: Path) -> None:
+    """Each initializer of INLINE_BYTES or more into `data` at an ALIGNMENT offset, in the order of the graph: from
+    memory, or copied in COPY_CHUNK pieces from the data file it lies in (_source)."""
+    with open(data, "wb") as out:
+        for tensor in model.graph.initializer:
+            external = _is_external(tensor)
+            size = _where(tensor)[2] if external else len(tensor.raw_data) if tensor.HasField("raw_data") else 0
+            if size < INLINE_BYTES and not external:
+                continue
+            out.write(b"\0" * (-out.tell() % ALIGNMENT))
+            offset = out.tell()
+            if external:
+                _, start, _ = _where(tensor)
+                with open(_source(tensor, data, old), "rb") as source:
+                    source.seek(start)
+                    for done in range(0, size, COPY_CHUNK):
+                        out.write(source.read(min(COPY_CHUNK, size - done)))
+            else:
+                out.write(tensor.raw_data)
+                tensor.ClearField("raw_data")
+            del tensor.external_data[:]
+            for key, value in (("location", data.name), ("offset", offset), ("length", size)):
+                tensor.external_data.add(key=key, value=str(value))
+            tensor.data_location = onnx.TensorProto.EXTERNAL
 
 
 def remove_graph(path: Path) -> None:
@@ -90,30 +180,42 @@ def add_external_data_fields(folder: Path, variants: Dict[str, Dict[str, Any]]) 
             entry[FIELD] = names
 
 
-def _same_bytes(tensor: onnx.TensorProto) -> Tuple[int, Tuple[int, ...], bytes]:
+def _same_bytes(tensor: onnx.TensorProto, folder: Path) -> Tuple[int, Tuple[int, ...], bytes]:
     """What makes two initializers one weight: data type, dims and the SHA-256 of their bytes (not their names)."""
-    return tensor.data_type, tuple(tensor.dims), hashlib.sha256(tensor.raw_data).digest()
+    digest = hashlib.sha256()
+    for piece in tensor_chunks(tensor, folder, COPY_CHUNK):
+        digest.update(piece)
+    return tensor.data_type, tuple(tensor.dims), digest.digest()
 
 
-def share_weights(folder: Path, variants: Dict[str, Dict[str, Any]]) -> None:
+def _nbytes(tensor: onnx.TensorProto) -> int:
+    return _where(tensor)[2] if _is_external(tensor) else len(tensor.raw_data) if tensor.HasField("raw_data") else 0
+
+
+def share_weights(folder: Path, variants: Dict[str, Dict[str, Any]], merge: bool = True) -> None:
     """Each weight of SHARED_MIN_BYTES or more that two or more graphs of a variant hold, once in the variant's
     shared data file (module doc), and the variant's external_data naming that file for the graphs that reference
     it. At vocab 32000 and d_model 512 that is the float32 embedding table (62.5 MiB) of fp32's encoder and decoder
     step, or int8's 15.6 MiB table of its encoder, step and few-rows step: on disk once, and in memory once
-    (runtime/external_data.py). A variant whose graphs have data files of their own, or one with a graph that
-    another variant also names, is left as it is."""
+    (runtime/external_data.py). A graph names one data file (docs/CONTRACTS.md), so where the variant's graphs
+    have data files of their own (too_big) and `merge`, all their weights move into the shared file and theirs go:
+    NLLB-200 600M's 1 GiB table is then on disk once, as in a package of embedded graphs; without `merge`
+    (--external-data: a data file per graph, as asked) the variant is left as it is. The weights are copied piece
+    by piece (tensor_chunks), never all in memory. A variant with a graph that another variant also names is left
+    as it is."""
     named = Counter(g for entry in variants.values() for g in variant_graphs(entry))
     for variant, entry in variants.items():
         graphs = variant_graphs(entry)
-        if entry.get(FIELD) or any(named[g] > 1 for g in graphs):
+        if any(named[g] > 1 for g in graphs) or (entry.get(FIELD) and not merge):
             continue
-        models = {g: onnx.load(str(folder / g)) for g in graphs}
+        own = dict(entry.get(FIELD) or {})               # graph -> its own data file (add_external_data_fields)
+        models = {g: onnx.load(str(folder / g), load_external_data=False) for g in graphs}
         keys = {}                                        # (graph, initializer index) -> _same_bytes, hashed once
         holders = defaultdict(set)                       # _same_bytes -> the graphs holding that weight
         for graph, model in models.items():
             for i, tensor in enumerate(model.graph.initializer):
-                if tensor.HasField("raw_data") and len(tensor.raw_data) >= SHARED_MIN_BYTES:
-                    keys[graph, i] = _same_bytes(tensor)
+                if _nbytes(tensor) >= SHARED_MIN_BYTES:
+                    keys[graph, i] = _same_bytes(tensor, folder)
                     holders[keys[graph, i]].add(graph)
         shared = {key for key, where in holders.items() if len(where) > 1}
         if not shared:
@@ -123,15 +225,24 @@ def share_weights(folder: Path, variants: Dict[str, Dict[str, Any]]) -> None:
             for graph, model in models.items():
                 for i, tensor in enumerate(model.graph.initializer):
                     key = keys.get((graph, i))
-                    if key not in shared:
+                    if key not in shared and not (graph in own and _is_external(tensor)):
                         continue
+                    key = key if key in shared else (graph, i)
                     if key not in offsets:
                         out.write(b"\0" * (-out.tell() % ALIGNMENT))
                         offsets[key] = out.tell()
-                        out.write(tensor.raw_data)
-                    set_external_data(tensor, data_name, offsets[key], len(tensor.raw_data))
-                    tensor.data_location = onnx.TensorProto.EXTERNAL
+                        for piece in tensor_chunks(tensor, folder, COPY_CHUNK):
+                            out.write(piece)
+                    size = _nbytes(tensor)
                     tensor.ClearField("raw_data")        # onnx.save_model then writes the reference only
+                    del tensor.external_data[:]
+                    for name, value in (("location", data_name), ("offset", offsets[key]), ("length", size)):
+                        tensor.external_data.add(key=name, value=str(value))
+                    tensor.data_location = onnx.TensorProto.EXTERNAL
                     users[graph] = data_name
-                onnx.save_model(model, str(folder / graph))
+        for graph, model in models.items():
+            onnx.save_model(model, str(folder / graph))
+        for data in set(own.values()):
+            (folder / data).unlink(missing_ok=True)
+        os.chmod(folder / data_name, (folder / graphs[0]).stat().st_mode & 0o777)
         entry[FIELD] = users

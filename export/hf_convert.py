@@ -58,6 +58,7 @@ CONFIG_FLAGS = ("scale_embedding", "share_encoder_decoder_embeddings", "tie_word
 WEIGHT_INDEXES = tuple(n for n in HF_WEIGHT_FILES if n.endswith(".index.json"))
 GATE_SENTENCES = 16            # synthetic sources of the gate against transformers, besides --parity-data lines
 GATE_MAX_LENGTH = 48           # generated tokens the gate lets each run (the model's max_length if lower)
+FINITE_BLOCK = 1 << 22         # load_hf_model checks this many weights at a time for NaN / inf
 SCORE_TOLERANCE = 1e-4         # |our score - transformers'| of one hypothesis, fp32: per token of a greedy sum
 
 
@@ -246,7 +247,10 @@ def load_hf_model(folder: Path) -> Any:
         raise Seq2OnnxError(f"{folder}: the weights have no {sorted(missing)[0]} ({len(missing)} missing): it is not "
                             f"a complete MarianMT / M2M100 checkpoint; {DOWNLOAD}")
     for name, value in model.state_dict().items():
-        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+        # a block at a time: transformers leaves model.safetensors' tensors memory-mapped, and torch.isfinite of a
+        # whole table makes float and bool temporaries of its size (1.7 GiB at NLLB-200's 1 GiB embedding)
+        if value.is_floating_point() and not all(bool(torch.isfinite(block).all())
+                                                 for block in value.reshape(-1).split(FINITE_BLOCK)):
             raise Seq2OnnxError(f"{folder}: the weight {name} holds NaN or infinite values; {DOWNLOAD}")
     return model.eval()
 

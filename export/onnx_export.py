@@ -18,9 +18,11 @@ G = K beams share their sentence's cross K/V (training/model.py, forward_per_sen
 The cut follows the model's own encode + cross_kv / decode_step methods. Both graphs are exported
 with the torch.onnx dynamo exporter from `.eval()` at a batch of 2 sentences, 10 decoder rows and
 distinct lengths (S=7, P=3; in format 3 the rows' past_length differ: TRACE_PAST_LENGTHS), so that no axis is
-specialised; batch (encoder), rows, sentences, src_len and past_len are named dynamic axes. Weights are stored inside the .onnx files (no
-external .data file). Projections that read one tensor (Q, K, V; the encoder's cross K/V of every decoder
-layer) are then fused into one MatMul each (export/fuse.py), before the graphs are checked against PyTorch.
+specialised; batch (encoder), rows, sentences, src_len and past_len are named dynamic axes. Weights are traced into a
+data file beside the graph, tensor by tensor, then stored as graph_files.save_graph decides (inside the .onnx file
+unless the graph is big or --external-data). Projections that read one tensor (Q, K, V; the encoder's cross K/V of
+every decoder layer) are then fused into one MatMul each (export/fuse.py), before the graphs are checked against
+PyTorch.
 """
 from __future__ import annotations
 
@@ -43,7 +45,7 @@ from seq2onnx.runtime.graph_io import (  # noqa: F401 - the runtime owns the nam
 from seq2onnx.training.model import FixedCacheStep, Transformer
 
 from .fused_attention import FusedAttentionStep
-from .graph_files import data_file, save_graph
+from .graph_files import data_file, save_graph, tensor_chunks
 
 DEFAULT_OPSET = 18
 ENCODER_FILE = "encoder.onnx"
@@ -55,6 +57,7 @@ TRACE_CAPACITY = 6              # formats 2, 3: cache capacity; format 2: past_l
 TRACE_PAST_LENGTHS = (3, 0, 5, 1, 2)   # format 3: the rows' past_length, repeated over the rows (unequal, < capacity)
 # ops that would mean the exporter took a path the runtime does not expect (the decoder step's fused attention is
 # onnxruntime's: FUSED_ATTENTION_OPS in FUSED_ATTENTION_DOMAIN, graph_io.py)
+FINITE_CHUNK = 1 << 24          # check_graph reads a constant's bytes from its data file this many at a time
 FORBIDDEN_OPS = {"Attention", "MultiHeadAttention", "GroupQueryAttention", "ScaledDotProductAttention", "If", "Loop"}
 
 
@@ -211,7 +214,9 @@ def _export_one(module: nn.Module, args: tuple, input_names: List[str], output_n
             registration_log.setLevel(level)
     if program is None:
         raise RuntimeError("torch.onnx.export returned no program (is the dynamo exporter available?)")
-    program.save(str(path))       # past 2 GB torch writes a data file: _fuse_projections rewrites it (graph_files.py)
+    # the weights straight into a data file, tensor by tensor from the model's own (a graph serialized whole holds
+    # them twice more); _fuse_projections writes the graph again as graph_files.save_graph decides
+    program.save(str(path), external_data=True)
 
 
 @torch.no_grad()
@@ -277,19 +282,33 @@ def _export_decoder(model: Transformer, path: Path, opset: int, format_version: 
 
 def _fuse_projections(path: Path, external: bool = False) -> None:
     """Sibling projections as one MatMul, and GroupQueryAttention on its packed QKV (export/fuse.py), in place;
-    the graph written again as graph_files.save_graph does when it changed or has its weights outside."""
-    graph = onnx.load(str(path))
+    the graph written again as graph_files.save_graph does when it changed or has its weights outside. Only the
+    weights fuse can join are read into memory (what a MatMul or an Add reads); the others (the embedding table,
+    the positions) stay in the traced data file, from which save_graph copies them."""
+    graph = onnx.load(str(path), load_external_data=False)
+    fusable = _fusable(graph)
+    aside = [t for t in graph.graph.initializer if t.name not in fusable]         # references only: no bytes yet
+    keep = [t for t in graph.graph.initializer if t.name in fusable]
+    del graph.graph.initializer[:]
+    graph.graph.initializer.extend(keep)
+    onnx.load_external_data_for_model(graph, str(path.parent))
     changed = fuse.fuse_sibling_projections(graph)
     changed += fuse.pack_attention_qkv(graph)
+    graph.graph.initializer.extend(aside)
     if changed or external or data_file(path).exists():
         save_graph(graph, path, external)
+
+
+def _fusable(graph: onnx.ModelProto) -> set:
+    """The names of the initializers fuse.fuse_sibling_projections may join: a MatMul's weight, an Add's bias."""
+    return {name for node in graph.graph.node if node.op_type in ("MatMul", "Add") for name in node.input}
 
 
 # --- static checks of a written graph ------------------------------------------------------------------
 def check_graph(path: Path, expected_inputs: List[str], expected_outputs: List[str]) -> None:
     """onnx.checker, the I/O names in order, no forbidden op, every float constant finite.
     Raises ValueError naming the problem."""
-    model = onnx.load(str(path))
+    model = onnx.load(str(path), load_external_data=False)  # the weights are read one at a time, below
     onnx.checker.check_model(str(path), full_check=True)     # by path: a model past 2 GB has its weights outside
     inputs = [i.name for i in model.graph.input]
     outputs = [o.name for o in model.graph.output]
@@ -301,10 +320,15 @@ def check_graph(path: Path, expected_inputs: List[str], expected_outputs: List[s
     if bad:
         raise ValueError(f"{path.name}: unexpected ops {bad} (the plain attention equation, or onnxruntime's fused "
                          f"attention ops {', '.join(FUSED_ATTENTION_OPS)}, was expected)")
+    dtypes = {onnx.TensorProto.FLOAT: np.float32, onnx.TensorProto.FLOAT16: np.float16,
+              onnx.TensorProto.DOUBLE: np.float64}
     for tensor in _constant_tensors(model):
-        if tensor.data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE):
-            arr = onnx.numpy_helper.to_array(tensor)
-            if not np.isfinite(arr).all():
+        if tensor.data_type in dtypes:
+            pieces = ((np.frombuffer(piece, dtypes[tensor.data_type])           # one piece in memory at a time
+                       for piece in tensor_chunks(tensor, path.parent, FINITE_CHUNK))
+                      if tensor.HasField("raw_data") or tensor.data_location == onnx.TensorProto.EXTERNAL
+                      else iter([onnx.numpy_helper.to_array(tensor)]))
+            if not all(np.isfinite(piece).all() for piece in pieces):
                 raise ValueError(f"{path.name}: constant {tensor.name!r} holds inf/NaN (masks must be finite)")
 
 

@@ -45,7 +45,7 @@ import tempfile
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Dict, List, Optional, Sequence, Tuple
+from typing import BinaryIO, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import onnxruntime as ort
@@ -167,13 +167,13 @@ class OnnxPair:
     The decoder step's contract (format 1 or 2, graph_io.py) is read from the graph's inputs."""
 
     def __init__(self, encoder: Path, decoder: Path, cfg, provider: str = "CPUExecutionProvider",
-                 cross_per_sentence: bool = True):
+                 cross_per_sentence: bool = True, options: Optional[Callable[[Path], ort.SessionOptions]] = None):
         self.cfg = cfg
         self.cross_per_sentence = cross_per_sentence
-        opts = session_options()
+        opts = options or (lambda graph: session_options())     # options(graph path): export/commands.py TorchWeights
         self.decoder_path = decoder
-        self.encoder = ort.InferenceSession(str(encoder), opts, providers=[provider])
-        self.decoder = ort.InferenceSession(str(decoder), opts, providers=[provider])
+        self.encoder = ort.InferenceSession(str(encoder), opts(encoder), providers=[provider])
+        self.decoder = ort.InferenceSession(str(decoder), opts(decoder), providers=[provider])
         self.provider = self.decoder.get_providers()[0]
         self.format_version = graph_format(self.decoder)
         self.names = GraphNames.for_config(cfg, self.format_version)
@@ -589,6 +589,8 @@ def check_reduced(report: ParityReport, what: str) -> ParityReport:
     return report
 
 
-def session_loads(path: Path, provider: str = "CPUExecutionProvider") -> str:
-    """Open an InferenceSession (raises on failure) -> the provider it runs on."""
-    return ort.InferenceSession(str(path), session_options(), providers=[provider]).get_providers()[0]
+def session_loads(path: Path, provider: str = "CPUExecutionProvider",
+                  options: Optional[Callable[[Path], ort.SessionOptions]] = None) -> str:
+    """Open an InferenceSession (raises on failure) -> the provider it runs on. options: as OnnxPair's."""
+    opts = options(path) if options else session_options()
+    return ort.InferenceSession(str(path), opts, providers=[provider]).get_providers()[0]

@@ -49,17 +49,18 @@ import logging
 import os
 import tempfile
 from pathlib import Path
-from typing import Sequence
+from typing import Optional, Sequence
 
 import onnx
 
-from .graph_files import remove_graph, save_graph, too_big
+from .graph_files import remove_graph, save_graph, tensor_chunks, too_big
 from .int8_rows import per_row_activations
 
 PER_CHANNEL = True
 REDUCE_RANGE = True                 # 7-bit weights: exact int32 sums on AVX2 as on VNNI (module docstring)
 PER_ROW = True                      # activations: one scale per row, a row's result its own (int8_rows.py)
 QUANTIZED_OPS = ["MatMul"]
+TABLE_CHUNK = 4096                  # int8_table: rows quantised at a time (temporaries of a block, not of a table)
 TABLE_INT8_MAX = 64                 # int8_embeddings: symmetric rows in [-64, 64], REDUCE_RANGE's (a GEMM reads them)
 EMBEDDING_ROWS, EMBEDDING_SCALES = ".embedding_rows", ".embedding_scales"   # suffixes of the table's int8 tensors
 FEW_ROWS_BITS, FEW_ROWS_ACCURACY_LEVEL = 8, 4
@@ -84,10 +85,15 @@ def int8_table(weights):
     projection's integer GEMM can read them as its per-column weight (module docstring)."""
     import numpy as np
 
-    absmax = np.abs(weights).max(axis=1).astype(np.float64)                     # [V]
-    scales = (absmax / TABLE_INT8_MAX).astype(np.float32)
-    scales[scales == 0] = 1.0                                                    # a zero row stays zeros
-    rows = np.clip(np.rint(weights / scales[:, None]), -TABLE_INT8_MAX, TABLE_INT8_MAX).astype(np.int8)
+    rows = np.empty(weights.shape, np.int8)
+    scales = np.empty(weights.shape[0], np.float32)
+    for i in range(0, weights.shape[0], TABLE_CHUNK):
+        block = weights[i:i + TABLE_CHUNK]
+        absmax = np.abs(block).max(axis=1).astype(np.float64)                    # [rows]
+        part = (absmax / TABLE_INT8_MAX).astype(np.float32)
+        part[part == 0] = 1.0                                                    # a zero row stays zeros
+        scales[i:i + TABLE_CHUNK] = part
+        rows[i:i + TABLE_CHUNK] = np.clip(np.rint(block / part[:, None]), -TABLE_INT8_MAX, TABLE_INT8_MAX)
     return rows, scales
 
 
@@ -108,14 +114,15 @@ def _table_reader(node: onnx.NodeProto, initializers) -> str:
     return ""
 
 
-def int8_embeddings(model: onnx.ModelProto) -> int:
+def int8_embeddings(model: onnx.ModelProto, folder: Optional[Path] = None) -> int:
     """Each float32 table [V, D] that only Gathers of input_ids (the embedding) and output projections (a Gemm, B
     transposed) read -> one int8 copy [V, D] with a scale per row [V] (`int8_table`), read by all of them, under
     the old output names (module docstring):
       Gather:     Gather(int8 [V, D], input_ids) [..., D] -> Cast -> Mul(its scales)
       projection: DynamicQuantizeLinear(x) -> com.microsoft QGemm(x_q, x_scale, x_zero, int8 [V, D], scales, 0,
                   transB=1) -> float32 (+ C by an Add: QGemm's own bias is int32)
-    -> how many tables."""
+    -> how many tables. A table whose bytes lie in a data file of `folder` (onnx.load(..., load_external_data=False))
+    is read from there (the table once in memory, as float32; quantised a block of rows at a time)."""
     import numpy as np
     from onnx import helper, numpy_helper
 
@@ -139,7 +146,10 @@ def int8_embeddings(model: onnx.ModelProto) -> int:
             o.domain == "com.microsoft" for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
     for name in tables:
-        rows, scales = int8_table(numpy_helper.to_array(initializers[name]))
+        table = initializers[name]
+        rows, scales = int8_table(
+            np.frombuffer(b"".join(tensor_chunks(table, folder)), np.float32).reshape(tuple(table.dims))
+            if table.data_location == onnx.TensorProto.EXTERNAL else numpy_helper.to_array(table))
         names = {"rows": name + EMBEDDING_ROWS, "scales": name + EMBEDDING_SCALES, "zero": name + ".zero_point"}
         graph.initializer.extend([numpy_helper.from_array(rows, names["rows"]),
                                   numpy_helper.from_array(scales, names["scales"])])
@@ -182,9 +192,9 @@ def quantize_int8(src: Path, dst: Path, per_channel: bool = PER_CHANNEL, reduce_
     row (export/int8_rows.py); False leaves quantize_dynamic's per-tensor ones (benchmarks and tests compare)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    model = onnx.load(str(src))
+    model = onnx.load(str(src), load_external_data=False)  # the weights stay in src's data file until copied
     drop_initializer_value_info(model)
-    int8_embeddings(model)
+    int8_embeddings(model, Path(src).parent)
     external = external or too_big(model)
     fd, cleaned = tempfile.mkstemp(prefix=".cleaned.", suffix=".onnx", dir=Path(dst).parent)
     os.close(fd)

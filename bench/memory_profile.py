@@ -115,7 +115,7 @@ def child(spec: Dict) -> Dict:
     """One process: import, load, first call, every case (module doc) -> the phases and our buffers."""
     phases: Dict[str, Dict] = {"start": {"rss_mib": status_mib("VmRSS"), "peak_mib": status_mib("VmHWM")}}
     translator = phase("import", phases, lambda: __import__("seq2onnx.runtime.translator", fromlist=["x"]))
-    from seq2onnx.runtime import session
+    from seq2onnx.runtime.engine import session
 
     plain = session.SessionConfig.session_options
 

@@ -31,9 +31,9 @@ from __future__ import annotations
 import itertools
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ..constraints import split_work
-from ..decoding import Decoding, RunningBatch, TextStream, step_limits
-from ..search import BeamSearch
+from ..decode.constraints import split_work
+from ..decode.decoding import Decoding, RunningBatch, TextStream, step_limits
+from ..decode.search import BeamSearch
 from ..results import TranslationResult
 from .scheduler import BATCHING_KEYWORDS, SCORE, STREAM, TRANSLATE, Job, Scheduler, stream_options
 

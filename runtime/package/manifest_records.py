@@ -7,7 +7,7 @@
     generation   "generation": the decoding options `translate_batch` starts from (a converted model's
                  generation_config: what `model.generate()` does with no arguments)
 
-export/ writes `record.to_manifest()`; runtime/manifest.py reads `Record.from_manifest(value, where)`, which
+export/ writes `record.to_manifest()`; runtime/package/manifest.py reads `Record.from_manifest(value, where)`, which
 checks every field and raises one ModelPackageError line naming it. docs/CONTRACTS.md, "Model package".
 """
 from __future__ import annotations
@@ -17,10 +17,10 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from .errors import REEXPORT, ModelPackageError
+from ..errors import REEXPORT, ModelPackageError
 from .languages import resolve
 from .manifest_fields import short
-from .options import Arg, DecodingOptions, OptionError
+from ..options import Arg, DecodingOptions, OptionError
 
 MAX_LANGUAGES = 4096                    # codes per side (NLLB-200: 202; OPUS-MT's multilingual models: a few hundred)
 LANGUAGE_CODE = re.compile(r"[A-Za-z0-9_.@-]{1,32}")     # en, deu, pt_BR, eng_Latn, zh-Hant

@@ -6,14 +6,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
-import re
 import signal
 import sys
 import threading
 from contextlib import contextmanager
 from typing import Iterator, List, NoReturn, Optional, TextIO, Union
 
-from .errors import Seq2OnnxError, Terminated
+from ..errors import Seq2OnnxError, Terminated, printable
 
 # name -> (module, function, one-line help, extra that provides its dependencies)
 COMMANDS = {
@@ -23,12 +22,12 @@ COMMANDS = {
     "export": ("seq2onnx.export.commands", "export_main", "export a checkpoint to an ONNX model package", "train"),
     "convert": ("seq2onnx.export.hf_convert", "convert_main",
                 "convert a transformers MarianMT (OPUS-MT) / M2M100 / NLLB folder to a model package", "convert"),
-    "translate": ("seq2onnx.runtime.commands", "translate_main", "translate lines with a model package", None),
-    "translate-file": ("seq2onnx.runtime.document_files", "translate_file_main",
+    "translate": ("seq2onnx.runtime.cli.commands", "translate_main", "translate lines with a model package", None),
+    "translate-file": ("seq2onnx.runtime.cli.translate_file", "translate_file_main",
                        "translate a file (.txt, .html, .srt, .docx) with a model package, keeping its format", None),
-    "score": ("seq2onnx.runtime.commands", "score_main", "score given translations (log-probs) with a model package",
+    "score": ("seq2onnx.runtime.cli.commands", "score_main", "score given translations (log-probs) with a model package",
               None),
-    "info": ("seq2onnx.runtime.info", "info_main", "describe a model package", None),
+    "info": ("seq2onnx.runtime.cli.info", "info_main", "describe a model package", None),
     "serve": ("seq2onnx.runtime.serve.cli", "serve_main",
               "serve translations over HTTP (LibreTranslate's API and /v1), batching requests", "serve"),
     "translate-dataset": ("seq2onnx.runtime.ray.cli", "translate_dataset_main",
@@ -41,16 +40,6 @@ COMMANDS = {
 EXTRA_MODULES = {"torch", "onnx", "onnxscript", "sacrebleu", "tqdm", "num2words", "onnx_ir", "transformers",
                  "sentencepiece", "safetensors", "starlette", "uvicorn", "prometheus_client", "sse_starlette",
                  "multipart", "python_multipart", "ray", "pyarrow"}
-
-
-# C0, DEL and C1: the characters a terminal acts on (escape sequences, bell, carriage return, line breaks)
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
-
-
-def printable(text: str) -> str:
-    """`text` with every control character written as \\xNN: an error stays one line, and what comes from
-    a model folder or an input (a path, a manifest field, a token) cannot drive the terminal."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 @contextmanager
@@ -139,7 +128,7 @@ def _main(argv: Optional[List[str]]) -> int:
         print(usage())
         return 0 if argv else 2
     if argv[0] == "--version":
-        from . import __version__
+        from .. import __version__
         print(f"seq2onnx {__version__}")
         return 0
     name, rest = argv[0], argv[1:]
@@ -197,6 +186,3 @@ def _internal_error(name: str, e: BaseException) -> int:
           f"traceback)", file=sys.stderr)
     return 1
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -32,9 +32,8 @@ from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .alignment import WORD_START, word_index
-from .cli import printable
-from .errors import Seq2OnnxError
+from ..decode.alignment import WORD_START, word_index
+from ..errors import Seq2OnnxError, printable
 
 EOS_LABEL = "</s>"
 DPI = 110
@@ -302,7 +301,7 @@ def plot_block(tr: Any, block: Sequence[Tuple[int, str]], results: Sequence[Any]
     """DIR/line-N.png for each line of a translated block: the best translation's attention. A picture that
     cannot be written (a folder in its place, a full disk) is skipped with a warning: the translations are
     already out."""
-    from .text_input import is_blank
+    from ..text_input import is_blank
     for (n, text), r in zip(block, results):
         path = folder / f"line-{n}.png"
         source = [] if is_blank(text) else tr.source_ids(text, max_input_length)[:-1]

@@ -14,7 +14,7 @@ from typing import Dict, Optional, Tuple
 import numpy as np
 import onnxruntime as ort
 
-from .errors import Seq2OnnxError
+from ..errors import Seq2OnnxError
 from .gather_graph import gather_model_bytes
 
 DEVICES = ("auto", "cpu", "cuda")

@@ -48,12 +48,12 @@ from typing import Any, Dict, Generator, List, Optional, Protocol, Sequence, Tup
 
 import numpy as np
 
-from .config import ModelConfig
+from ..package.config import ModelConfig
 from .decoder_state import DecoderState, place_rows
 from .constraints import Constraints, Phrases, check_batch_work, require_beam
-from .errors import ModelPackageError
+from ..errors import ModelPackageError
 from .logit_filters import ForceToken, build_filters, renormalize
-from .options import DecodingOptions
+from ..options import DecodingOptions
 from .search import BeamSearch, Hypothesis, NonFiniteScores, RowSearch, Sampler, rank
 
 

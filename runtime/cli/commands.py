@@ -11,14 +11,14 @@ import warnings
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
-from .cli import OneLineParser, printable, terminate_raises
+from .main import OneLineParser, terminate_raises
 from .cli_io import (PROG, UTF8_MAX_BYTES, Progress, decode_line, open_output, open_path, read_lines, stdin_bytes,
                      warn)
-from .alignment import format_alignment
-from .errors import Seq2OnnxError
-from .constraints import check_work, normalize_phrases, require_beam
-from .options import MAX_CHARS_PER_TOKEN, Arg, DecodingOptions, NamesArgs, check_text, with_defaults
-from .option_table import BOOL, OPTIONS
+from ..decode.alignment import format_alignment
+from ..errors import Seq2OnnxError, printable
+from ..decode.constraints import check_work, normalize_phrases, require_beam
+from ..options import MAX_CHARS_PER_TOKEN, Arg, DecodingOptions, NamesArgs, check_text, with_defaults
+from ..option_table import BOOL, OPTIONS
 
 DEFAULTS = DecodingOptions()            # the API's defaults are the CLI's
 
@@ -203,7 +203,7 @@ def cli_message(error: Exception) -> str:
 LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 
 
-def _format(number: int, texts: List[str], scores: List[float], n_best: int, with_scores: bool,
+def format_output(number: int, texts: List[str], scores: List[float], n_best: int, with_scores: bool,
             terminal: bool = False) -> bytes:
     """Output lines of one input; for a terminal, control characters are shown as \\xNN."""
     lines = []
@@ -217,14 +217,14 @@ def _format(number: int, texts: List[str], scores: List[float], n_best: int, wit
 
 
 DOCUMENT_FORMAT = """\
---document: the input is one document (documents.py's rules): each line a paragraph, split into sentences
+--document: the input is one document (documents/text.py's rules): each line a paragraph, split into sentences
 (the sentencex package: pip install 'seq2onnx[documents]'; --no-split: each line translated whole), whose
 translations are written back with the document's line breaks (LF, CRLF or CR), blank lines, indentation,
 list markers ("- ", "* ", "1. ") and spaces. Read and written a block of --max-batch-size lines at a time.
 A line over {chars} characters, or a control character (but TAB, LF, CR), stops the command (exit 2,
 naming the line); the blocks before it are written. --n-best, --scores, --alignment and --plot-attention
 are for lines of sentences, not documents.
---format html: the input is one HTML document (runtime/html_document.py's rules): the text between its tags is
+--format html: the input is one HTML document (runtime/documents/html_document.py's rules): the text between its tags is
 translated, its markup kept (inline tags placed by the translation's alignment); read whole, at most {html_chars}
 characters.
 """
@@ -232,8 +232,9 @@ characters.
 
 def _translate_cli_parser() -> argparse.ArgumentParser:
     """`seq2onnx translate`'s parser: translate_parser's options (which translate-dataset shares) and documents."""
-    from .documents import FORMATS, MAX_PARAGRAPH_CHARS
-    from .html_document import MAX_HTML_CHARS
+    from ..documents.text import MAX_PARAGRAPH_CHARS
+    from ..documents.translate import FORMATS
+    from ..documents.html_document import MAX_HTML_CHARS
     p = translate_parser()
     p.epilog = f"{p.epilog}{DOCUMENT_FORMAT.format(chars=MAX_PARAGRAPH_CHARS, html_chars=MAX_HTML_CHARS)}"
     g = p.add_argument_group("documents")
@@ -281,7 +282,7 @@ def translate_options(argv: List[str], parser: Callable[[], argparse.ArgumentPar
 
 def source_line_bytes(limit: int) -> int:
     """The bytes of an input line that `translate` reads with a source limit of `limit` tokens (TRANSLATE_FORMAT)."""
-    from .text_input import max_source_chars
+    from ..text_input import max_source_chars
     return UTF8_MAX_BYTES * max_source_chars(limit)
 
 
@@ -343,9 +344,10 @@ def _check_options(args: Any, **decoding: Any) -> None:
 
 
 def _translate_document(args: Any, decoding: Dict[str, Any]) -> int:
-    """`translate --document`: the input's lines in blocks of --max-batch-size, each block a document (documents.py:
+    """`translate --document`: the input's lines in blocks of --max-batch-size, each block a document (documents/text.py:
     its lines are its paragraphs, so a block's translation is the whole document's part), written as it is done."""
-    from .documents import MAX_PARAGRAPH_CHARS, layout
+    from ..documents.text import MAX_PARAGRAPH_CHARS
+    from ..documents.translate import layout
     if not args.document and args.format != "html":
         raise Seq2OnnxError("--no-split is an option of --document (without it, each line is one source, not split)")
     sentence_flags = [flag for flag, given in (("--n-best", args.num_hypotheses > 1), ("--scores", args.scores),
@@ -354,7 +356,7 @@ def _translate_document(args: Any, decoding: Dict[str, Any]) -> int:
     if sentence_flags:
         raise Seq2OnnxError(f"{', '.join(sentence_flags)}: an option for lines of sentences, not for --document")
     if args.split_sentences:
-        from .documents import require_splitter
+        from ..documents.text import require_splitter
         require_splitter()                              # a missing splitter, said before the model loads
     language = decoding.get("source_lang")
     line_bytes = UTF8_MAX_BYTES * MAX_PARAGRAPH_CHARS
@@ -392,8 +394,8 @@ def _translate_document(args: Any, decoding: Dict[str, Any]) -> int:
 
 def _translate_html(tr: Any, source: BinaryIO, args: Any, decoding: Dict[str, Any]) -> str:
     """`translate --format html`: the input read whole (at most MAX_HTML_CHARS characters' bytes), translated."""
-    from .documents import alignment_options, layout, translations
-    from .html_document import MAX_HTML_CHARS
+    from ..documents.translate import alignment_options, layout, translations
+    from ..documents.html_document import MAX_HTML_CHARS
     max_bytes = UTF8_MAX_BYTES * MAX_HTML_CHARS
     raw = source.read(max_bytes + 1)
     if len(raw) > max_bytes:
@@ -459,7 +461,7 @@ def _run_lines(args: Any, max_bytes: Callable[[Any, int], Tuple[int, Optional[in
 
 def load_translator(args: Any) -> Tuple[Any, int]:
     """The Translator of MODEL_DIR with the model options, and the source length limit in tokens."""
-    from .translator import Translator
+    from ..translator import Translator
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -471,9 +473,9 @@ def load_translator(args: Any) -> Tuple[Any, int]:
     for w in caught:                                   # e.g. an int8 variant exported without its check
         warn(str(w.message))
     try:                                # what the vocabulary cannot spell, or too much work, before any line is read
-        tr._prefixes(None if getattr(args, "target_prefix", None) is None else [args.target_prefix], 1)
+        tr.prefix_ids(None if getattr(args, "target_prefix", None) is None else [args.target_prefix], 1)
         if getattr(args, "constraints", None):
-            check_work("constraints", tr._constraint_ids([args.constraints], 1), _beam_size(args))
+            check_work("constraints", tr.constraint_ids([args.constraints], 1), _beam_size(args))
     except ValueError as e:
         raise Seq2OnnxError(cli_message(e)) from e
     limit = tr.config.max_positions if args.max_input_length is None else args.max_input_length
@@ -528,7 +530,7 @@ def output_lines(n: int, text: str, r: Any, args: Any, limit: int, terminal: boo
               "--max-decoding-length set the limit")
     texts = r.hypotheses if not args.return_alignment else \
         [f"{LINE_BREAKS.sub(' ', t)} ||| {format_alignment(a)}" for t, a in zip(r.hypotheses, r.alignment)]
-    return _format(n, texts, r.normalized_scores, args.num_hypotheses, args.scores, terminal)
+    return format_output(n, texts, r.normalized_scores, args.num_hypotheses, args.scores, terminal)
 
 
 # --- score -----------------------------------------------------------------------------------------
@@ -562,7 +564,7 @@ def score_main(argv: List[str]) -> int:
     args = p.parse_args(argv)
     PROG["name"] = "seq2onnx score"
     _check_options(args, length_penalty=args.length_penalty)
-    from .text_input import max_source_chars
+    from ..text_input import max_source_chars
 
     def max_bytes(tr: Any, limit: int) -> Tuple[int, int]:      # a source; a target of at most max_positions
         return UTF8_MAX_BYTES * max_source_chars(limit), UTF8_MAX_BYTES * max_source_chars(tr.config.max_positions)
@@ -584,7 +586,7 @@ def _score_lines(tr: Any, block: List[Tuple[int, str]], args: Any, out: BinaryIO
 
 def _score_block(tr: Any, block: List[Tuple[int, str]], args: Any, terminal: bool) -> bytes:
     """Output lines for (line number, SOURCE<TAB>TARGET) lines, each with one TAB."""
-    from .search import normalize
+    from ..decode.search import normalize
     pairs = [text.split("\t") for _, text in block]
     try:
         with warnings.catch_warnings(record=True) as caught:

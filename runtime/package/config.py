@@ -108,7 +108,7 @@ CHOICES = {"activation": ("relu", "gelu", "swish"), "sinusoid": ("interleaved", 
 # Bounds of the numbers a runtime builds things from (graph I/O names per layer, buffers per head,
 # position and token): far above any real model (Transformer-big: 1024 wide, 16 heads, 6 layers), low
 # enough that a model folder cannot make the runtime build billions of names or buffers without end.
-_RANGES = {
+RANGES = {
     "vocab_size": (1, 1 << 24), "d_model": (1, 1 << 16), "n_heads": (1, 1 << 10), "d_ff": (1, 1 << 20),
     "encoder_layers": (1, 1024), "decoder_layers": (1, 1024), "max_positions": (1, 1 << 20),
     "pad_id": (0, 1 << 24), "bos_id": (0, 1 << 24), "eos_id": (0, 1 << 24), "unk_id": (0, 1 << 24),
@@ -119,7 +119,7 @@ _RANGES = {
 
 def _check_field(name: str, kind: type, value: Any) -> None:
     """value is of the field's kind (a bool is no integer here; an integer is a fine float), finite and
-    within _RANGES; a str is one of CHOICES; an Optional[int] is None or such an integer."""
+    within RANGES; a str is one of CHOICES; an Optional[int] is None or such an integer."""
     if kind is _OptionalInt:
         if value is None:
             return
@@ -132,11 +132,11 @@ def _check_field(name: str, kind: type, value: Any) -> None:
         if not isinstance(value, bool):
             raise ValueError(f"{name} must be true or false, got {value!r}")
         return
-    low, high = _RANGES.get(name, (-math.inf, math.inf))
+    low, high = RANGES.get(name, (-math.inf, math.inf))
     if not isinstance(value, int if kind is int else (int, float)) or isinstance(value, bool) \
             or not (math.isfinite(value) and low <= value <= high):
         what = "an integer" if kind is int else "a finite number"
-        raise ValueError(f"{name} must be {what}" + (f" in [{low}, {high}]" if name in _RANGES else "")
+        raise ValueError(f"{name} must be {what}" + (f" in [{low}, {high}]" if name in RANGES else "")
                          + f", got {value!r}")
 
 

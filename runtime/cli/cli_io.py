@@ -14,8 +14,7 @@ import time
 from contextlib import contextmanager, suppress
 from typing import BinaryIO, Callable, Iterator, List, Optional, TextIO, Tuple, Union
 
-from .cli import printable
-from .errors import Seq2OnnxError
+from ..errors import Seq2OnnxError, printable
 
 UTF8_MAX_BYTES = 4                      # bytes of one character in UTF-8, at most
 

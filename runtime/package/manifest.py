@@ -34,13 +34,13 @@ from typing import Any, Dict, List, Optional, Set, Tuple, Union
 from tokenizers import Tokenizer
 
 from .config import ModelConfig
-from .errors import REEXPORT, ModelPackageError, checkpoints_in, first_line
+from ..errors import REEXPORT, ModelPackageError, checkpoints_in, first_line
 from .manifest_fields import REQUIRED as _REQUIRED, count_entries as _count, field as _field, short as _short
 from .manifest_records import Languages, Tokenizers, read_generation
 from .external_data import MAX_DATA_BYTES, ExternalGraph, external_graph, read_variant_field
 from .onnx_bytes import external_tensors
-from .package_files import check_regular, interrupted_export, read_regular, sha256_of  # noqa: F401
-from .package_tokenizer import PackageTokenizer, foreign_regex, rust_panics_as_errors, specials_as_text
+from .files import check_regular, interrupted_export, read_regular, sha256_of  # noqa: F401
+from .tokenizer import PackageTokenizer, foreign_regex, rust_panics_as_errors, specials_as_text
 from .shipped_models import available_models, resolve_model_dir
 
 FORMAT = "seq2onnx-model"
@@ -210,7 +210,7 @@ class ModelPackage:
                 self._verified.add(path.name)
 
 
-# --- files of the folder (package_files.py reads them) ---------------------------------------------
+# --- files of the folder (package/files.py reads them) ---------------------------------------------
 def _missing_listed(path: Path) -> str:
     return f"{path} is missing (listed in {MANIFEST}); copy the whole package folder or {REEXPORT}"
 
@@ -411,7 +411,7 @@ def _check_described_fields(where: Path, manifest: Dict[str, Any]) -> None:
         _field({i: reason}, i, str, where, f"source_checkpoint.undertrained[{i}]")
 
 
-# --- the tokenizer (its guards: package_tokenizer.py) ------------------------------------------------
+# --- the tokenizer (its guards: package/tokenizer.py) ------------------------------------------------
 def _read_tokenizer(package: ModelPackage, name: str, vocab_size: int) -> PackageTokenizer:
     """The tokenizer file `name`, of exactly vocab_size ids, with the package's special tokens."""
     where, config, manifest = package.root / MANIFEST, package.config, package.manifest

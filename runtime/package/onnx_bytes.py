@@ -3,7 +3,7 @@
 onnxruntime reads external data from files the model names, relative to the model's folder (for a model
 given as bytes: relative to the working directory). The runtime never lets it: a graph of a package with
 external data gets its weights from the data file the manifest lists for it, read and hashed by the runtime
-(runtime/external_data.py), and any other external tensor is refused (docs/SECURITY.md). A model is a protobuf
+(runtime/package/external_data.py), and any other external tensor is refused (docs/SECURITY.md). A model is a protobuf
 message (onnx.proto): this walks the messages that can hold a tensor, skipping every other field by its
 length, and reads each TensorProto's name, dims, data_type, data_location and external_data. Linear in the
 size of the model; no recursion.

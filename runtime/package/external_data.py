@@ -31,7 +31,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 import onnxruntime as ort
 
-from .errors import REEXPORT, ModelPackageError
+from ..errors import REEXPORT, ModelPackageError
 from .onnx_bytes import ExternalTensor
 
 FOLDER_KEY = "session.model_external_initializers_file_folder_path"   # onnxruntime's key (module doc)

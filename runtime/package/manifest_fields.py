@@ -1,11 +1,11 @@
-"""The manifest's fields, each read with a one-line check (runtime/manifest.py reads the manifest through these):
+"""The manifest's fields, each read with a one-line check (runtime/package/manifest.py reads the manifest through these):
 a field of the kind it must be, an object of a bounded number of entries, and a value shown short in the message."""
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-from .errors import REEXPORT, ModelPackageError
+from ..errors import REEXPORT, ModelPackageError
 
 REQUIRED = object()             # field's default: the field must be there
 KIND_NAMES = {dict: "an object", list: "a list", str: "a string", int: "an integer", bool: "true or false",

@@ -1,7 +1,7 @@
 """onnxruntime sessions and the two engines the decoding loop runs on.
 
   ArrayEngine      CPU: numpy arrays in, numpy arrays out (InferenceSession.run).
-  IoBindingEngine  CUDA (device_engine.py): the cross K/V and the self-attention cache stay on the
+  IoBindingEngine  CUDA (engine/cuda.py): the cross K/V and the self-attention cache stay on the
                    device between steps.
 
 Device choice (cpu, cuda, auto): devices.py; its names are imported here too, where callers find them.
@@ -19,13 +19,13 @@ import onnxruntime as ort
 
 from .cache_inplace import append_zero_rows, reorder_moves, reorder_rows, widen
 from .cache_memory import Cache, CachePool, CrossRows, SpareMemory
-from .config import ModelConfig
-from .decoder_state import EngineBase
-from .errors import ModelPackageError, Seq2OnnxError, graph_run_error, onnxruntime_problem
-from .external_data import ExternalGraph
-from .graph_io import CROSS_ATTENTION, ID_INPUTS, PAST_LENGTH, GraphNames, cache_names
+from ..package.config import ModelConfig
+from ..decode.decoder_state import EngineBase
+from ..errors import ModelPackageError, Seq2OnnxError, graph_run_error, onnxruntime_problem
+from ..package.external_data import ExternalGraph
+from ..package.graph_io import CROSS_ATTENTION, ID_INPUTS, PAST_LENGTH, GraphNames, cache_names
 from .devices import DEVICES, cuda_provider_options, cuda_status, onnxruntime_log_severity, resolve_device  # noqa: F401
-from .manifest import version_text
+from ..package.manifest import version_text
 
 log = logging.getLogger("seq2onnx.runtime")
 
@@ -230,7 +230,7 @@ class _Graphs(EngineBase):
 
     cross_per_sentence: the decoder step takes cross K/V and encoder mask with one row per sentence
     while its other inputs have one per hypothesis (docs/CONTRACTS.md); decoding then shares them
-    between a sentence's beams instead of copying them per row (runtime/decoding.py)."""
+    between a sentence's beams instead of copying them per row (runtime/decode/decoding.py)."""
 
     def __init__(self, encoder: ort.InferenceSession, decoder: ort.InferenceSession, config: ModelConfig,
                  cross_per_sentence: bool = False, decoder_path: str = "the decoder step graph",
@@ -482,7 +482,7 @@ def open_engine(encoder_path: Any, decoder_path: Any, config: ModelConfig, sc: S
     encoder = session(encoder_path, "encoder", format_version)
     decoder = session(decoder_path, "decoder_step", format_version)
     if sc.device == "cuda":
-        from .device_engine import IoBindingEngine     # it builds on _Graphs, from here
+        from .cuda import IoBindingEngine     # it builds on _Graphs, from here
         return IoBindingEngine(encoder, decoder, config, "cuda", sc.device_id, sc.providers(), cross_per_sentence,
                                str(decoder_path), encoder_path=str(encoder_path), search_on_device=True)
     engine = ArrayEngine(encoder, decoder, config, cross_per_sentence, str(decoder_path), str(encoder_path),

@@ -7,13 +7,14 @@ import json
 import math
 from typing import Any, Dict, List, Optional
 
-from .cli import OneLineParser, printable
+from ..errors import printable
+from .main import OneLineParser
 from .cli_io import stdout_text
 
 
 def package_info(model_dir: str, verify: bool = True) -> Dict[str, Any]:
     """What a package is: architecture, vocabulary, variants with sizes, parity and its thresholds, exporter."""
-    from .manifest import read_package, version_text
+    from ..package.manifest import read_package, version_text
     pkg = read_package(model_dir, verify=verify)
     if verify:
         for name in pkg.variants:

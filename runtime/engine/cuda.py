@@ -17,9 +17,9 @@ import numpy as np
 import onnxruntime as ort
 
 from .cache_memory import append_padded
-from .config import ModelConfig
+from ..package.config import ModelConfig
 from .gather_graph import gather_model_bytes, pad_model_bytes, search_head_model_bytes, top_k_model_bytes
-from .graph_io import CROSS_ATTENTION, PAST_LENGTH
+from ..package.graph_io import CROSS_ATTENTION, PAST_LENGTH
 from .session import _Graphs
 
 

@@ -20,8 +20,8 @@ from typing import Callable, List, Optional, Sequence
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from .config import ModelConfig
-from .options import DecodingOptions
+from ..package.config import ModelConfig
+from ..options import DecodingOptions
 
 LogitFilter = Callable[[np.ndarray, np.ndarray, np.ndarray, int], None]
 

@@ -41,7 +41,7 @@ import numpy as np
 
 from .constraints import Constraints
 from .decoder_state import place_rows
-from .options import DecodingOptions
+from ..options import DecodingOptions
 from .top_candidates import top_beam_candidates, top_candidates
 
 

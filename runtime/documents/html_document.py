@@ -1,4 +1,4 @@
-"""HTML documents: the text between the tags translated, the markup kept (documents.layout(..., format="html")).
+"""HTML documents: the text between the tags translated, the markup kept (translate.layout(..., format="html")).
 
 The parser is the standard library's html.parser: no new dependency, maintained with CPython (its security fixes
 come with Python's), it never raises on bad markup, and it reports where each tag starts, so what is not translated
@@ -9,7 +9,7 @@ end), so that malformed markup comes back well-formed.
 The rules, each here once:
 - Block elements (any not in INLINE, and an inline one that holds a block) and <br> separate segments; the text of
   the inline content between them (text, INLINE elements, comments, <img>) is one paragraph, split into sentences as
-  a plain-text line is (documents.py: sentencex, split_sentences=False: one sentence); in <pre>, each line is.
+  a plain-text line is (documents/text.py: sentencex, split_sentences=False: one sentence); in <pre>, each line is.
   The model reads a sentence with its white space runs made one space (as HTML shows them); the white space between
   sentences is written as the document has it.
 - An inline element (<b>, <a href>, <i>, <span>, nested ones) that wraps whole sentences is written around their
@@ -44,8 +44,8 @@ from html import unescape
 from html.parser import HTMLParser
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
-from .documents import (MAX_PARAGRAPH_CHARS, DocumentError, Layout, Translation, sentence_spans, check_controls,
-                        layout, require_splitter, splitter_language)
+from .text import (MAX_PARAGRAPH_CHARS, DocumentError, Layout, Translation, sentence_spans, check_controls,
+                   require_splitter, splitter_language, text_layout)
 
 MAX_HTML_CHARS = 1 << 22            # characters of one HTML document
 MAX_HTML_TAGS = 1 << 17             # its "<" (tags, comments, a bare "<"): each one a parser event, of microseconds
@@ -527,7 +527,7 @@ class _Builder:
                     raw = m.group(2)
                     value = unescape(raw[1:-1] if raw[0] in "\"'" else raw)
                     if value.strip():
-                        lay = layout(value, self.split_sentences, self.language)
+                        lay = text_layout(value, self.split_sentences, self.language)
                         values.append((m.start(2), m.end(2), lay, len(self.sentences)))
                         self.sentences += lay.sentences
             if values:
@@ -773,7 +773,7 @@ def _units(sentences: List[Tuple[int, int]], tokens: List[Token], text: str) -> 
 
 
 def html_layout(text: str, split_sentences: bool = True, language: Optional[str] = None) -> HtmlLayout:
-    """An HTML document taken apart by the module's rules (documents.layout(text, format="html"))."""
+    """An HTML document taken apart by the module's rules (translate.layout(text, format="html"))."""
     root = parse(text)
     builder = _Builder(split_sentences, language)
     builder.attributes(root)

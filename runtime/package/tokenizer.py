@@ -10,7 +10,7 @@ from typing import Any, Iterator, Optional, Tuple
 
 from tokenizers import Tokenizer
 
-from .errors import REEXPORT, ModelPackageError, first_line
+from ..errors import REEXPORT, ModelPackageError, first_line
 
 # group_digits (training/tokenizer.py): the empty place inside a digit run with a multiple of 3 digits to its right
 THOUSANDS = r"(?<=\d)(?=(?:\d{3})+(?!\d))"

@@ -29,7 +29,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .options import Arg, OptionError, OptionTypeError, check_ids, check_text
+from ..options import Arg, OptionError, OptionTypeError, check_ids, check_text
 
 Phrases = Sequence[Sequence[int]]          # one sentence's phrases, id lists
 

@@ -35,7 +35,8 @@ from .package.manifest import UNCHECKED, ModelPackage, read_package
 from .results import ScoringResult, TranslationResult
 from .options import (BATCH_TYPES, DEFAULT_MAX_BATCH_SIZE, MAX_CHARS_PER_TOKEN, Arg, DecodingOptions, OptionError,
                       OptionTypeError, OptionWarning, check_ids, check_text, with_defaults)
-from .engine.session import SessionConfig, check_onnxruntime, onnxruntime_version, open_engine, resolve_device
+from .engine.loader import open_engine
+from .engine.session import SessionConfig, check_onnxruntime, onnxruntime_version, resolve_device
 from .text_input import TranslateRequest, is_blank, max_source_chars, split_batches, token_ids  # noqa: F401 (callers import them here)
 
 log = logging.getLogger("seq2onnx.runtime")
@@ -124,7 +125,7 @@ class Translator:
             self._check_graph_cross_axis(session, path)
         self.tokenizer = self.package.tokenizer          # source texts -> ids
         self.detokenizer = self.package.detokenizer      # output ids -> text, and target texts -> ids
-        # self.engine: the decoding engine (decoding.Engine), for id-level use with decoding.decode
+        # self.engine: the decoding engine (engine/base.py Engine), for id-level use with decoding.decode
         log.info("seq2onnx: %s runs on %s (variant %s, %s)", self.package.root, self.device, self.variant, v.precision)
 
     def _check_graph_cross_axis(self, decoder: Any, decoder_path: Any) -> None:

@@ -17,7 +17,8 @@ from seq2onnx.runtime.decode.decoding import decode
 from seq2onnx.runtime.errors import ModelPackageError
 from seq2onnx.runtime.package.manifest import read_package
 from seq2onnx.runtime.options import DecodingOptions
-from seq2onnx.runtime.engine.session import SessionConfig, onnxruntime_version, open_engine
+from seq2onnx.runtime.engine.loader import open_engine
+from seq2onnx.runtime.engine.session import SessionConfig, onnxruntime_version
 from seq2onnx.runtime.translator import Translator
 
 FEW = "decoder_step.int8.few_rows.onnx"

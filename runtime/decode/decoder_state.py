@@ -3,7 +3,7 @@ the cross K/V and the encoder mask, and how rows map onto them. The decoding loo
 rows it goes on with, and, in a continuous batch (serve/continuous.py), adds newly encoded rows to it.
 
 The anchors: openai/whisper's `rearrange_kv_cache`, fairseq's `reorder_incremental_state`, CTranslate2's
-`DecoderState`. It is written over the engine's primitives (session.py: encode, hold_encoded, step, step_top_k,
+`DecoderState`. It is written over the engine's methods (engine/base.py: encode, hold_encoded, step, step_top_k,
 step_search, take, and append_rows to extend), so the CPU and CUDA engines share it; where the cross K/V and mask live, and
 whether rows joining and leaving copy them or move them in place (the CPU engine: cache_memory.CrossRows), is the
 engine's business.
@@ -25,24 +25,7 @@ from typing import Any, List, Optional, Tuple
 
 import numpy as np
 
-
-class EngineBase:
-    """The engine interface's flags and names, with their defaults (decoding.py lists the methods): engines derive
-    from it, so that decoding reads them directly instead of probing for them."""
-    cross_per_sentence = False      # the decoder step takes cross K/V per sentence (R = B x G rows)
-    rows_at_own_positions = False   # contract 3: each row its own position, so rows may join a batch that stepped
-    picks_top_k = False             # has step_top_k (the CUDA engine: beam search reads [R, 2K], not [R, V])
-    searches_on_device = False      # has step_search (the search head graph: [R] or [sentences, 2K] come back)
-    decoder_path = "the decoder step graph"
-
-    def decoder_path_for(self, rows: int) -> str:
-        """The file of the graph that steps `rows` rows, for errors about its output."""
-        return self.decoder_path
-
-    def hold_encoded(self, encoder_mask: Any, cross: List[Any]) -> List[Any]:
-        """[encoder_mask, *cross] as the list this engine's take and append_rows work on (the CPU engine: in memory
-        that rows join and leave in place, cache_memory.CrossRows); it may take over the arrays it is given."""
-        return [encoder_mask, *cross]
+from ..engine.base import Engine
 
 
 class DecoderState:
@@ -50,11 +33,11 @@ class DecoderState:
     engine keeps them (`encoded`: engine.hold_encoded, which takes the arrays over); past: the cache (None before the
     first step)."""
 
-    def __init__(self, engine: Any, encoder_mask: Any, cross: List[Any], group: int = 1):
+    def __init__(self, engine: Engine, encoder_mask: Any, cross: List[Any], group: int = 1):
         self.engine, self.group = engine, group
         self.encoded = engine.hold_encoded(encoder_mask, cross)         # [encoder_mask, *cross]
         self.past: Optional[Any] = None
-        self.rows = _rows(encoder_mask) * group
+        self.rows = engine.row_count(encoder_mask) * group
 
     @property
     def encoder_mask(self) -> Any:
@@ -65,7 +48,7 @@ class DecoderState:
         return self.encoded[1:]
 
     @classmethod
-    def encode(cls, engine: Any, input_ids: np.ndarray, attention_mask: np.ndarray,
+    def encode(cls, engine: Engine, input_ids: np.ndarray, attention_mask: np.ndarray,
                row_example: Optional[np.ndarray] = None, group: int = 1) -> "DecoderState":
         """Run the encoder on the sources [B, S] once; rows: row_example[r] is row r's source (None: one row each),
         or with group G > 1 the G rows of each source share its cross row (row_example then is unused)."""
@@ -155,8 +138,3 @@ def place_rows(sources: np.ndarray, group: int = 1) -> Tuple[np.ndarray, np.ndar
     index[places] = sources
     return places, index
 
-
-def _rows(value: Any) -> int:
-    """Rows of a numpy array or an OrtValue."""
-    shape = value.shape() if callable(getattr(value, "shape", None)) else value.shape
-    return int(shape[0])

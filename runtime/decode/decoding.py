@@ -23,49 +23,24 @@ sentence, shared by its K rows (row = sentence * K + beam); when sentences stop,
 by sentence and the cache by row. Otherwise (packages of the earlier contract, RowSearch, whose rows end one by one,
 and a batch that rows may join) they are copied to every row and gathered with the cache.
 
-The engine (session.py) hides where tensors live (numpy on CPU, OrtValues on CUDA) and how the cache is kept
-(format 1: grown by the graph; format 2: a fixed-capacity buffer the graph writes in place):
-    encode(input_ids [B, S], attention_mask [B, S]) -> (encoder_mask, cross)   cross: 2 per layer
-    step(input_ids [R, 1], encoder_mask, past | None, cross[, with_attention=True])
-        -> (log_probs [R, V] numpy, present[, attention [R, S] numpy])
-        encoder_mask and cross have R rows, or with cross_per_sentence R / G (G rows per sentence)
-    take(values, index [R']) -> values gathered along axis 0
-    step_top_k(..., bias [1, V], k[, with_attention]), optional (the CUDA engine): step with each row's k best of
-        log_probs + bias picked where the log-probs are -> (values [R, k], indices [R, k], present[, attention]);
-        beam search then reads [R, 2K] per step instead of [R, V] (picks_on_device says when)
-    step_search(..., inputs, renormalize[, with_attention]), optional (searches_on_device: the CUDA engine, an option on
-        the CPU provider): step, then the search head (head_plan) where the log-probs are -> (outputs, present[,
-        attention]): greedy's ids and scores [R], or beam search's 2K best candidates [A, 2K]; nothing [R, V] comes back
-    append_rows(values, more), append_empty_cache(cache, n): what DecoderState.extend needs (rows joining)
-    and the flags and names of decoder_state.EngineBase, from which engines derive: cross_per_sentence,
-    rows_at_own_positions, picks_top_k (has step_top_k), searches_on_device (has step_search), decoder_path_for(rows)
-    (the graph named in an error)
+The engine (engine/base.py: Engine, the methods and flags this loop reads) hides where tensors live (numpy on CPU,
+OrtValues on CUDA) and how the cache is kept; DecoderState calls it.
 """
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, Dict, Generator, List, Optional, Protocol, Sequence, Tuple
+from typing import Any, Dict, Generator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..engine.base import Engine
 from ..package.config import ModelConfig
 from .decoder_state import DecoderState, place_rows
 from .constraints import Constraints, Phrases, check_batch_work, require_beam
 from ..errors import ModelPackageError
-from .logit_filters import ForceToken, build_filters, renormalize
+from .logit_filters import LogitFilter, build_filters
 from ..options import DecodingOptions
 from .search import BeamSearch, Hypothesis, NonFiniteScores, RowSearch, Sampler, rank
-
-
-class Engine(Protocol):
-    cross_per_sentence: bool
-
-    def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> Tuple[Any, List[Any]]: ...
-
-    def step(self, input_ids: np.ndarray, encoder_mask: Any, past: Optional[List[Any]],
-             cross: List[Any], with_attention: bool = False) -> Tuple[Any, ...]: ...
-
-    def take(self, values: List[Any], index: np.ndarray) -> List[Any]: ...
 
 
 def _broken_graph(engine: Engine, rows: int) -> ModelPackageError:
@@ -135,14 +110,14 @@ def step_limits(sources: Sequence[Sequence[int]], options: DecodingOptions, conf
     return limits
 
 
-def picks_on_device(engine: Engine, search: Any, filters: List[Any], vocab_size: int) -> bool:
+def picks_on_device(engine: Engine, search: Any, filters: List[LogitFilter], vocab_size: int) -> bool:
     """Whether beam search picks its candidates where the engine keeps the log-probs (engine.step_top_k, on a GPU):
     no constraints (their banks need every candidate), and every filter edits all rows alike (one bias [1, V])."""
     return (isinstance(search, BeamSearch) and search.constraints is None and engine.picks_top_k
-            and 2 * search.k <= vocab_size and all(getattr(f, "same_for_every_row", False) for f in filters))
+            and 2 * search.k <= vocab_size and all(f.same_for_every_row for f in filters))
 
 
-def head_plan(search: Any, filters: List[Any]) -> Optional[Tuple[List[Any], List[Any], bool]]:
+def head_plan(search: Any, filters: List[LogitFilter]) -> Optional[Tuple[List[Any], List[Any], bool]]:
     """How the search head (gather_graph.search_head_model_bytes, engine.step_search) runs this search and filters,
     or None when it cannot: greedy (not sampling) or beam search without constraints, whose filters are, in this
     order, ones that edit every row alike (a bias [1, V]), forced tokens (ForceToken: a forced id per row), and
@@ -155,8 +130,7 @@ def head_plan(search: Any, filters: List[Any]) -> Optional[Tuple[List[Any], List
     phases: List[List[Any]] = [[], [], []]
     phase = 0
     for f in filters:
-        at = 0 if getattr(f, "same_for_every_row", False) else 1 if isinstance(f, ForceToken) else \
-            2 if f is renormalize else None
+        at = 0 if f.same_for_every_row else 1 if f.forces_token else 2 if f.renormalizes else None
         if at is None or at < phase or (at == 2 and phases[2]):
             return None
         phase = at
@@ -509,11 +483,11 @@ def score(engine: Engine, config: ModelConfig, sources: Sequence[Sequence[int]],
     labels = [list(t) + [config.eos_id] for t in targets]
     forced, _ = pad_sources(labels, config.pad_id)                # [n, T]; after its EOS a row reads PAD: ignored
     ids, mask = pad_sources(sources, config.pad_id)
-    encoder_mask, cross = engine.encode(ids, mask)
+    state = DecoderState.encode(engine, ids, mask)
     out = np.zeros(forced.shape, dtype=np.float64)
-    past, last, rows = None, np.full((n, 1), config.start_id, dtype=np.int64), np.arange(n)
+    last, rows = np.full((n, 1), config.start_id, dtype=np.int64), np.arange(n)
     for t in range(forced.shape[1]):
-        log_probs, past = engine.step(last, encoder_mask, past, cross)      # [n, V]
+        log_probs, _ = state.step(last)                                     # [n, V]
         if not (log_probs[:, config.eos_id] < np.inf).all():
             raise _broken_graph(engine, len(last))
         out[:, t] = log_probs[rows, forced[:, t]]

@@ -6,16 +6,17 @@ A filter is called as `f(log_probs, tokens, row_example, step)`:
   row_example  int64 [R]       the sentence each row belongs to
   step         int             0 for the first generated token
 
-A filter whose edit is the same for every row says so (`same_for_every_row`): on a GPU it is then applied as a bias
-[1, V] where the log-probs are (decoding.py head_plan, IoBindingEngine.step_search and step_top_k), as are the
-forced tokens (a forced id per row) and renormalize.
+Each derives from LogitFilter and declares what the search head may do with it (decoding.py head_plan,
+IoBindingEngine.step_search and step_top_k): an edit the same for every row (`same_for_every_row`) is applied as a
+bias [1, V] where the log-probs are, as are forced tokens (`forces_token`: a forced id per row) and `renormalizes`.
 
 Scores are sums of the filtered log-probs (the penalties count; the sampling temperature,
 top-k and top-p only shape the sampling distribution, see search.Sampler).
 """
 from __future__ import annotations
 
-from typing import Callable, List, Optional, Sequence
+from abc import ABC, abstractmethod
+from typing import List, Optional, Sequence
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -23,12 +24,22 @@ from numpy.lib.stride_tricks import sliding_window_view
 from ..package.config import ModelConfig
 from ..options import DecodingOptions
 
-LogitFilter = Callable[[np.ndarray, np.ndarray, np.ndarray, int], None]
+
+
+class LogitFilter(ABC):
+    """f(log_probs, tokens, row_example, step) edits log_probs in place; the flags say how the search head takes it."""
+    same_for_every_row = False      # the edit is one bias [1, V] for all rows
+    forces_token = False            # ForceToken: at a sentence's step only its `token` may come
+    renormalizes = False            # log-softmax again (last)
+
+    @abstractmethod
+    def __call__(self, log_probs: np.ndarray, tokens: np.ndarray, row_example: np.ndarray, step: int) -> None:
+        ...
 
 _RENORMALIZE_FLOATS = 1 << 16            # renormalize's rows at a time (at least one): 256 KiB, and as much scratch
 
 
-class SuppressTokens:
+class SuppressTokens(LogitFilter):
     """These ids are never generated (options.suppress_ids; by default PAD and BOS)."""
     same_for_every_row = True
 
@@ -39,7 +50,7 @@ class SuppressTokens:
         log_probs[:, self.token_ids] = -np.inf
 
 
-class SuppressEOSBeforeMin:
+class SuppressEOSBeforeMin(LogitFilter):
     """EOS is forbidden while fewer than `min_length` tokens have been generated."""
     same_for_every_row = True
 
@@ -51,7 +62,7 @@ class SuppressEOSBeforeMin:
             log_probs[:, self.eos_id] = -np.inf
 
 
-class RepetitionPenalty:
+class RepetitionPenalty(LogitFilter):
     """CTRL's penalty (Keskar et al., 2019) on log-probs: an already generated token's log-prob
     (<= 0) is multiplied by `penalty`, so penalty > 1 makes repeats less likely."""
 
@@ -66,7 +77,7 @@ class RepetitionPenalty:
         log_probs[seen] *= self.penalty
 
 
-class NoRepeatNGram:
+class NoRepeatNGram(LogitFilter):
     """Forbid the token that would repeat an n-gram already in the row (fairseq's no_repeat_ngram_size)."""
 
     def __init__(self, n: int):
@@ -83,11 +94,12 @@ class NoRepeatNGram:
         log_probs[rows, windows[rows, starts, -1]] = -np.inf
 
 
-class ForceToken:
+class ForceToken(LogitFilter):
     """transformers' ForcedBOSTokenLogitsProcessor and ForcedEOSTokenLogitsProcessor: at a sentence's step
     `steps[sentence]` only `token` may come, with log-prob 0 (it counts in the length, not in the score).
     It sets the log-probs, so it is no bias (not same_for_every_row): the search head takes it as a forced id per
     row (decoding.head_plan)."""
+    forces_token = True
 
     def __init__(self, token: int, steps: np.ndarray):
         self.token, self.steps = token, steps                                    # steps [B]
@@ -99,7 +111,7 @@ class ForceToken:
             log_probs[rows, self.token] = 0.0
 
 
-class ForcePrefix:
+class ForcePrefix(LogitFilter):
     """Force each sentence's target prefix: during its first len(prefix) steps (after `start` steps: a forced
     BOS comes first) only the prefix token keeps its log-prob (which counts in the score); every other token
     gets -inf."""
@@ -124,28 +136,34 @@ class ForcePrefix:
         log_probs[rows, forced] = keep
 
 
-def renormalize(log_probs, tokens, row_example, step) -> None:
+class Renormalize(LogitFilter):
     """Log-softmax again after the other filters (transformers' renormalize_logits, its LogitNormalization): the
     surviving tokens' probabilities sum to 1. A row whose filters forbid every token stays all -inf.
 
     In place, a few rows at a time (_RENORMALIZE_FLOATS floats: they stay in the cache between the max, the shift,
     the exp and the sum), in float32 as (log_probs - max) - log(sum(exp(log_probs - max)))."""
-    rows, v = log_probs.shape
-    chunk = max(1, min(rows, _RENORMALIZE_FLOATS // max(1, v)))
-    scratch = np.empty((chunk, v), dtype=np.float32)
-    for lo in range(0, rows, chunk):
-        part = log_probs[lo:lo + chunk]
-        best = part.max(axis=1, keepdims=True)                                   # [r, 1]
-        if not np.isfinite(best).all():                                          # rare: those rows stay as they are
-            finite = np.flatnonzero(np.isfinite(best[:, 0]))
-            if len(finite):
-                rest = part[finite]                                              # a copy, renormalized, put back
-                renormalize(rest, tokens, row_example, step)
-                part[finite] = rest
-            continue
-        np.subtract(part, best, out=part)
-        exp = np.exp(part, out=scratch[:len(part)])
-        part -= np.log(exp.sum(axis=1, keepdims=True))
+    renormalizes = True
+
+    def __call__(self, log_probs, tokens, row_example, step) -> None:
+        rows, v = log_probs.shape
+        chunk = max(1, min(rows, _RENORMALIZE_FLOATS // max(1, v)))
+        scratch = np.empty((chunk, v), dtype=np.float32)
+        for lo in range(0, rows, chunk):
+            part = log_probs[lo:lo + chunk]
+            best = part.max(axis=1, keepdims=True)                                   # [r, 1]
+            if not np.isfinite(best).all():                                          # rare: those rows stay as they are
+                finite = np.flatnonzero(np.isfinite(best[:, 0]))
+                if len(finite):
+                    rest = part[finite]                                              # a copy, renormalized, put back
+                    self(rest, tokens, row_example, step)
+                    part[finite] = rest
+                continue
+            np.subtract(part, best, out=part)
+            exp = np.exp(part, out=scratch[:len(part)])
+            part -= np.log(exp.sum(axis=1, keepdims=True))
+
+
+renormalize = Renormalize()
 
 
 def build_filters(options: DecodingOptions, config: ModelConfig, prefixes: Optional[Sequence[Sequence[int]]] = None,

@@ -487,7 +487,7 @@ def _translate_groups(translator: Any, groups: List[_Group], kwargs: Dict[str, A
     split, language = kwargs.pop("split_sentences"), kwargs.pop("language")
     layouts = [layout(g.text, split, language) for g in groups]
     sentences = [s for lay in layouts for s in lay.sentences]
-    aligned = bool(getattr(getattr(translator, "engine", None), "has_attention", False))
+    aligned = translator.engine.has_attention
     results = translator.translate_batch(sentences, return_alignment=aligned, **kwargs) if sentences else []
     edits: Dict[int, bytes] = {}
     pos = 0

@@ -36,8 +36,7 @@ def _per_sentence(name: str, value: Optional[Sequence[Any]], layouts: List[Layou
 def alignment_options(translator: Any, layouts: Sequence[Any]) -> Dict[str, Any]:
     """The translate_batch options a document's join needs: return_alignment where a sentence holds markup to place
     and the model has attention (without it, the rule without alignments)."""
-    if getattr(translator.engine, "has_attention", False) and any(getattr(lay, "needs_alignment", False)
-                                                                  for lay in layouts):
+    if translator.engine.has_attention and any(getattr(lay, "needs_alignment", False) for lay in layouts):
         return {"return_alignment": True}
     return {}
 

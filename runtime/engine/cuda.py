@@ -20,10 +20,10 @@ from .cache_memory import append_padded
 from ..package.config import ModelConfig
 from .gather_graph import gather_model_bytes, pad_model_bytes, search_head_model_bytes, top_k_model_bytes
 from ..package.graph_io import CROSS_ATTENTION, PAST_LENGTH
-from .session import _Graphs
+from .session import GraphEngine
 
 
-class IoBindingEngine(_Graphs):
+class IoBindingEngine(GraphEngine):
     """Decoding engine whose tensors stay on `device` ("cuda", or "cpu" for tests) as OrtValues."""
     picks_top_k = True
 
@@ -164,6 +164,9 @@ class IoBindingEngine(_Graphs):
         pads = np.zeros(8, np.int64)                        # [begins of the 4 axes, ends of the 4 axes]
         pads[4 + 2] = self.capacity_for(longest, capacity) - capacity
         return _DeviceCache(self._on_device(pad_model_bytes, "pads", pads, past), past.length)
+
+    def row_count(self, value: ort.OrtValue) -> int:
+        return int(value.shape()[0])
 
     def take(self, values, index):
         taken = self._on_device(gather_model_bytes, "indices", np.ascontiguousarray(index, dtype=np.int64), values)

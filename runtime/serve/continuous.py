@@ -78,9 +78,7 @@ class ContinuousScheduler(Scheduler):
         self.min_length_class = min_length_class        # the shortest length class (_length_class)
         self.cohorts: List[RunningBatch] = []           # one with decoder contract 3; more only with older ones
         self.running: List[_Running] = []
-        self.joined_running = 0                          # jobs admitted into a batch that had stepped
         self._alone_keys = itertools.count()             # the keys of batches of one job's own (_broken)
-        self.decoder_steps = 0
 
     # --- the loop ----------------------------------------------------------------------------------------
     def run(self) -> None:

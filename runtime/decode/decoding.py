@@ -313,23 +313,37 @@ class RunningBatch:
     before the first); `step` runs one decoder step for every row, advances each Decoding on its own rows, and keeps
     the rows that go on, each where it was when it can (place_rows): a Decoding's rows need not be consecutive
     (`places`). translate_batch runs one Decoding, whose rows stay in its own order; the server's continuous
-    batching, many."""
+    batching, many. Its caller adds, steps, drops and clears; what it holds it owns."""
 
-    def __init__(self, engine: Engine, config: ModelConfig):
+    def __init__(self, engine: Engine, config: ModelConfig, key: Any = None):
         self.engine, self.config = engine, config
-        self.decodings: List[Decoding] = []
-        self.places: List[np.ndarray] = []    # per Decoding, the batch rows of its rows, in its own order
-        self.state: Optional[DecoderState] = None
-        self.group = 1                        # rows per cross row: K when beam searches of beam K share them
-        self.key: Any = None                  # the caller's label (the server's: which jobs this batch takes)
+        self._key = key
+        self._decodings: List[Decoding] = []
+        self._places: List[np.ndarray] = []   # per Decoding, the batch rows of its rows, in its own order
+        self._state: Optional[DecoderState] = None
+
+    @property
+    def key(self) -> Any:
+        """The caller's label (the server's: which jobs this batch takes)."""
+        return self._key
+
+    @property
+    def decodings(self) -> Tuple[Decoding, ...]:
+        """The Decodings whose rows the batch holds, in their order in the batch."""
+        return tuple(self._decodings)
 
     @property
     def rows(self) -> int:
-        return sum(d.rows for d in self.decodings)
+        return sum(d.rows for d in self._decodings)
+
+    @property
+    def has_stepped(self) -> bool:
+        """Its rows have stepped since they were encoded (rows joining now join a running batch)."""
+        return self._state is not None and self._state.past is not None
 
     def can_add(self) -> bool:
         """Rows can join now: the batch has not stepped, or its decoder step takes each row's position."""
-        return self.state is None or self.state.past is None or self.engine.rows_at_own_positions
+        return not self.has_stepped or self.engine.rows_at_own_positions
 
     def add(self, decodings: Sequence[Decoding], share_cross: bool = False) -> None:
         """Encode the newcomers' sources and append their rows: the Decodings by their longest source, longest
@@ -354,55 +368,60 @@ class RunningBatch:
         group = decodings[0].search.k if share_cross else 1
         row = self.rows
         for d in decodings:
-            self.places.append(np.arange(row, row + d.rows))
+            self._places.append(np.arange(row, row + d.rows))
             row += d.rows
         new = DecoderState.encode(self.engine, ids, mask, np.concatenate(examples), group)
-        self.group = group
-        if self.state is None:
-            self.state = new
+        if self._state is None:
+            self._state = new
         else:
-            self.state.extend(new)
-        self.decodings.extend(decodings)
+            self._state.extend(new)
+        self._decodings.extend(decodings)
 
     def drop(self, decoding: Decoding) -> None:
         """A Decoding whose caller went away: its rows leave now."""
         decoding.done = True
-        self._keep([None if d is decoding else np.arange(d.rows) for d in self.decodings])
+        self._keep([None if d is decoding else np.arange(d.rows) for d in self._decodings])
+
+    def clear(self) -> None:
+        """Every Decoding leaves (done), with its rows: the batch holds nothing."""
+        for d in self._decodings:
+            d.done = True
+        self._decodings, self._places, self._state = [], [], None
 
     def step(self) -> List[Decoding]:
         """One decoder step for every row; each Decoding advances on its own rows -> the Decodings that ended (done,
         or dropped), which leave the batch with their rows."""
-        rows = sum(d.rows for d in self.decodings)                # before the step
+        rows = sum(d.rows for d in self._decodings)                # before the step
         broken = partial(_broken_graph, self.engine, rows)
-        if len(self.decodings) == 1 and self.engine.searches_on_device and self.decodings[0].head is not None:
-            d = self.decodings[0]             # the log-probs stay where the step left them; the search runs there
-            outputs, attention = self.state.step_search(d.last, d.head_inputs(self.config.vocab_size,
+        if len(self._decodings) == 1 and self.engine.searches_on_device and self._decodings[0].head is not None:
+            d = self._decodings[0]             # the log-probs stay where the step left them; the search runs there
+            outputs, attention = self._state.step_search(d.last, d.head_inputs(self.config.vocab_size,
                                                                               self.config.eos_id),
                                                         d.head[2], d.options.return_attention)
             if not (outputs[-1] < np.inf).all():            # a NaN or +inf logit makes its whole row NaN
                 raise broken()
             kept = [d.advance_head(outputs, self.config.vocab_size, attention, broken)]
-        elif len(self.decodings) == 1 and self._on_device(self.decodings[0]):
-            d = self.decodings[0]             # the log-probs stay on the GPU; [R, 2K] best come back
-            values, indices, attention = self.state.step_top_k(d.last, d.top_k_bias(self.config.vocab_size),
+        elif len(self._decodings) == 1 and self._on_device(self._decodings[0]):
+            d = self._decodings[0]             # the log-probs stay on the GPU; [R, 2K] best come back
+            values, indices, attention = self._state.step_top_k(d.last, d.top_k_bias(self.config.vocab_size),
                                                                2 * d.search.k, d.options.return_attention)
             if not (values[:, 0] < np.inf).all():           # a NaN or +inf logit makes its whole row NaN
                 raise broken()
             kept = [d.advance_top_k(values, indices, attention, broken)]
         else:
-            places = [_rows_of(p) for p in self.places]
-            if len(self.decodings) == 1 and isinstance(places[0], slice) and places[0] == slice(0, rows):
-                last = self.decodings[0].last
+            places = [_rows_of(p) for p in self._places]
+            if len(self._decodings) == 1 and isinstance(places[0], slice) and places[0] == slice(0, rows):
+                last = self._decodings[0].last
             else:
                 last = np.empty((rows, 1), dtype=np.int64)
-                for d, at in zip(self.decodings, places):
+                for d, at in zip(self._decodings, places):
                     last[at] = d.last
-            log_probs, attention = self.state.step(last, any(d.options.return_attention for d in self.decodings))
+            log_probs, attention = self._state.step(last, any(d.options.return_attention for d in self._decodings))
             # a NaN or +inf logit makes its whole log-softmax row NaN: one column tells, without a pass over [R, V]
             if not (log_probs[:, self.config.eos_id] < np.inf).all():
                 raise broken()
             kept = []
-            for d, at in zip(self.decodings, places):
+            for d, at in zip(self._decodings, places):
                 if d.done:                                           # dropped before this step
                     kept.append(None)
                     continue
@@ -410,26 +429,26 @@ class RunningBatch:
                 if attention is not None and d.options.return_attention:
                     mine = attention[at][:, :max(len(x) for x in d.sources)]
                 kept.append(d.advance(log_probs[at], mine, broken))     # a slice: a view; an index: a copy
-        ended = [d for d in self.decodings if d.done]
-        self._keep([None if d.done else p for d, p in zip(self.decodings, kept)])
+        ended = [d for d in self._decodings if d.done]
+        self._keep([None if d.done else p for d, p in zip(self._decodings, kept)])
         return ended
 
     def _keep(self, kept: List[Optional[np.ndarray]]) -> None:
         """The rows that go on, kept[i] Decoding i's (its parents; None: it leaves): placed by place_rows among
         several Decodings, in its own order for one (translate_batch's rows move as its search orders them)."""
         alive = [i for i, p in enumerate(kept) if p is not None]
-        self.decodings = [self.decodings[i] for i in alive]
         if not alive:
-            self.places, self.state = [], None
+            self.clear()
             return
-        sources = np.concatenate([self.places[i][kept[i]] for i in alive])
+        self._decodings = [self._decodings[i] for i in alive]
+        sources = np.concatenate([self._places[i][kept[i]] for i in alive])
         if len(alive) > 1:
-            places, index = place_rows(sources, self.state.group)
+            places, index = place_rows(sources, self._state.group)
         else:
             places, index = np.arange(len(sources)), sources
-        self.state.keep(index)
+        self._state.keep(index)
         bounds = np.cumsum([0, *(len(kept[i]) for i in alive)])
-        self.places = [places[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:])]
+        self._places = [places[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:])]
 
     def _on_device(self, d: Decoding) -> bool:
         return picks_on_device(self.engine, d.search, d.filters, self.config.vocab_size)

@@ -144,10 +144,9 @@ class ContinuousScheduler(Scheduler):
                 continue
             cohort = next((c for c in self.cohorts if c.key == key and c.can_add()), None)
             if cohort is None:
-                cohort = RunningBatch(self.translator.engine, self.translator.config)
-                cohort.key = key
+                cohort = RunningBatch(self.translator.engine, self.translator.config, key)
                 self.cohorts.append(cohort)
-            elif cohort.state is not None and cohort.state.past is not None:
+            elif cohort.has_stepped:
                 self.joined_running += len({id(r) for r in self.running if any(d in group for d in r.decodings)})
             try:
                 cohort.add(group, share_cross=key[0] > 1)

@@ -1,4 +1,4 @@
-"""The CPU engine's cache rewritten inside the buffers that hold it (session.py ArrayEngine, cache_memory.py CachePool):
+"""The CPU engine's cache rewritten inside the buffers that hold it (cpu.py ArrayEngine, cache_memory.py CachePool):
 a beam reorder, rows joining, a larger capacity. With these the format-2/3 engine keeps one set of cache buffers, not
 a second set to gather into (issue #35: the second set was 96 MiB at batch 16 beam 4). numpy only. The cross K/V and
 mask of a batch (cache_memory.py CrossRows) are rewritten by the same functions, and rows leaving by compact_rows.

@@ -1,4 +1,4 @@
-"""Reused memory for the CPU engine (session.py ArrayEngine): the buffer sets a decoding call writes its self-attention
+"""Reused memory for the CPU engine (cpu.py ArrayEngine): the buffer sets a decoding call writes its self-attention
 cache into (one in format 2 and 3, two in format 1), the memory kept from one call for the next, the format-2 step's
 IO binding kept across a call's steps, and a batch's cross K/V and encoder mask, which rows join and leave in place
 (CrossRows). numpy and onnxruntime only."""

@@ -26,7 +26,7 @@
 //   and the flags and names of decoder_state.js EngineBase, from which engines derive: crossPerSentence,
 //   rowsAtOwnPositions, decoderPathFor(rows) (the graph named when it returns NaN log-probs)
 // A format-2 engine steps with the variant's few-rows decoder step (manifest few_rows: the int8 variant's second
-// step, faster at 1-4 rows) whenever a step has at most its maxRows rows, as runtime/engine/session.py does.
+// step, faster at 1-4 rows) whenever a step has at most its maxRows rows, as runtime/engine/cpu.py does.
 import { ModelPackageError, printable, Seq2OnnxError } from "./errors.js";
 import { EngineBase } from "./decoder_state.js";
 import { ExternalGraph } from "./external_data.js";
@@ -239,7 +239,7 @@ export class FixedCacheEngine extends GrowingCacheEngine {
     this.crossNames.forEach((name, i) => (feeds[name] = cross[i]));
     let out;
     if (this.outputsInto) { // onnxruntime writes the outputs into buffers given here: each present_i into past_i's
-      // own buffer, so the step writes its K/V in place and no step copies the cache (runtime/engine/session.py binds so)
+      // own buffer, so the step writes its K/V in place and no step copies the cache (runtime/engine/cpu.py binds so)
       const fetches = { log_probs: new ort.Tensor("float32", new Float32Array(rows * config.vocab_size), [rows, config.vocab_size]) };
       this.presentNames.forEach((name, i) => (fetches[name] = cache.tensors[i]));
       if (withAttention) {

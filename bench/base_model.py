@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 
-from seq2onnx.runtime.config import ModelConfig
+from seq2onnx.runtime.package.config import ModelConfig
 from seq2onnx.training import checkpoint
 from seq2onnx.training.model import Transformer
 

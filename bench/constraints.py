@@ -1,4 +1,4 @@
-"""Terminology constraints (runtime/constraints.py): do the translations hold the phrases, what does
+"""Terminology constraints (runtime/decode/constraints.py): do the translations hold the phrases, what does
 it cost, and what does it do to chrF on real text.
 
     python bench/constraints.py --real PACKAGE --test TSV [--pairs 400]
@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT / "tests"))                                   # the 
 from fixtures_training import (TINY_MAX_STEPS, TINY_STEPS, TINY_TARGET, TINY_VOCAB, holds,  # noqa: E402
                                 toy_constraints, toy_pairs, write_tsv)
 
-from seq2onnx.runtime.decoding import step_limits  # noqa: E402
+from seq2onnx.runtime.decode.decoding import step_limits  # noqa: E402
 from seq2onnx.runtime.options import DecodingOptions  # noqa: E402
 from seq2onnx.runtime.translator import Translator  # noqa: E402
 
@@ -165,7 +165,7 @@ def pick_terms(tr: Translator, reference: str, hypothesis: str, rng: random.Rand
     missing = []
     for w in sorted(dict.fromkeys(words(reference)), key=len, reverse=True):
         ok = len(w) >= 3 and any(c.isalpha() for c in w) and w not in have
-        if ok and tr.config.unk_id not in tr._tokenizer.encode(w).ids:
+        if ok and tr.config.unk_id not in tr.tokenizer.encode(w).ids:
             missing.append(w)
     return missing[:rng.choice([1, 2])]
 
@@ -191,7 +191,7 @@ def real_text(package: Path, test: Path, n_pairs: int, beam: int, rng: random.Ra
         "all": {"before": translation_metrics(before, refs), "after": translation_metrics(after, refs)},
         "constrained": {"before": translation_metrics(sub(before), sub(refs)),
                         "after": translation_metrics(sub(after), sub(refs))}}
-    ids = tr._constraint_ids([terms[i] for i in chosen], len(chosen))
+    ids = tr.constraint_ids([terms[i] for i in chosen], len(chosen))
     src_ids = [tr.source_ids(sources[i]) for i in chosen]
     trained = json.loads((package / "manifest.json").read_text())["source_checkpoint"]
     return {"package": str(package), "checkpoint": {"file": trained["file"], "step": trained["train_meta"]["step"]},
@@ -217,7 +217,7 @@ def main() -> None:
     tr = Translator(tiny_package(), device="cpu", intra_threads=1)
     pairs = toy_pairs(SENTENCES, seed=1818, min_words=1, max_words=8)
     sources = [tr.source_ids(s) for s, _ in pairs]
-    phrases = tr._constraint_ids(toy_constraints(pairs, rng, most=3), len(pairs))
+    phrases = tr.constraint_ids(toy_constraints(pairs, rng, most=3), len(pairs))
     result: Dict[str, Any] = {
         "command": " ".join(["python"] + sys.argv),
         "satisfaction": [satisfaction(tr, sources, phrases, beam_size=k, **limit)

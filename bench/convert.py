@@ -26,7 +26,7 @@ relu, pre-LN, vocabulary 256,206 (the tokenizer of tests/hf_folders.py's build_n
 table), max_position_embeddings 1024, as build_nllb makes it otherwise (random weights, length signal, EOS
 calibrated; init std scaled to d_model 1024); its generation_config NLLB's (greedy, max_length 200).
 
-Each run is a process of its own: `seq2onnx convert FOLDER OUT --overwrite [--int8]` (runtime/cli.py main, so the
+Each run is a process of its own: `seq2onnx convert FOLDER OUT --overwrite [--int8]` (runtime/cli/main.py main, so the
 code under test is whatever seq2onnx the process imports). Its progress lines on stderr are timestamped as they
 arrive; a step's seconds are the time from the previous line to its own (the first step: from the process's start,
 imports included). Peak RSS: the process's VmHWM at its end (bench/memory.py: why not ru_maxrss). With --against
@@ -189,7 +189,7 @@ def pad_added_token(folder: Path, pad_id: int) -> None:
 def worker(argv: List[str]) -> int:
     """`seq2onnx convert ARGV` in this process; then its peak RSS (MiB) as the last line on stderr."""
     from bench.memory import own_peak_rss_mib
-    from seq2onnx.runtime.cli import main
+    from seq2onnx.runtime.cli.main import main
 
     code = main(["convert", *argv])
     times = os.times()          # CPU seconds: what a busy machine's load disturbs less than the wall clock

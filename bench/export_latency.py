@@ -31,7 +31,7 @@ import torch
 
 from seq2onnx.export.commands import ExportOptions, run_export
 from seq2onnx.export.onnx_export import GraphNames
-from seq2onnx.runtime.config import ModelConfig
+from seq2onnx.runtime.package.config import ModelConfig
 from seq2onnx.training.checkpoint import make_checkpoint, save_checkpoint
 from seq2onnx.training.model import Transformer
 

@@ -34,7 +34,7 @@ if __package__ in (None, ""):          # run as a script
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.base_model import atomic_folder, load_model  # noqa: E402
-from seq2onnx.runtime.config import ModelConfig  # noqa: E402
+from seq2onnx.runtime.package.config import ModelConfig  # noqa: E402
 from seq2onnx.training.model import MultiHeadAttention, SubLayer, Transformer  # noqa: E402
 
 

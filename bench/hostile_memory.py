@@ -40,8 +40,8 @@ CONSTRAINTS_WORKER = textwrap.dedent("""
     import sys
     from seq2onnx.runtime import Translator
     tr = Translator(sys.argv[1], device="cpu")
-    words = sorted(t[1:] for t in tr._tokenizer.get_vocab() if t.startswith("\u2581") and len(t) > 1
-                   and len(tr._tokenizer.encode(t[1:]).ids) == 1)          # the words that are one token
+    words = sorted(t[1:] for t in tr.tokenizer.get_vocab() if t.startswith("\u2581") and len(t) > 1
+                   and len(tr.tokenizer.encode(t[1:]).ids) == 1)          # the words that are one token
     phrases = [f"{a} {b}" for a in words for b in words][:int(sys.argv[2])]
     texts = ["three hundred and %s" % w for w in ("one two three four five six seven eight nine ten eleven "
                                                     "twelve thirteen fourteen fifteen sixteen").split()]

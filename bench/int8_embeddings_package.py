@@ -25,7 +25,7 @@ if __package__ in (None, ""):          # run as a script
 import onnx  # noqa: E402
 
 from seq2onnx.export.quantize import int8_embeddings  # noqa: E402
-from seq2onnx.runtime.external_data import FIELD  # noqa: E402
+from seq2onnx.runtime.package.external_data import FIELD  # noqa: E402
 
 
 def derive(a: Path, b: Path) -> int:

@@ -115,7 +115,7 @@ def child(spec: Dict) -> Dict:
     """One process: import, load, first call, every case (module doc) -> the phases and our buffers."""
     phases: Dict[str, Dict] = {"start": {"rss_mib": status_mib("VmRSS"), "peak_mib": status_mib("VmHWM")}}
     translator = phase("import", phases, lambda: __import__("seq2onnx.runtime.translator", fromlist=["x"]))
-    from seq2onnx.runtime import session
+    from seq2onnx.runtime.engine import loader, session
 
     plain = session.SessionConfig.session_options
 
@@ -127,7 +127,7 @@ def child(spec: Dict) -> Dict:
         return so
     session.SessionConfig.session_options = session_options
     if any(o.endswith("no_trim") for o in spec["options"]):    # the heap's free pages kept after each session
-        session.return_free_heap = lambda: None
+        loader.return_free_heap = lambda: None                 # open_engine's
     tr = phase("load", phases, lambda: translator.Translator(spec["package"], device="cpu",
                                                              compute_type=VARIANTS[spec["variant"]],
                                                              intra_threads=spec["threads"], inter_threads=1))

@@ -37,8 +37,8 @@ if __package__ in (None, ""):
 
 from bench.engines import Seq2OnnxRuntime  # noqa: E402
 from bench.measure import make_sources  # noqa: E402
-from seq2onnx.runtime.config import ModelConfig  # noqa: E402
-from seq2onnx.runtime.graph_io import PAST_LENGTH, cache_names  # noqa: E402
+from seq2onnx.runtime.package.config import ModelConfig  # noqa: E402
+from seq2onnx.runtime.package.graph_io import PAST_LENGTH, cache_names  # noqa: E402
 
 BENCH = Path(__file__).resolve().parent
 

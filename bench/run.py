@@ -174,7 +174,7 @@ def cuda_systems(asked: List[str]) -> List[str]:
     """The asked systems that can run on CUDA here; says on stderr why any other is left out."""
     import torch
 
-    from seq2onnx.runtime.session import cuda_status
+    from seq2onnx.runtime.engine.session import cuda_status
 
     ok, reason = cuda_status()
     if not (ok and torch.cuda.is_available()):

@@ -14,8 +14,8 @@ import time
 
 import numpy as np
 
-from seq2onnx.runtime.logit_filters import ForceToken, SuppressTokens, renormalize
-from seq2onnx.runtime.top_candidates import top_beam_candidates, top_candidates
+from seq2onnx.runtime.decode.logit_filters import ForceToken, SuppressTokens, renormalize
+from seq2onnx.runtime.decode.top_candidates import top_beam_candidates, top_candidates
 
 VOCAB, PAD, EOS = 58101, 58100, 0          # OPUS-MT en-de: vocabulary 58101, <pad> the last id
 
@@ -107,7 +107,7 @@ def head_on_cpu(raw: np.ndarray, cum: np.ndarray, k: int, rounds: int) -> None:
     """The search head graph (beam, renormalize) on the CPU provider, 2 threads, against today's numpy stage."""
     import onnxruntime as ort
 
-    from seq2onnx.runtime.gather_graph import search_head_model_bytes
+    from seq2onnx.runtime.engine.gather_graph import search_head_model_bytes
 
     so = ort.SessionOptions()
     so.intra_op_num_threads, so.inter_op_num_threads = 2, 1

@@ -29,9 +29,9 @@ from typing import Any, Dict, List, Optional
 if __package__ in (None, ""):          # run as a script: python bench/serve_ct2.py
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from seq2onnx.runtime.decoding import step_limits  # noqa: E402
-from seq2onnx.runtime.manifest import read_package  # noqa: E402
-from seq2onnx.runtime.search import Hypothesis, normalize  # noqa: E402
+from seq2onnx.runtime.decode.decoding import step_limits  # noqa: E402
+from seq2onnx.runtime.package.manifest import read_package  # noqa: E402
+from seq2onnx.runtime.decode.search import Hypothesis, normalize  # noqa: E402
 from seq2onnx.runtime.serve.continuous import BATCHING_KEYWORDS  # noqa: E402
 from seq2onnx.runtime.serve.scheduler import PER_TEXT, DynamicScheduler, Job  # noqa: E402
 from seq2onnx.runtime.translator import Translator  # noqa: E402
@@ -49,8 +49,8 @@ def text_side(package_dir: str) -> Translator:
     translator.package = read_package(package_dir)
     translator.config = translator.package.config
     translator.device, translator.variant = "cpu", "fp32"
-    translator._tokenizer = translator.package.tokenizer
-    translator._detokenizer = translator.package.detokenizer
+    translator.tokenizer = translator.package.tokenizer
+    translator.detokenizer = translator.package.detokenizer
     return translator
 
 
@@ -170,7 +170,8 @@ class CT2Scheduler(DynamicScheduler):
 def main(argv=None) -> int:
     import uvicorn
 
-    from seq2onnx.runtime.serve.app import Settings, create_app
+    from seq2onnx.runtime.serve.app import create_app
+    from seq2onnx.runtime.serve.service import Settings
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("package", help="our package of the model (tokenization and results)")

@@ -7,9 +7,9 @@ One `seq2onnx serve --batching continuous` process (bench/serve.py's server_comm
 base model, int8 by default, served as the pair en:de), 16 closed-loop clients (--clients) in this process, two loads
 in turn on the same server:
   documents  each request's q is a document: 2-4 paragraphs (blank lines between) of 1-4 sentences (line breaks and
-             spaces between), which the server splits into sentences (runtime/documents.py) and decodes as the rows of
+             spaces between), which the server splits into sentences (runtime/documents/text.py) and decodes as the rows of
              one job;
-  sentences  the same documents' sentences, as the server's own splitter finds them (documents.layout), each sent
+  sentences  the same documents' sentences, as the server's own splitter finds them (documents.translate.layout), each sent
              alone as its own request's q.
 Sentences: word counts drawn from the gettext msgids as bench/serve.py's (sample_word_counts), words from the model's
 vocabulary, each ending with '.'; every request decodes at the package's own settings (LibreTranslate's /translate
@@ -21,7 +21,7 @@ per client before each. The last documents run with fewer clients beside them, a
 a larger pool (--documents) shrinks its share. --rounds rounds, the two loads in turn, in the reverse order every
 other round (the machine is shared: its speed drifts by more than the differences measured); the median round of each
 load is reported, and the ratio is the median of the per-round ratios. Before the rounds, one pass compares the text:
-each document's answer against documents.layout(document).join(its sentences' answers, each sent alone). fp32 rows
+each document's answer against documents.translate.layout(document).join(its sentences' answers, each sent alone). fp32 rows
 do not depend on the rows beside them (in-process, Translator.translate_batch of a document's sentences gave the same
 tokens as each alone: 49/49); int8 rows did in packages before per_row_activations, whose graphs quantize each
 activation tensor with one scale for all its rows (DynamicQuantizeLinear + MatMulInteger), so a sentence's int8 answer
@@ -91,8 +91,8 @@ def make_documents(tokens: Sequence[str], st: Settings) -> Tuple[List[str], str]
 
 
 def split(documents: Sequence[str]):
-    """Each document's layout as the server splits it (runtime/documents.py, the pair's source language)."""
-    from seq2onnx.runtime.documents import layout
+    """Each document's layout as the server splits it (runtime/documents/text.py, the pair's source language)."""
+    from seq2onnx.runtime.documents.translate import layout
     return [layout(d, language=PAIR[0]) for d in documents]
 
 

@@ -75,7 +75,7 @@ def main(argv=None) -> int:
     ap.add_argument("--cache", type=Path, default=BENCH / ".cache", help="bench/serve.py's model files")
     args = ap.parse_args(argv)
 
-    from seq2onnx.runtime import decoder_state, decoding
+    from seq2onnx.runtime.decode import decoder_state, decoding
     from seq2onnx.runtime.serve import continuous, scheduler
     from seq2onnx.runtime.serve.pool import SchedulerPool
     from seq2onnx.runtime.translator import Translator

@@ -1,4 +1,4 @@
-"""Sentence splitter candidates for documents (runtime/documents.py) on bench/data/sentence_boundaries.jsonl.
+"""Sentence splitter candidates for documents (runtime/documents/text.py) on bench/data/sentence_boundaries.jsonl.
 
 The test set: 130 multi-sentence UI strings from the system's gettext catalogs (/usr/share/locale/{de,fr,es}:
 English msgids and German / French msgstrs, 30-400 characters, no line breaks, no %-formats), each split where

@@ -161,7 +161,7 @@ def ablation_run(paths: Dict[str, Path], system: str, redraw: Optional[Callable]
     gradient norm before clipping, as means over windows of 25 steps."""
     import torch
 
-    from seq2onnx.runtime.config import ModelConfig
+    from seq2onnx.runtime.package.config import ModelConfig
     from seq2onnx.training.data import BatchStream, encode_pairs, read_tsv
     from seq2onnx.training.model import Transformer
     from seq2onnx.training.optim import build_optimizer, label_smoothed_loss
@@ -267,7 +267,7 @@ def run_marian(paths: Dict[str, Path], run_dir: Path, budgets: List[float]) -> D
     from transformers.utils import logging as hf_logging
 
     from bench.hf_marian import marian_config
-    from seq2onnx.runtime.config import ModelConfig
+    from seq2onnx.runtime.package.config import ModelConfig
     from seq2onnx.training.data import BatchStream, encode_pairs, read_tsv
     from seq2onnx.training.evaluate import validation_loss
     from seq2onnx.training.logs import MetricsLog

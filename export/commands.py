@@ -23,15 +23,15 @@ import onnxruntime as ort
 import torch
 
 from seq2onnx.runtime import __version__
-from seq2onnx.runtime.cli import OneLineParser
-from seq2onnx.runtime.cli_io import open_path, read_lines
-from seq2onnx.runtime.commands import source_line_bytes
+from seq2onnx.runtime.cli.main import OneLineParser
+from seq2onnx.runtime.cli.cli_io import open_path, read_lines
+from seq2onnx.runtime.cli.commands import source_line_bytes
 from seq2onnx.runtime.errors import Seq2OnnxError, checkpoints_in
-from seq2onnx.runtime.graph_io import (CROSS_ATTENTION, DECODER_FORMAT, DECODER_FORMATS, FUSED_ATTENTION_DOMAIN, FUSED_ATTENTION_OPS,
+from seq2onnx.runtime.package.graph_io import (CROSS_ATTENTION, DECODER_FORMAT, DECODER_FORMATS, FUSED_ATTENTION_DOMAIN, FUSED_ATTENTION_OPS,
                                        MIN_ONNXRUNTIME, cache_names)
-from seq2onnx.runtime.manifest import STAGED, version_text
-from seq2onnx.runtime.manifest_records import LANGUAGE_CODE, Languages
-from seq2onnx.runtime.session import onnxruntime_log_severity, onnxruntime_version
+from seq2onnx.runtime.package.manifest import STAGED, version_text
+from seq2onnx.runtime.package.manifest_records import LANGUAGE_CODE, Languages
+from seq2onnx.runtime.engine.session import onnxruntime_log_severity, onnxruntime_version
 from seq2onnx.runtime.text_input import token_ids
 from seq2onnx.training.checkpoint import load_checkpoint
 from seq2onnx.training.report import checkpoint_verdict

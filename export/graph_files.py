@@ -24,8 +24,8 @@ from typing import Any, Dict, Iterator, List, Tuple
 
 import onnx
 
-from seq2onnx.runtime.external_data import FIELD
-from seq2onnx.runtime.manifest import MAX_FILE_BYTES
+from seq2onnx.runtime.package.external_data import FIELD
+from seq2onnx.runtime.package.manifest import MAX_FILE_BYTES
 
 DATA_SUFFIX = ".data"       # encoder.onnx -> encoder.onnx.data
 INLINE_BYTES = 1024         # smaller initializers stay in the graph (onnx.save_model's size_threshold)

@@ -29,16 +29,16 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 import torch
 
-from seq2onnx.runtime.cli import OneLineParser
-from seq2onnx.runtime.config import _RANGES as MODEL_RANGES, ModelConfig
+from seq2onnx.runtime.cli.main import OneLineParser
+from seq2onnx.runtime.package.config import RANGES as MODEL_RANGES, ModelConfig
 from seq2onnx.runtime.errors import Seq2OnnxError, first_line
-from seq2onnx.runtime.manifest_fields import short
+from seq2onnx.runtime.package.manifest_fields import short
 from seq2onnx.runtime.options import (LENGTH_PENALTY_RANGE, MAX_BEAM_SIZE, MAX_SUPPRESS_IDS, REPETITION_PENALTY_RANGE,
                                       DecodingOptions, OptionError)
-from seq2onnx.runtime.manifest_records import Languages
+from seq2onnx.runtime.package.manifest_records import Languages
 from seq2onnx.training.model import Transformer, sinusoidal_positions
 
-from seq2onnx.runtime.manifest import HF_WEIGHT_FILES, MANIFEST
+from seq2onnx.runtime.package.manifest import HF_WEIGHT_FILES, MANIFEST
 
 from . import commands, hf_tokenizers, package, parity
 from .commands import ExportOptions, ExportResult, PackageContents

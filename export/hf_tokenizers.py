@@ -47,10 +47,10 @@ from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_
 from tokenizers.models import BPE, Unigram
 
 from seq2onnx.runtime.errors import Seq2OnnxError, first_line
-from seq2onnx.runtime.manifest import MAX_MANIFEST_BYTES, MAX_TOKENIZER_BYTES
-from seq2onnx.runtime.manifest_records import Languages, Tokenizers
-from seq2onnx.runtime.package_files import FolderRule, check_regular, read_regular
-from seq2onnx.runtime.package_tokenizer import (ALLOWED_REGEXES, COLLAPSE_SPACES, EDGE_SPACES, foreign_regex,
+from seq2onnx.runtime.package.manifest import MAX_MANIFEST_BYTES, MAX_TOKENIZER_BYTES
+from seq2onnx.runtime.package.manifest_records import Languages, Tokenizers
+from seq2onnx.runtime.package.files import FolderRule, check_regular, read_regular
+from seq2onnx.runtime.package.tokenizer import (ALLOWED_REGEXES, COLLAPSE_SPACES, EDGE_SPACES, foreign_regex,
                                                 specials_as_text)
 
 SPACE = "\u2581"                   # SentencePiece's whitespace symbol

@@ -38,9 +38,9 @@ import torch
 import torch.nn as nn
 
 from seq2onnx.export import fuse
-from seq2onnx.runtime.config import ModelConfig
+from seq2onnx.runtime.package.config import ModelConfig
 from seq2onnx.runtime.errors import Seq2OnnxError
-from seq2onnx.runtime.graph_io import (  # noqa: F401 - the runtime owns the names
+from seq2onnx.runtime.package.graph_io import (  # noqa: F401 - the runtime owns the names
     DECODER_FORMAT, FUSED_ATTENTION_DOMAIN, FUSED_ATTENTION_OPS, GraphNames, cache_names)
 from seq2onnx.training.model import FixedCacheStep, Transformer
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from seq2onnx.runtime.errors import Seq2OnnxError
-from seq2onnx.runtime.manifest import FORMAT, MANIFEST, manifest_format, sha256_of   # the reader owns the format
+from seq2onnx.runtime.package.manifest import FORMAT, MANIFEST, manifest_format, sha256_of   # the reader owns the format
 
 from .graph_files import variant_graphs
 

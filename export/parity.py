@@ -51,12 +51,13 @@ import numpy as np
 import onnxruntime as ort
 import torch
 
-from seq2onnx.runtime.decoding import decode
-from seq2onnx.runtime.search import Hypothesis
+from seq2onnx.runtime.decode.decoding import decode
+from seq2onnx.runtime.decode.search import Hypothesis
 from seq2onnx.runtime.errors import Seq2OnnxError
 from seq2onnx.runtime.options import DecodingOptions
-from seq2onnx.runtime.device_engine import IoBindingEngine
-from seq2onnx.runtime.session import ArrayEngine, cache_dtype, graph_format
+from seq2onnx.runtime.engine.cuda import IoBindingEngine
+from seq2onnx.runtime.engine.cpu import ArrayEngine
+from seq2onnx.runtime.engine.session import cache_dtype, graph_format
 from seq2onnx.training.model import Transformer
 from seq2onnx.training.reference import beam_search, greedy_search, pad_batch
 

@@ -15,13 +15,13 @@ _LAZY = {
     "TranslationResult": "seq2onnx.runtime.translator",
     "ScoringResult": "seq2onnx.runtime.translator",
     "DecodingOptions": "seq2onnx.runtime.options",
-    "Hypothesis": "seq2onnx.runtime.decoding",
-    "ModelConfig": "seq2onnx.runtime.config",
+    "Hypothesis": "seq2onnx.runtime.decode.decoding",
+    "ModelConfig": "seq2onnx.runtime.package.config",
     "Seq2OnnxError": "seq2onnx.runtime.errors",
     "ModelPackageError": "seq2onnx.runtime.errors",
     "OptionError": "seq2onnx.runtime.options",
-    "translate_document": "seq2onnx.runtime.documents",
-    "translate_documents": "seq2onnx.runtime.documents",
+    "translate_document": "seq2onnx.runtime.documents.translate",
+    "translate_documents": "seq2onnx.runtime.documents.translate",
 }
 
 __all__ = ["__version__", *_LAZY]

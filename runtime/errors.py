@@ -5,6 +5,14 @@ import signal
 from typing import List
 
 REEXPORT = "re-export the model with `seq2onnx export`"     # the fix that package errors name
+# C0, DEL and C1: the characters a terminal acts on (escape sequences, bell, carriage return, line breaks)
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """`text` with every control character written as \\xNN: an error stays one line, and what comes from
+    a model folder or an input (a path, a manifest field, a token) cannot drive the terminal."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def first_line(e: BaseException) -> str:

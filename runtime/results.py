@@ -16,9 +16,9 @@ class TranslationResult:
     finished: List[bool] = field(default_factory=list)   # per hypothesis: ended with EOS; False: stopped at
                                                 # the length limit (or where the options forbade every token)
     attention: Optional[List[List[List[float]]]] = None   # return_attention: per hypothesis [target tokens]
-                                                # [source tokens + EOS], rows sum to 1 (runtime/alignment.py)
+                                                # [source tokens + EOS], rows sum to 1 (runtime/decode/alignment.py)
     alignment: Optional[List[List[Tuple[int, int]]]] = None   # return_alignment: per hypothesis sorted
-                                                # (source word, target word) pairs (runtime/alignment.py)
+                                                # (source word, target word) pairs (runtime/decode/alignment.py)
     constraints_met: Optional[List[bool]] = None   # constraints: per hypothesis, it holds every phrase; False when
                                                 # no hypothesis within the length limit did (those missing fewest
                                                 # phrases are returned then, best first)

@@ -26,16 +26,17 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from .alignment import hard_alignment, word_index
-from .constraints import check_phrase_ids, check_work, normalize_phrases, require_beam, split_work
-from .decoding import TextStream, decode, decode_steps, score
-from .search import Hypothesis
+from .decode.alignment import hard_alignment, word_index
+from .decode.constraints import check_phrase_ids, check_work, normalize_phrases, require_beam, split_work
+from .decode.decoding import TextStream, decode, decode_steps, score
+from .decode.search import Hypothesis
 from .errors import ModelPackageError, Seq2OnnxError
-from .manifest import UNCHECKED, ModelPackage, read_package
+from .package.manifest import UNCHECKED, ModelPackage, read_package
 from .results import ScoringResult, TranslationResult
 from .options import (BATCH_TYPES, DEFAULT_MAX_BATCH_SIZE, MAX_CHARS_PER_TOKEN, Arg, DecodingOptions, OptionError,
                       OptionTypeError, OptionWarning, check_ids, check_text, with_defaults)
-from .session import SessionConfig, check_onnxruntime, onnxruntime_version, open_engine, resolve_device
+from .engine.loader import open_engine
+from .engine.session import SessionConfig, check_onnxruntime, onnxruntime_version, resolve_device
 from .text_input import TranslateRequest, is_blank, max_source_chars, split_batches, token_ids  # noqa: F401 (callers import them here)
 
 log = logging.getLogger("seq2onnx.runtime")
@@ -43,7 +44,7 @@ log = logging.getLogger("seq2onnx.runtime")
 # compute_type -> package variant; "default" is fp16 on CUDA when the package has it, else fp32
 COMPUTE_TYPES = {"default": None, "float32": "fp32", "int8": "int8", "float16": "fp16"}
 MAX_THREADS = 4 * (os.cpu_count() or 1)     # intra/inter-op threads: more only thrash (10**6 hangs onnxruntime)
-_SURROGATE = re.compile("[\ud800-\udfff]")
+SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def pick_variant(package: ModelPackage, compute_type: str, device: str) -> str:
@@ -122,9 +123,9 @@ class Translator:
         for session, path in zip(self.engine.decoders, (v.decoder_step, few_rows and few_rows[0])):
             self._check_graph_vocab(session, path)
             self._check_graph_cross_axis(session, path)
-        self._tokenizer = self.package.tokenizer          # source texts -> ids
-        self._detokenizer = self.package.detokenizer      # output ids -> text, and target texts -> ids
-        # self.engine: the decoding engine (decoding.Engine), for id-level use with decoding.decode
+        self.tokenizer = self.package.tokenizer          # source texts -> ids
+        self.detokenizer = self.package.detokenizer      # output ids -> text, and target texts -> ids
+        # self.engine: the decoding engine (engine/base.py Engine), for id-level use with decoding.decode
         log.info("seq2onnx: %s runs on %s (variant %s, %s)", self.package.root, self.device, self.variant, v.precision)
 
     def _check_graph_cross_axis(self, decoder: Any, decoder_path: Any) -> None:
@@ -160,10 +161,10 @@ class Translator:
         for i, t in enumerate(texts):
             if not isinstance(t, str):
                 raise OptionTypeError(Arg("texts", f"[{i}]"), f" must be str, got {type(t).__name__}")
-            if _SURROGATE.search(t):
+            if SURROGATE.search(t):
                 warnings.warn(f"input {i} is not valid Unicode (lone surrogates); they were replaced with U+FFFD",
                               stacklevel=3)
-                t = _SURROGATE.sub("\ufffd", t)
+                t = SURROGATE.sub("\ufffd", t)
             checked.append(t)
         return checked
 
@@ -173,7 +174,7 @@ class Translator:
         prefix and EOS kept) with a warning naming the input (its number in `numbers`, default its position)."""
         limit = self._input_limit(max_input_length)
         sources, truncated = [], []
-        for j, (ids, cut) in enumerate(zip(*token_ids(self._tokenizer, texts, limit))):
+        for j, (ids, cut) in enumerate(zip(*token_ids(self.tokenizer, texts, limit))):
             ids = list(prefix) + ids
             i = j if numbers is None else numbers[j]
             if len(ids) + 1 > limit:
@@ -196,7 +197,7 @@ class Translator:
                               f"(the model's max_positions), got {max_input_length!r}")
         return limit
 
-    def _prefixes(self, target_prefix: Optional[Sequence[Optional[str]]], n: int) -> Optional[List[List[int]]]:
+    def prefix_ids(self, target_prefix: Optional[Sequence[Optional[str]]], n: int) -> Optional[List[List[int]]]:
         if target_prefix is None:
             return None
         args = [Arg("target_prefix", f"[{i}]", p) for i, p in enumerate(target_prefix)]
@@ -213,7 +214,7 @@ class Translator:
         the vocabulary cannot spell: a character it lacks would become <unk>, and detokenized text drops <unk>
         (the translation would not hold the text asked for); or one longer than a translation can be."""
         limit = self.config.max_positions
-        ids, cut = token_ids(self._detokenizer, texts, limit)
+        ids, cut = token_ids(self.detokenizer, texts, limit)
         for arg, x, c in zip(args, ids, cut):
             if c or len(x) > limit:
                 raise OptionError(arg, f" is longer than a translation can be (the model's max_positions, {limit} "
@@ -223,7 +224,7 @@ class Translator:
                                   f"translation can {what}")
         return ids
 
-    def _constraint_ids(self, constraints: Any, n: int) -> Optional[List[List[List[int]]]]:
+    def constraint_ids(self, constraints: Any, n: int) -> Optional[List[List[List[int]]]]:
         """Per input its phrases' ids: each phrase tokenized alone as target text (constraints.py says why)."""
         if constraints is None:
             return None
@@ -250,11 +251,11 @@ class Translator:
                 for i, s in enumerate(sources)]
 
     def detokenize(self, ids: Sequence[int]) -> str:
-        return self._detokenizer.decode(list(ids))
+        return self.detokenizer.decode(list(ids))
 
     def pieces(self, ids: Sequence[int], source: bool = False) -> List[str]:
         """The target tokenizer's piece of each id ("▁drei", "hundert", "</s>"); source=True: the source one's."""
-        tokenizer = self._tokenizer if source else self._detokenizer
+        tokenizer = self.tokenizer if source else self.detokenizer
         return [tokenizer.id_to_token(int(i)) for i in ids]
 
     def source_words(self, text: str, source_lang: Optional[str] = None, target_lang: Optional[str] = None
@@ -263,7 +264,7 @@ class Translator:
         white space around it left out; None for a word of the language tokens that start the source (NLLB's,
         Marian's >>fra<<) or one without characters. The words of a text cut to max_input_length are all listed."""
         prefix, _ = self._languages(source_lang, target_lang)
-        encoding = self._tokenizer.encode(text)
+        encoding = self.tokenizer.encode(text)
         spans: List[Optional[Tuple[int, int]]] = [None] * len(prefix) + [tuple(o) for o in encoding.offsets]
         words: List[Optional[Tuple[int, int]]] = []
         for word, span in zip(word_index(self.pieces(prefix, source=True) + list(encoding.tokens)), spans):
@@ -366,12 +367,12 @@ class Translator:
         max_length_a, max_length_b, sampling_topk, sampling_topp, sampling_temperature,
         repetition_penalty, no_repeat_ngram_size, seed, return_attention).
         return_attention: each hypothesis's cross-attention [target tokens][source tokens + EOS];
-        return_alignment: its word alignment, (source word, target word) pairs (runtime/alignment.py).
+        return_alignment: its word alignment, (source word, target word) pairs (runtime/decode/alignment.py).
         Both need a format-2 package (`seq2onnx export` writes them) and cost nothing when not asked for.
         constraints: per text a list of phrases (or None), e.g. [["Datei", "Ordner"], None]: terminology that every
         hypothesis must hold, each phrase as a contiguous run of its tokens (tokenized alone, as target text: its
         first piece a word start); beam search only (beam_size >= 2), with dynamic beam allocation
-        (runtime/constraints.py). TranslationResult.constraints_met says per hypothesis whether it holds them all:
+        (runtime/decode/constraints.py). TranslationResult.constraints_met says per hypothesis whether it holds them all:
         False only when no hypothesis within the length limit does (docs/CONTRACTS.md, "Terminology constraints").
         source_lang / target_lang: the languages of a multilingual model (its package's languages; `seq2onnx info`
         lists them), e.g. target_lang="fra" for an OPUS-MT en-ROMANCE model, source_lang="eng_Latn",
@@ -433,8 +434,8 @@ class Translator:
         lang_prefix, decoding, options = self._check_request(          # every option, before any work
             len(texts), max_input_length, return_scores, target_prefix, return_alignment, constraints, source_lang,
             target_lang, **decoding)
-        prefixes = self._prefixes(target_prefix, len(texts))
-        phrases = self._constraint_ids(constraints, len(texts))
+        prefixes = self.prefix_ids(target_prefix, len(texts))
+        phrases = self.constraint_ids(constraints, len(texts))
         if phrases is not None and any(phrases):
             check_work("constraints", phrases, options.beam_size)
         todo = [i for i, t in enumerate(texts) if not is_blank(t)]   # blank texts: the empty hypothesis
@@ -455,7 +456,7 @@ class Translator:
         for i, h, cut, source in zip(todo, hyps, truncated, sources):
             ids = [x.tokens for x in h]
             results[i] = TranslationResult(
-                self._detokenizer.decode_batch(ids), ids,
+                self.detokenizer.decode_batch(ids), ids,
                 [x.score for x in h] if return_scores else None,
                 [x.normalized_score for x in h] if return_scores else None, cut, [x.finished for x in h],
                 source_unknown_tokens=source.count(self.config.unk_id))
@@ -509,15 +510,15 @@ class Translator:
                               f"{len(targets)} targets")
         src_ids, _ = self._sources(sources, max_input_length)
         limit = self.config.max_positions - 1                    # target ids; EOS takes the last position
-        tgt_ids, cut = token_ids(self._detokenizer, targets, limit)
+        tgt_ids, cut = token_ids(self.detokenizer, targets, limit)
         for i, (ids, c) in enumerate(zip(tgt_ids, cut)):
             if c or len(ids) > limit:
                 warnings.warn(f"target {i} is longer than the model's {limit + 1} positions (EOS included); "
                               "only its beginning was scored", stacklevel=2)
         tgt_ids = [ids[:limit] for ids in tgt_ids]
         scores = self.score_ids(src_ids, tgt_ids, max_batch_size, batch_type)
-        eos = self._detokenizer.id_to_token(self.config.eos_id)
-        return [ScoringResult([self._detokenizer.id_to_token(t) for t in ids] + [eos], lp)
+        eos = self.detokenizer.id_to_token(self.config.eos_id)
+        return [ScoringResult([self.detokenizer.id_to_token(t) for t in ids] + [eos], lp)
                 for ids, lp in zip(tgt_ids, scores)]
 
     def translate(self, text: str, target_prefix: Optional[str] = None, constraints: Optional[Sequence[str]] = None,
@@ -542,11 +543,11 @@ class Translator:
         lang_prefix, lang_options = self._languages(source_lang, target_lang)
         options = self._decoding_options(self.generate_tokens, {**lang_options, **decoding})
         (text,) = self._check_texts([text])
-        phrases = self._constraint_ids(None if constraints is None else [constraints], 1)
+        phrases = self.constraint_ids(None if constraints is None else [constraints], 1)
         if phrases is not None and any(phrases):
             require_beam(options.beam_size)
             check_work("constraints", phrases, options.beam_size)
-        prefixes = None if target_prefix is None else self._prefixes([target_prefix], 1)
+        prefixes = None if target_prefix is None else self.prefix_ids([target_prefix], 1)
         if is_blank(text):                                      # as translate(): the empty translation
             return
         sources, _ = self._sources([text], max_input_length, prefix=lang_prefix)

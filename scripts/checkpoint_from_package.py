@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # the checkout, w
 from seq2onnx.export import onnx_export, parity                  # noqa: E402
 from seq2onnx.export.commands import _parity_sources             # noqa: E402
 from seq2onnx.runtime.errors import Seq2OnnxError                # noqa: E402
-from seq2onnx.runtime.manifest import decoder_format, read_package   # noqa: E402
+from seq2onnx.runtime.package.manifest import decoder_format, read_package   # noqa: E402
 from seq2onnx.training.checkpoint import make_checkpoint, save_checkpoint  # noqa: E402
 from seq2onnx.training.tokenizer import tokenizer_from_json      # noqa: E402
 from seq2onnx.training.model import Transformer                  # noqa: E402

@@ -1,4 +1,4 @@
-"""Derives runtime/languages.py's TO_639_1 from langcodes (the serve extra): every ISO 639-2/3 code, and every
+"""Derives runtime/package/languages.py's TO_639_1 from langcodes (the serve extra): every ISO 639-2/3 code, and every
 retired two-letter one, that names a language with an ISO 639-1 code -> that code. Macrolanguages' members map to
 the macrolanguage (cmn, the code of OPUS-MT's Chinese tags, -> zh), as langcodes' standardize_tag(macro=True) does;
 Tagalog stays tl (langcodes follows CLDR, which writes it fil, a code no model or LibreTranslate client uses).

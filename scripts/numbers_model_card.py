@@ -86,7 +86,7 @@ def measure(seq2onnx: str, model: Path, sets: Dict[str, List[Tuple[str, str]]], 
 def load_meta_and_parameters(checkpoint: Path) -> Tuple[Dict, int]:
     """The averaged checkpoint's train_meta and its parameter count."""
     import torch
-    from seq2onnx.runtime.config import ModelConfig
+    from seq2onnx.runtime.package.config import ModelConfig
     from seq2onnx.training.model import Transformer
     ckpt = torch.load(checkpoint, map_location="cpu", weights_only=False)
     model = Transformer(ModelConfig.from_dict(ckpt["config"]))      # parameters(): tied ones once, no buffers

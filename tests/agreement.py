@@ -51,8 +51,8 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from seq2onnx.runtime.decoding import score
-from seq2onnx.runtime.search import Hypothesis, normalize
+from seq2onnx.runtime.decode.decoding import score
+from seq2onnx.runtime.decode.search import Hypothesis, normalize
 
 U = 2.0 ** -24          # float32 unit roundoff: one rounding moves a value by at most u times its size
 

@@ -34,7 +34,7 @@ def package_graphs(package: Path, trace_decoder: bool = False) -> Callable[..., 
     copied and the decoder step is traced from the model given (one the test patched). What follows runs for real:
     the fp32 parity check of the graphs against the model given is what tells a copy that does not belong to it."""
     from seq2onnx.export import onnx_export
-    from seq2onnx.runtime.manifest import read_package
+    from seq2onnx.runtime.package.manifest import read_package
 
     config = read_package(package).config
 

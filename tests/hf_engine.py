@@ -1,4 +1,4 @@
-"""An Engine (runtime/decoding.py's protocol) that runs a transformers encoder-decoder model itself, so that the
+"""An Engine (runtime/engine/base.py) that runs a transformers encoder-decoder model itself, so that the
 runtime's one decoding loop (decode_steps: its searches and filters) can be compared with that model's own
 generate(): the same float32 log-probs on both sides, the search rules alone differ.
 
@@ -18,13 +18,13 @@ from typing import Any, List, Optional, Tuple
 import numpy as np
 import torch
 
-from seq2onnx.runtime.config import ModelConfig
-from seq2onnx.runtime.decoder_state import EngineBase
+from seq2onnx.runtime.package.config import ModelConfig
+from seq2onnx.runtime.engine.base import Engine
 
 VOCAB = 300
 
 
-class HFEngine(EngineBase):
+class HFEngine(Engine):
     """decode_steps' Engine over a transformers *ForConditionalGeneration model (eval mode, CPU, float32)."""
 
     def __init__(self, model: Any):

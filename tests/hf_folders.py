@@ -578,7 +578,7 @@ def write_converted(folder, out) -> Dict[str, Path]:
     from tokenizers import Tokenizer
 
     from seq2onnx.export import hf_tokenizers
-    from seq2onnx.runtime.package_tokenizer import specials_as_text
+    from seq2onnx.runtime.package.tokenizer import specials_as_text
 
     folder, out = Path(folder), Path(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -1,11 +1,11 @@
-"""The runtime's step limit of each sentence (runtime/decoding.py `step_limits`: max_decoding_length,
+"""The runtime's step limit of each sentence (runtime/decode/decoding.py `step_limits`: max_decoding_length,
 the relative max_length_a * src_len + max_length_b, max_positions) as the PyTorch reference takes it:
 training/reference.py accepts one max_length per source."""
 from __future__ import annotations
 
 from typing import Any, List, Sequence
 
-from seq2onnx.runtime.decoding import step_limits
+from seq2onnx.runtime.decode.decoding import step_limits
 from seq2onnx.runtime.options import DecodingOptions
 
 

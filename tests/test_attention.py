@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from fixtures_training import toy_pairs
-from seq2onnx.runtime.alignment import format_alignment, hard_alignment, word_index
+from seq2onnx.runtime.decode.alignment import format_alignment, hard_alignment, word_index
 from seq2onnx.runtime.errors import Seq2OnnxError
 from seq2onnx.runtime.translator import Translator
 
@@ -26,7 +26,7 @@ def test_attention_is_the_pytorch_models(translator, tiny_model, opts):
     results = translator.translate_batch(texts, return_attention=True, **opts)
     worst, checked = 0.0, 0
     for text, r in zip(texts, results):
-        source = translator._tokenizer.encode(text).ids + [translator.config.eos_id]
+        source = translator.tokenizer.encode(text).ids + [translator.config.eos_id]
         assert len(r.attention) == len(r.hypotheses)
         for ids, rows in zip(r.token_ids, r.attention):
             assert len(rows) == len(ids) and all(len(row) == len(source) for row in rows)   # source + EOS, no padding
@@ -51,8 +51,8 @@ def test_alignment_of_the_toy_task(translator):
         words = len(translator.detokenize(ids).split())
         assert pairs == sorted(set(pairs)) and all(0 <= s < 3 and 0 <= t < words for s, t in pairs)
         assert {t for _, t in pairs} == set(range(words))                  # every target word is aligned
-        pieces = [translator._tokenizer.id_to_token(i) for i in translator._tokenizer.encode(texts[0]).ids]
-        assert pairs == hard_alignment(np.array(rows), pieces, [translator._tokenizer.id_to_token(i) for i in ids])
+        pieces = [translator.tokenizer.id_to_token(i) for i in translator.tokenizer.encode(texts[0]).ids]
+        assert pairs == hard_alignment(np.array(rows), pieces, [translator.tokenizer.id_to_token(i) for i in ids])
     assert r[1].alignment == [[]] and both[1].attention == [[]]
     assert [x.alignment for x in r] == [x.alignment for x in both]
 

@@ -1,4 +1,4 @@
-"""`seq2onnx translate --plot-attention DIR` (runtime/attention_plot.py) with the shipped model numbers-en-de:
+"""`seq2onnx translate --plot-attention DIR` (runtime/cli/attention_plot.py) with the shipped model numbers-en-de:
 every text of a picture lies inside it (a long gettext line, a short number, a line of hundreds of words), input
 text is drawn literally, DIR is checked before any work and written atomically, nothing of matplotlib's reaches
 stderr raw, and a SIGTERM while a picture is drawn ends the run as SIGTERM does (exit 143, one line)."""
@@ -18,9 +18,9 @@ import pytest
 
 from figure_checks import assert_text_inside
 from seq2onnx.runtime import Translator
-from seq2onnx.runtime.attention_plot import (DPI, ELLIPSIS, MAX_HEATMAP_INCHES, MAX_LABEL_CHARS, TITLE_LINES,
+from seq2onnx.runtime.cli.attention_plot import (DPI, ELLIPSIS, MAX_HEATMAP_INCHES, MAX_LABEL_CHARS, TITLE_LINES,
                                              attention_figure, label, signals_held, write_png)
-from seq2onnx.runtime.cli import main, terminate_raises
+from seq2onnx.runtime.cli.main import main, terminate_raises
 from seq2onnx.runtime.errors import Terminated
 
 pytest.importorskip("matplotlib")      # the [plot] extra; the test extra installs it

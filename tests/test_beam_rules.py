@@ -21,10 +21,10 @@ pytest.importorskip("transformers")
 
 from agreement import Float32Bounds, assert_same_decodes                      # noqa: E402
 from hf_engine import HFEngine, tiny_m2m100, tiny_marian                       # noqa: E402
-from seq2onnx.runtime.decoding import decode, pad_sources, step_limits         # noqa: E402
-from seq2onnx.runtime.logit_filters import build_filters                       # noqa: E402
+from seq2onnx.runtime.decode.decoding import decode, pad_sources, step_limits         # noqa: E402
+from seq2onnx.runtime.decode.logit_filters import build_filters                       # noqa: E402
 from seq2onnx.runtime.options import DecodingOptions                           # noqa: E402
-from seq2onnx.runtime.search import Hypothesis                                 # noqa: E402
+from seq2onnx.runtime.decode.search import Hypothesis                                 # noqa: E402
 
 N_SOURCES = 200
 MAX_LENGTH = 20                                    # transformers' max_length: the decoder start + 19 generated

@@ -16,7 +16,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))      # the repository root: `bench` package
 
 from bench.base_model import load_model, make_tokenizer, random_model, reference_log_probs, save_checkpoint  # noqa: E402
-from seq2onnx.runtime.config import ModelConfig  # noqa: E402
+from seq2onnx.runtime.package.config import ModelConfig  # noqa: E402
 from seq2onnx.training.reference import beam_search, greedy_search  # noqa: E402
 
 VOCAB = 300

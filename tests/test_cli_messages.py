@@ -165,7 +165,7 @@ def test_translate_warns_on_the_lines_the_tokenizer_cannot_cover():
 
 # --- seq2onnx info -----------------------------------------------------------------------------------------
 def shipped_folder() -> Path:
-    from seq2onnx.runtime.shipped_models import resolve_model_dir
+    from seq2onnx.runtime.package.shipped_models import resolve_model_dir
     return Path(resolve_model_dir(SHIPPED))
 
 
@@ -211,7 +211,7 @@ def test_info_reads_a_lying_parity_record_without_trusting_it(tmp_path):
 def progress_shown(source, lines_per_block: int, blocks: int) -> str:
     """What Progress writes to a real terminal (a pseudo-terminal) as `blocks` blocks of lines are read."""
     import select
-    from seq2onnx.runtime.cli_io import Progress, read_lines
+    from seq2onnx.runtime.cli.cli_io import Progress, read_lines
     master, slave = os.openpty()
     try:
         with open(slave, "w", closefd=False) as tty:

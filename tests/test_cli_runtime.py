@@ -13,7 +13,7 @@ import pytest
 
 from agreement import Float32Bounds
 from fixtures_training import toy_pairs
-from seq2onnx.runtime.cli import main
+from seq2onnx.runtime.cli.main import main
 from seq2onnx.runtime.translator import Translator
 
 
@@ -224,7 +224,7 @@ class _Terminal(io.StringIO):
 
 
 def test_progress_and_target_prefix_on_a_terminal_only(tiny_package, tmp_path, monkeypatch, translator, sources):
-    from seq2onnx.runtime import cli_io
+    from seq2onnx.runtime.cli import cli_io
     src = tmp_path / "in.txt"
     src.write_text("\n".join(sources[:5]) + "\n", encoding="utf-8")
     prefix = translator.translate(sources[0]).split(" ")[0]
@@ -293,7 +293,7 @@ def test_read_lines_warns_to_its_caller(max_bytes):
     one included, read bounded or not."""
     import io
 
-    from seq2onnx.runtime.cli_io import read_lines
+    from seq2onnx.runtime.cli.cli_io import read_lines
 
     said = []
     lines = list(read_lines(io.BytesIO(b"ok\n\xff bad\n"), max_bytes, warn=said.append))

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from seq2onnx.runtime.cli import main as cli_main
+from seq2onnx.runtime.cli.main import main as cli_main
 
 
 def run_cli(capsys, *argv: str):

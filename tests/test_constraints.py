@@ -1,4 +1,4 @@
-"""Terminology constraints (translate_batch(constraints=...), runtime/constraints.py) on the exported tiny model:
+"""Terminology constraints (translate_batch(constraints=...), runtime/decode/constraints.py) on the exported tiny model:
 the runtime's constrained beam search against the PyTorch reference (training/reference.py
 constrained_beam_search), what every returned hypothesis holds, what happens when none within the length limit
 can, the errors, --constraint on the command line, and the automata alone."""
@@ -16,10 +16,10 @@ import fixtures_training
 from agreement import Float32Bounds, assert_same_decodes, engine_judge, hypotheses, torch_judge
 from fixtures_training import DE, holds, toy_pairs
 from limits import reference_max_length
-from seq2onnx.runtime.cli import main
-from seq2onnx.runtime.constraints import Constraints
-from seq2onnx.runtime.decoding import step_limits
-from seq2onnx.runtime.top_candidates import top_candidates
+from seq2onnx.runtime.cli.main import main
+from seq2onnx.runtime.decode.constraints import Constraints
+from seq2onnx.runtime.decode.decoding import step_limits
+from seq2onnx.runtime.decode.top_candidates import top_candidates
 from seq2onnx.runtime.options import DecodingOptions
 from seq2onnx.runtime.translator import Translator
 
@@ -42,8 +42,8 @@ def batch(translator):
     texts = [s for s, _ in pairs]
     constraints = toy_constraints(pairs, seed=5)
     eos = translator.config.eos_id
-    sources = [translator._tokenizer.encode(t).ids + [eos] for t in texts]
-    return texts, constraints, sources, translator._constraint_ids(constraints, len(texts))
+    sources = [translator.tokenizer.encode(t).ids + [eos] for t in texts]
+    return texts, constraints, sources, translator.constraint_ids(constraints, len(texts))
 
 
 def summary(results):
@@ -94,9 +94,9 @@ def test_length_limits_and_penalties_match_reference(translator, tiny_model, opt
     from seq2onnx.training import reference
     pairs = toy_pairs(16, seed=31, min_words=2, max_words=5)
     texts = [s for s, _ in pairs]
-    phrases = translator._constraint_ids(toy_constraints(pairs, seed=6, most=3), len(texts))
+    phrases = translator.constraint_ids(toy_constraints(pairs, seed=6, most=3), len(texts))
     eos = translator.config.eos_id
-    sources = [translator._tokenizer.encode(t).ids + [eos] for t in texts]
+    sources = [translator.tokenizer.encode(t).ids + [eos] for t in texts]
     limits = reference_max_length(translator.config, sources, max_decoding_length=opts.get("max_decoding_length", 256))
     ref = reference.constrained_beam_search(
         tiny_model, sources, phrases, beam_size=opts["beam_size"], num_hypotheses=opts.get("num_hypotheses", 1),
@@ -131,7 +131,7 @@ def test_every_hypothesis_holds_its_phrases_when_they_fit(translator, data):
     missing_constraints counts the phrases it does not hold; no hypothesis passes the limit."""
     cfg = translator.config
     sources = data.draw(st.lists(source_ids(cfg), min_size=1, max_size=4))
-    words = [translator._tokenizer.encode(w).ids for w in DE]
+    words = [translator.tokenizer.encode(w).ids for w in DE]
     phrase = st.lists(st.sampled_from(words), min_size=1, max_size=3).map(lambda ws: sum(ws, []))
     phrases = data.draw(st.lists(st.lists(phrase, min_size=0, max_size=3), min_size=len(sources),
                                  max_size=len(sources)))
@@ -178,16 +178,16 @@ def test_sentences_without_phrases_decode_as_without_constraints(translator, bat
 def test_a_phrase_is_tokenized_as_its_words_are_in_a_sentence(translator):
     """Alone, a phrase is tokenized as where it starts a word of the translation (its first piece a word start);
     whitespace runs are one space."""
-    tok = translator._tokenizer
+    tok = translator.tokenizer
     for i, word in enumerate(DE):
         other = DE[(i + 3) % len(DE)]
         in_context = tok.encode(f"{other} {word} {other}").ids
-        (alone,) = translator._constraint_ids([[word]], 1)[0]
+        (alone,) = translator.constraint_ids([[word]], 1)[0]
         assert in_context[len(tok.encode(other).ids):][:len(alone)] == alone
         assert tok.id_to_token(alone[0]).startswith("\u2581")
-    assert translator._constraint_ids([["  drei \t vier "]], 1) == translator._constraint_ids([["drei vier"]], 1)
-    once = translator._constraint_ids([["drei", "vier"]], 1)
-    assert translator._constraint_ids([["drei", "drei ", "vier"]], 1) == once          # a repeat need appear once
+    assert translator.constraint_ids([["  drei \t vier "]], 1) == translator.constraint_ids([["drei vier"]], 1)
+    once = translator.constraint_ids([["drei", "vier"]], 1)
+    assert translator.constraint_ids([["drei", "drei ", "vier"]], 1) == once          # a repeat need appear once
 
 
 def test_translate_batch_reports_what_each_hypothesis_holds(translator):

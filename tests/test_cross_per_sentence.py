@@ -26,13 +26,13 @@ from fixtures_training import toy_pairs
 from limits import reference_max_length
 from seq2onnx.export import onnx_export, parity
 from seq2onnx.export.commands import ExportOptions, run_export
-from seq2onnx.runtime.decoding import decode
+from seq2onnx.runtime.decode.decoding import decode
 from seq2onnx.runtime.errors import ModelPackageError
-from seq2onnx.runtime.manifest import read_package
+from seq2onnx.runtime.package.manifest import read_package
 from seq2onnx.runtime.options import DecodingOptions
-from seq2onnx.runtime.search import Hypothesis, normalize
-from seq2onnx.runtime.device_engine import IoBindingEngine
-from seq2onnx.runtime.session import SessionConfig, open_session
+from seq2onnx.runtime.decode.search import Hypothesis, normalize
+from seq2onnx.runtime.engine.cuda import IoBindingEngine
+from seq2onnx.runtime.engine.session import SessionConfig, open_session
 from seq2onnx.runtime.translator import Translator
 from seq2onnx.training import model as model_module
 from seq2onnx.training import reference
@@ -94,7 +94,7 @@ def sources(translator):
     """1 to 9 words: in one batch the sentences finish at many different steps."""
     texts = [s for s, _ in toy_pairs(14, seed=11, min_words=1, max_words=9)] + ["one", "two three"]
     eos = translator.config.eos_id
-    return [translator._tokenizer.encode(t).ids + [eos] for t in texts]
+    return [translator.tokenizer.encode(t).ids + [eos] for t in texts]
 
 
 def io_binding_engine(tr: Translator, cross_per_sentence: bool) -> IoBindingEngine:
@@ -218,7 +218,7 @@ SHIPPED_GERMAN = ["sieben", "zweiundvierzig", "dreihunderteins", "eintausenddrei
 
 @pytest.fixture(scope="module")
 def shipped_sources(shipped):
-    return [shipped._tokenizer.encode(t).ids + [shipped.config.eos_id] for t in SHIPPED_TEXTS]
+    return [shipped.tokenizer.encode(t).ids + [shipped.config.eos_id] for t in SHIPPED_TEXTS]
 
 
 def test_earlier_model_is_of_the_earlier_contract(shipped):
@@ -251,7 +251,7 @@ def test_earlier_model_decodes_with_a_copy_per_row(shipped, shipped_sources, com
             got["greedy"] += decode(engine, tr.config, batch, DecodingOptions(beam_size=1, max_decoding_length=60))
         if compute_type == "float32":
             for hyps in got.values():
-                assert [tr._tokenizer.decode(hs[0].tokens) for hs in hyps] == SHIPPED_GERMAN
+                assert [tr.tokenizer.decode(hs[0].tokens) for hs in hyps] == SHIPPED_GERMAN
         else:
             # int8 quantizes activations at run time; what it decodes may part from the float32 answer where the int8
             # engine itself sees a tie: it must give SHIPPED_GERMAN's tokens (float32's, checked above), or a decode
@@ -261,7 +261,7 @@ def test_earlier_model_decodes_with_a_copy_per_row(shipped, shipped_sources, com
             for kind, hyps in got.items():
                 want = decode(shipped.engine, shipped.config, shipped_sources,
                               DecodingOptions(beam_size=4 if kind == "beam" else 1, max_decoding_length=60))
-                assert [tr._tokenizer.decode(hs[0].tokens) for hs in want] == SHIPPED_GERMAN
+                assert [tr.tokenizer.decode(hs[0].tokens) for hs in want] == SHIPPED_GERMAN
                 expected = []
                 for src, hs in zip(shipped_sources, want):
                     forced = sum(judge(src, hs[0].tokens, True))

@@ -1,5 +1,5 @@
 """A continuous batch's cross K/V and encoder mask with rows joining and leaving in place
-(runtime/cache_memory.py CrossRows, over runtime/cache_inplace.py), against the copying version (np.take, and
+(runtime/engine/cache_memory.py CrossRows, over runtime/engine/cache_inplace.py), against the copying version (np.take, and
 append_padded, which the CUDA engine still uses). No model: test_serve_invariance runs them through the engine."""
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seq2onnx.runtime.cache_inplace import compact_rows
-from seq2onnx.runtime.cache_memory import CrossRows, append_padded
+from seq2onnx.runtime.engine.cache_inplace import compact_rows
+from seq2onnx.runtime.engine.cache_memory import CrossRows, append_padded
 
 H, DH = 2, 3                            # heads, head_dim of the cross K/V below
 

@@ -1,4 +1,4 @@
-"""The IO-binding engine (runtime/session.py) and its on-device cache reorder (gather_graph.py).
+"""The IO-binding engine (runtime/engine/session.py) and its on-device cache reorder (gather_graph.py).
 
 Without a GPU the same engine runs on the CPU provider, so its code path is checked here too;
 the CUDA tests skip with the reason the CUDA provider is not usable."""
@@ -10,12 +10,12 @@ import pytest
 
 from agreement import Float32Bounds, assert_same_decodes, torch_judge
 from fixtures_training import toy_pairs
-from seq2onnx.runtime.gather_graph import gather_model_bytes, pad_model_bytes
+from seq2onnx.runtime.engine.gather_graph import gather_model_bytes, pad_model_bytes
 from seq2onnx.runtime.options import DecodingOptions
-from seq2onnx.runtime.decoding import decode
-from seq2onnx.runtime.manifest import read_package
-from seq2onnx.runtime.device_engine import IoBindingEngine
-from seq2onnx.runtime.session import SessionConfig, cuda_status, open_session
+from seq2onnx.runtime.decode.decoding import decode
+from seq2onnx.runtime.package.manifest import read_package
+from seq2onnx.runtime.engine.cuda import IoBindingEngine
+from seq2onnx.runtime.engine.session import SessionConfig, cuda_status, open_session
 from seq2onnx.runtime.translator import Translator
 
 CUDA_OK, CUDA_REASON = cuda_status()
@@ -110,7 +110,7 @@ def test_cuda_default_compute_type(tiny_package, sources):
 
 
 def _padded(sources, pad_id):
-    from seq2onnx.runtime.decoding import pad_sources
+    from seq2onnx.runtime.decode.decoding import pad_sources
     return pad_sources(sources, pad_id)
 
 

@@ -1,4 +1,4 @@
-"""The numpy decoding loop (runtime/decoding.py) on the exported tiny model:
+"""The numpy decoding loop (runtime/decode/decoding.py) on the exported tiny model:
 token-identical to the PyTorch reference (training/reference.py), option invariants, and the parts alone."""
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 from agreement import Float32Bounds, assert_same_decodes, engine_judge, forced_score, torch_judge
 from fixtures_training import toy_pairs
 from limits import reference_max_length
-from seq2onnx.runtime.decoding import decode
-from seq2onnx.runtime.search import Sampler
-from seq2onnx.runtime.top_candidates import top_candidates
-from seq2onnx.runtime.logit_filters import ForcePrefix, NoRepeatNGram, RepetitionPenalty
+from seq2onnx.runtime.decode.decoding import decode
+from seq2onnx.runtime.decode.search import Sampler
+from seq2onnx.runtime.decode.top_candidates import top_candidates
+from seq2onnx.runtime.decode.logit_filters import ForcePrefix, NoRepeatNGram, RepetitionPenalty
 from seq2onnx.runtime.options import DecodingOptions
 from seq2onnx.runtime.translator import Translator
 from seq2onnx.training import reference
@@ -33,7 +33,7 @@ def sources(translator):
     """Validation-like sentences of 2..5 words plus shorter and longer ones: padded batches."""
     texts = [s for s, _ in toy_pairs(24, seed=7)] + [s for s, _ in toy_pairs(6, seed=8, min_words=1, max_words=8)]
     eos = translator.config.eos_id
-    return [translator._tokenizer.encode(t).ids + [eos] for t in texts]
+    return [translator.tokenizer.encode(t).ids + [eos] for t in texts]
 
 
 def tokens(results):
@@ -243,8 +243,8 @@ class CountingEngine:
 def test_finished_sentences_leave_the_batch(translator, beam_size):
     cfg = translator.config
     assert translator.engine.cross_per_sentence                 # the package's decoder takes them so
-    short = translator._tokenizer.encode("one two").ids + [cfg.eos_id]
-    long_ = translator._tokenizer.encode("one two three four five six seven eight").ids + [cfg.eos_id]
+    short = translator.tokenizer.encode("one two").ids + [cfg.eos_id]
+    long_ = translator.tokenizer.encode("one two three four five six seven eight").ids + [cfg.eos_id]
     engine = CountingEngine(translator.engine)
     decode(engine, cfg, [short, long_], DecodingOptions(beam_size=beam_size))
     assert engine.rows[0] == 2 * beam_size
@@ -319,7 +319,7 @@ def test_reference_best_candidates_is_a_stable_descending_sort(rows, cols, m, ki
 def test_beam_search_from_each_rows_best_equals_from_all(sentences, beam, kind, seed):
     """advance_top_k (each row's 2K best, as a GPU's TopK returns them) chooses as advance (every candidate), step
     by step, on log-probs full of ties (kind 1) or of -inf (kind 2), EOS (2) often among the best."""
-    from seq2onnx.runtime.search import BeamSearch
+    from seq2onnx.runtime.decode.search import BeamSearch
 
     rng = np.random.default_rng(seed)
     vocab = int(rng.integers(2 * beam, 40))
@@ -389,7 +389,7 @@ def reference_beam_advance(search, log_probs: np.ndarray, step: int) -> np.ndarr
 def test_renormalize_is_the_plain_formula_bit_for_bit(rows, vocab, kind, seed):
     """renormalize (in place, a few rows at a time: 70000 columns take one row, 77 many) gives the plain formula's
     float32 values exactly, on log-prob-like rows, ties, mostly -inf, NaN, +inf, and rows all -inf."""
-    from seq2onnx.runtime.logit_filters import renormalize
+    from seq2onnx.runtime.decode.logit_filters import renormalize
 
     rng = np.random.default_rng(seed)
     lp = hard_scores(rng, rows, vocab, kind)
@@ -409,7 +409,7 @@ def test_beam_selection_without_candidates_is_a_stable_descending_sort(sentences
     candidates, with cum of ties or -inf (the first step), and log-probs of every hard kind but many NaN (whose
     order among NaN top_candidates leaves to its fallback), and forced rows (-inf but for one or two ids, or all
     -inf: fewer than 2K finite candidates, the -inf ones then by id)."""
-    from seq2onnx.runtime.top_candidates import top_beam_candidates
+    from seq2onnx.runtime.decode.top_candidates import top_beam_candidates
 
     rng = np.random.default_rng(seed)
     if kind == "forced":
@@ -434,8 +434,8 @@ def test_filters_and_search_equal_a_plain_reference(translator, batch, beam, kin
     the same edits written plainly and the candidates ranked by a stable sort, step by step on random log-probs
     (kind 0 log-prob-like, 1 ties, 2 mostly -inf) at several batch and beam sizes: the same tokens, parents, scores
     (float32 bit for bit) and finished hypotheses. Options: min length, forced BOS and EOS, renormalize."""
-    from seq2onnx.runtime.logit_filters import build_filters
-    from seq2onnx.runtime.search import BeamSearch, RowSearch
+    from seq2onnx.runtime.decode.logit_filters import build_filters
+    from seq2onnx.runtime.decode.search import BeamSearch, RowSearch
 
     config = translator.config
     rng = np.random.default_rng(batch * 100 + beam * 10 + kind)
@@ -523,7 +523,7 @@ def test_beam_search_keeps_a_live_beam_that_beats_the_finished_ones():
     # step 1: "a a" (-0.6) and "a" EOS (-2.5, normalized -1.25) are the best two -> K hypotheses have finished,
     #         where fairseq stops with "" (-1.0); but the live "a a" scores -0.3 normalized, so search goes on
     # step 2: "a a" EOS: -0.7 over 3 tokens = -0.233, the best of all
-    from seq2onnx.runtime.search import BeamSearch, beam_done, rank
+    from seq2onnx.runtime.decode.search import BeamSearch, beam_done, rank
 
     def logp(rows):
         out = np.full((len(rows), 5), -20.0, dtype=np.float32)
@@ -563,7 +563,7 @@ def test_encoder_runs_cut_at_the_least_cost(groups, run_tokens):
     """Every way to cut the groups (by width, longest first) into runs, tried: none costs less than encoder_runs'."""
     from itertools import combinations
 
-    from seq2onnx.runtime.decoding import encoder_runs
+    from seq2onnx.runtime.decode.decoding import encoder_runs
     groups.sort(key=lambda g: -g[0])
     widths, counts = [w for w, _ in groups], [c for _, c in groups]
     starts = encoder_runs(widths, counts, run_tokens)
@@ -575,7 +575,7 @@ def test_encoder_runs_cut_at_the_least_cost(groups, run_tokens):
 
 
 def test_encoder_runs_keep_a_long_source_from_padding_short_ones():
-    from seq2onnx.runtime.decoding import encoder_runs
+    from seq2onnx.runtime.decode.decoding import encoder_runs
     assert encoder_runs([60, 4, 3, 3, 2, 2, 2], [1] * 7, run_tokens=12) == [0, 1]
     assert encoder_runs([5, 4, 4], [1, 1, 1], run_tokens=12) == [0]         # a run costs more than its padding
 
@@ -586,7 +586,7 @@ def test_place_rows_keeps_rows_in_place_and_fills_the_gaps(group, data):
     """place_rows: a permutation of the new rows' places, units of `group` rows whole; every unit whose first
     source lies within the new rows and is its source's first reader keeps its place, so a gather by it moves only
     the units that must (as many as left past the new end, and beam-style repeats)."""
-    from seq2onnx.runtime.decoder_state import place_rows
+    from seq2onnx.runtime.decode.decoder_state import place_rows
     units = data.draw(st.integers(1, 12))
     # each new unit goes on from an old unit (repeats allowed: two beams of one sentence's parent), fewer or as many
     new_units = data.draw(st.lists(st.integers(0, units - 1), min_size=1, max_size=units))
@@ -606,7 +606,7 @@ def test_place_rows_keeps_rows_in_place_and_fills_the_gaps(group, data):
 
 
 def test_place_rows_one_row_ended():
-    from seq2onnx.runtime.decoder_state import place_rows
+    from seq2onnx.runtime.decode.decoder_state import place_rows
     # rows 0..5; row 2 ended: the last row takes its place, no other moves
     sources = np.array([0, 1, 3, 4, 5])
     places, index = place_rows(sources)

@@ -15,15 +15,15 @@ import onnxruntime as ort
 import pytest
 
 from fixtures_training import toy_pairs
-from seq2onnx.runtime.decoding import decode, head_plan
-from seq2onnx.runtime.device_engine import IoBindingEngine
-from seq2onnx.runtime.gather_graph import search_head_model_bytes
-from seq2onnx.runtime.logit_filters import (ForcePrefix, ForceToken, NoRepeatNGram, RepetitionPenalty,
+from seq2onnx.runtime.decode.decoding import decode, head_plan
+from seq2onnx.runtime.engine.cuda import IoBindingEngine
+from seq2onnx.runtime.engine.gather_graph import search_head_model_bytes
+from seq2onnx.runtime.decode.logit_filters import (ForcePrefix, ForceToken, NoRepeatNGram, RepetitionPenalty,
                                             SuppressEOSBeforeMin, SuppressTokens, renormalize)
-from seq2onnx.runtime.manifest import read_package
+from seq2onnx.runtime.package.manifest import read_package
 from seq2onnx.runtime.options import DecodingOptions
-from seq2onnx.runtime.search import BeamSearch, RowSearch, Sampler
-from seq2onnx.runtime.session import SessionConfig, open_session
+from seq2onnx.runtime.decode.search import BeamSearch, RowSearch, Sampler
+from seq2onnx.runtime.engine.session import SessionConfig, open_session
 
 
 @pytest.fixture(scope="module")

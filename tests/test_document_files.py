@@ -1,5 +1,5 @@
-"""Files translated whole (runtime/document_files.py) with the shipped numbers-en-de model: .txt, .srt, .docx (and
-.html, once documents.py takes format="html"), each against translate_document(s) of its text; their limits and
+"""Files translated whole (runtime/documents/files.py) with the shipped numbers-en-de model: .txt, .srt, .docx (and
+.html, once documents/translate.py takes format="html"), each against translate_document(s) of its text; their limits and
 broken or hostile files (a broken .srt, a zip bomb, an XML entity bomb, a file over the size limits); `seq2onnx
 translate-file`; and the server's /translate_file and /download_file (runtime/serve/files.py) as LibreTranslate's
 clients send them: a multipart form (file, source, target, api_key), the answer's translatedFileUrl fetched.
@@ -20,10 +20,10 @@ from hypothesis import given, settings, strategies as st
 pytest.importorskip("sentencex", reason="the documents extra: pip install '.[documents]'")
 
 from seq2onnx.runtime import Translator, translate_document, translate_documents  # noqa: E402
-from seq2onnx.runtime.document_files import (MAX_RATIO, MAX_ZIP_MEMBERS, FileError, FileLimits,  # noqa: E402
+from seq2onnx.runtime.documents.files import (MAX_RATIO, MAX_ZIP_MEMBERS, FileError, FileLimits,  # noqa: E402
                                              _Group, _Run, _segments, file_format, srt_cues,
                                              translate_file_bytes)
-from seq2onnx.runtime.documents import layout  # noqa: E402
+from seq2onnx.runtime.documents.translate import layout  # noqa: E402
 
 MODEL = "numbers-en-de"
 TEXT = "forty-two. nine.\r\n\r\n- seven hundred and one.\r\n  twelve. eighty.\r\n"
@@ -233,7 +233,7 @@ def test_html(translator):
 
 # --- `seq2onnx translate-file` --------------------------------------------------------------------------------
 def seq2onnx(*args: str) -> subprocess.CompletedProcess:
-    code = "import sys; from seq2onnx.runtime.cli import main; sys.exit(main(sys.argv[1:]))"
+    code = "import sys; from seq2onnx.runtime.cli.main import main; sys.exit(main(sys.argv[1:]))"
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, timeout=120)
 
 
@@ -264,7 +264,7 @@ def test_cli_refusals(tmp_path, args, message):
     (tmp_path / "a.pdf").write_bytes(b"%PDF")
     (tmp_path / "bad.srt").write_bytes(b"1\n00:00:01,000 --> 00:00:00,500\nseven\n")
     (tmp_path / "bomb.docx").write_bytes(zip_of([("word/document.xml", "<x/>"), ("big", bytes(8 << 20))]))
-    done = subprocess.run([sys.executable, "-c", "import sys; from seq2onnx.runtime.cli import main; "
+    done = subprocess.run([sys.executable, "-c", "import sys; from seq2onnx.runtime.cli.main import main; "
                            "sys.exit(main(sys.argv[1:]))", "translate-file", MODEL, *args], capture_output=True,
                           timeout=120, cwd=tmp_path)
     err = done.stderr.decode()
@@ -278,7 +278,7 @@ httpx = pytest.importorskip("httpx", reason="the test extra")
 pytest.importorskip("starlette", reason="the serve extra: pip install '.[serve]'")
 from libretranslatepy import LibreTranslateAPI  # noqa: E402
 
-from seq2onnx.runtime.serve.app import HTTPError  # noqa: E402
+from seq2onnx.runtime.serve.service import HTTPError  # noqa: E402
 from seq2onnx.runtime.serve.files import FileStore  # noqa: E402
 from test_serve import Server, metrics, one_line_error  # noqa: E402
 

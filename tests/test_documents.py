@@ -1,8 +1,8 @@
-"""Documents (runtime/documents.py): the layout rules (property-tested: the text around the sentences survives
+"""Documents (runtime/documents/text.py): the layout rules (property-tested: the text around the sentences survives
 exactly), translate_document(s) against translate_batch of the sentences with the shipped numbers-en-de model,
 `seq2onnx translate --document / --no-split`, and LibreTranslate's /translate through its clients (libretranslatepy,
 deep-translator's translate and translate_file) on a multi-paragraph text, as one job of the server's.
-HTML documents (runtime/html_document.py, format="html"): every tag of a few hundred generated snippets comes back
+HTML documents (runtime/documents/html_document.py, format="html"): every tag of a few hundred generated snippets comes back
 once in a well-formed document (with the model's alignments, without them, and with reordering ones), the rules
 (blocks, inline tags, kept elements, entities, title/alt), malformed markup, the limits, the CLI and the server."""
 from __future__ import annotations
@@ -17,7 +17,8 @@ from hypothesis import given, settings, strategies as st
 pytest.importorskip("sentencex", reason="the documents extra: pip install '.[documents]'")
 
 from seq2onnx.runtime import Seq2OnnxError, Translator, translate_document, translate_documents  # noqa: E402
-from seq2onnx.runtime.documents import MAX_PARAGRAPH_CHARS, DocumentError, layout  # noqa: E402
+from seq2onnx.runtime.documents.text import MAX_PARAGRAPH_CHARS, DocumentError  # noqa: E402
+from seq2onnx.runtime.documents.translate import layout  # noqa: E402
 
 MODEL = "numbers-en-de"
 # paragraphs, a blank line, a list with "- " / "* " / "1. " markers, indentation, CRLF, spaces at both ends
@@ -127,7 +128,7 @@ def test_translate_document_is_translate_batch_of_its_sentences(translator):
 
 # --- the CLI -------------------------------------------------------------------------------------------------
 def seq2onnx(*args: str, input: bytes = b"", pre: str = "") -> subprocess.CompletedProcess:
-    code = f"import sys; {pre}from seq2onnx.runtime.cli import main; sys.exit(main(sys.argv[1:]))"
+    code = f"import sys; {pre}from seq2onnx.runtime.cli.main import main; sys.exit(main(sys.argv[1:]))"
     return subprocess.run([sys.executable, "-c", code, *args], input=input, capture_output=True, timeout=120)
 
 
@@ -239,11 +240,11 @@ def test_a_line_the_splitter_panics_on():
     splitter sees wide spaces as spaces, so the line splits, and a line it would still panic on is one sentence."""
     import sentencex
 
-    from seq2onnx.runtime import documents
+    from seq2onnx.runtime.documents import text, translate
 
     line = "\u201cQ.\u201d Z\xa0.+.e.g.Z3.5b\u2022+\u2022\u2022a-a3.5)\u2022...*"
-    assert documents._segment(sentencex.segment, "en", line) == [line]          # the real panic, caught
-    lay = documents.layout(line)
+    assert text._segment(sentencex.segment, "en", line) == [line]          # the real panic, caught
+    lay = translate.layout(line)
     assert len(lay.sentences) > 1 and "\xa0" in "".join(lay.sentences)
     assert lay.join(lay.sentences) == line
 
@@ -253,8 +254,8 @@ import random  # noqa: E402
 from html.parser import HTMLParser  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from seq2onnx.runtime.documents import Translation  # noqa: E402
-from seq2onnx.runtime.html_document import MAX_HTML_CHARS, MAX_HTML_DEPTH, MAX_HTML_TAGS, VOID, html_layout  # noqa: E402,E501
+from seq2onnx.runtime.documents.text import Translation  # noqa: E402
+from seq2onnx.runtime.documents.html_document import MAX_HTML_CHARS, MAX_HTML_DEPTH, MAX_HTML_TAGS, VOID, html_layout  # noqa: E402,E501
 
 FORMAT_1 = Path(__file__).resolve().parent / "data" / "numbers-en-de-earlier-contract"   # no attention
 WORDS = ["seven", "nine", "twelve", "forty-two", "eighty", "one hundred and five", "three"]

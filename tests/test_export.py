@@ -30,15 +30,15 @@ from fixtures_export import package_graphs
 from fixtures_training import toy_pairs
 from seq2onnx.export import onnx_export, package, parity
 from seq2onnx.export.commands import ExportOptions, run_export
-from seq2onnx.runtime import session
-from seq2onnx.runtime.cli import main as cli_main
-from seq2onnx.runtime.config import ModelConfig
+from seq2onnx.runtime.engine import session
+from seq2onnx.runtime.cli.main import main as cli_main
+from seq2onnx.runtime.package.config import ModelConfig
 from seq2onnx.runtime.errors import ModelPackageError, Seq2OnnxError
-from seq2onnx.runtime.decoding import decode
-from seq2onnx.runtime.manifest import read_package
+from seq2onnx.runtime.decode.decoding import decode
+from seq2onnx.runtime.package.manifest import read_package
 from seq2onnx.runtime.options import DecodingOptions
-from seq2onnx.runtime.device_engine import IoBindingEngine
-from seq2onnx.runtime.session import SessionConfig, open_session
+from seq2onnx.runtime.engine.cuda import IoBindingEngine
+from seq2onnx.runtime.engine.session import SessionConfig, open_session
 from seq2onnx.runtime.translator import Translator
 from seq2onnx.training.checkpoint import load_checkpoint
 from seq2onnx.training.reference import beam_search, greedy_search, pad_batch
@@ -365,7 +365,7 @@ KILL_DRIVER = textwrap.dedent("""
                 print("PAUSED", flush=True)
                 time.sleep(300)
         os.rename = paused
-    from seq2onnx.runtime.cli import main
+    from seq2onnx.runtime.cli.main import main
     sys.exit(main(["export", ckpt, out, "--overwrite"]))
 """)
 
@@ -529,7 +529,7 @@ def test_cli_errors_are_one_line(tiny_checkpoint, tiny_package, tmp_path, capsys
 
 def test_missing_onnxscript_names_the_extra(tiny_checkpoint, tmp_path):
     code = ("import sys; sys.modules['onnxscript'] = None\n"
-            "from seq2onnx.runtime.cli import main\n"
+            "from seq2onnx.runtime.cli.main import main\n"
             f"sys.exit(main(['export', {str(tiny_checkpoint)!r}, {str(tmp_path / 'out')!r}]))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2

@@ -26,9 +26,9 @@ from seq2onnx.export import onnx_export
 from seq2onnx.export.commands import ExportOptions, run_export
 from seq2onnx.export.graph_files import ALIGNMENT, SHARED_MIN_BYTES, SHARED_SUFFIX, variant_graphs
 from seq2onnx.runtime.errors import ModelPackageError
-from seq2onnx.runtime.manifest import ModelPackage, read_package, sha256_of
-from seq2onnx.runtime.session import cuda_status
-from seq2onnx.runtime.onnx_bytes import external_tensors
+from seq2onnx.runtime.package.manifest import ModelPackage, read_package, sha256_of
+from seq2onnx.runtime.engine.session import cuda_status
+from seq2onnx.runtime.package.onnx_bytes import external_tensors
 from seq2onnx.runtime.translator import Translator
 from test_manifest import edit_manifest
 from test_reliability_packages import relist

@@ -1,4 +1,4 @@
-"""The int8 variant's few-rows decoder step (export/quantize.py quantize_int8_few_rows, runtime/session.py
+"""The int8 variant's few-rows decoder step (export/quantize.py quantize_int8_few_rows, runtime/engine/session.py
 ArrayEngine.use_few_rows): written and checked by the export with --few-rows (tiny_package asks for it; without it
 the package has none: test_export.py), picked by the runtime for steps of at most max_rows
 rows, skipped where onnxruntime is older than its ops, refused when its manifest entry is broken."""
@@ -13,11 +13,12 @@ import pytest
 
 from fixtures_training import toy_pairs
 from seq2onnx.export import parity, quantize
-from seq2onnx.runtime.decoding import decode
+from seq2onnx.runtime.decode.decoding import decode
 from seq2onnx.runtime.errors import ModelPackageError
-from seq2onnx.runtime.manifest import read_package
+from seq2onnx.runtime.package.manifest import read_package
 from seq2onnx.runtime.options import DecodingOptions
-from seq2onnx.runtime.session import SessionConfig, onnxruntime_version, open_engine
+from seq2onnx.runtime.engine.loader import open_engine
+from seq2onnx.runtime.engine.session import SessionConfig, onnxruntime_version
 from seq2onnx.runtime.translator import Translator
 
 FEW = "decoder_step.int8.few_rows.onnx"
@@ -123,7 +124,7 @@ def test_switching_graphs_mid_call_keeps_the_cache(tiny_package):
 
 
 def _steps(engine, pkg, sources, opts):
-    from seq2onnx.runtime.decoding import decode_steps
+    from seq2onnx.runtime.decode.decoding import decode_steps
     steps = decode_steps(engine, pkg.config, sources, opts)
     while True:
         try:
@@ -189,8 +190,8 @@ def test_an_older_onnxruntime_keeps_the_int8_step(tiny_package, tmp_path):
 
 
 def test_info_shows_the_few_rows_step(tiny_package, capsys):
-    from seq2onnx.runtime.cli import main as cli_main
-    from seq2onnx.runtime.info import package_info
+    from seq2onnx.runtime.cli.main import main as cli_main
+    from seq2onnx.runtime.cli.info import package_info
     few = package_info(str(tiny_package))["variants"]["int8"]["few_rows"]
     assert few == {"decoder_step": FEW, "bytes": (tiny_package / FEW).stat().st_size,
                    "max_rows": quantize.FEW_ROWS_MAX, "min_onnxruntime": "1.22"}

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from seq2onnx.runtime.errors import Seq2OnnxError
-from seq2onnx.runtime.manifest import read_package
+from seq2onnx.runtime.package.manifest import read_package
 from seq2onnx.runtime.translator import TranslationResult, Translator
 
 FUZZ = settings(max_examples=int(os.environ.get("SEQ2ONNX_FUZZ_EXAMPLES", 60)), derandomize=True, database=None,

@@ -4,7 +4,7 @@ TEXTS strings (gettext lines in English, German and French, and generated ones: 
 whitespace, emoji, characters the SentencePiece models do not know, characters NFKC changes), and the same text
 when decoding those ids and random id sequences (skip_special_tokens=True).
 
-The converted files are read as the runtime reads a package's tokenizer (runtime/package_tokenizer.py: the
+The converted files are read as the runtime reads a package's tokenizer (runtime/package/tokenizer.py: the
 ALLOWED_REGEXES check, specials_as_text, PackageTokenizer; no post-processor; ids exactly 0..n-1, as many as
 the model's vocabulary). A literal special token or a Marian tag in a text is text for the runtime and a special
 token for transformers, so texts holding one are compared with the tag accounted for (Marian's target tag) or
@@ -22,11 +22,11 @@ import pytest
 from hf_folders import (MARIAN_TAGS, MAX_EXPLAINED, RANDOM_SEED, explained, hf_folders,  # noqa: F401 - a fixture
                         random_ids, tokenizer_texts as texts)
 from seq2onnx.export import hf_tokenizers
-from seq2onnx.runtime.package_tokenizer import PackageTokenizer, foreign_regex, specials_as_text
+from seq2onnx.runtime.package.tokenizer import PackageTokenizer, foreign_regex, specials_as_text
 
 # --- loading as the runtime does ---------------------------------------------------------------------------------
 def runtime_tokenizer(text: str, vocab_size: int) -> PackageTokenizer:
-    """A converted tokenizer file read as runtime/manifest.py reads a package's (its guards: package_tokenizer.py)."""
+    """A converted tokenizer file read as runtime/package/manifest.py reads a package's (its guards: package/tokenizer.py)."""
     from tokenizers import Tokenizer
 
     assert foreign_regex(json.loads(text)) is None

@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 
 from fixtures_training import toy_pairs
-from seq2onnx.runtime import cli
-from seq2onnx.runtime.cli import main
-from seq2onnx.runtime.cli_io import read_lines
+from seq2onnx.runtime.cli import main as cli
+from seq2onnx.runtime.cli.main import main
+from seq2onnx.runtime.cli.cli_io import read_lines
 from seq2onnx.runtime.translator import Translator
 
 CLI = [sys.executable, "-m", "seq2onnx.runtime.cli"]
@@ -201,7 +201,7 @@ def test_a_long_text_tokenized_from_a_prefix_is_the_whole_text_cut(tr, limit):
     texts = [" ".join(toy_pairs(1, seed=limit, min_words=40_000, max_words=40_000)[0][0].split()),
              "  ".join(["seven, one.  two;three"] * 5000) + " nine\t\tfour"]
     for text in texts:
-        whole = tr._tokenizer.encode(text).ids + [eos]
+        whole = tr.tokenizer.encode(text).ids + [eos]
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             (r,) = tr.translate_batch([text], max_input_length=limit, beam_size=2)
@@ -268,7 +268,7 @@ def test_a_huge_line_is_read_up_to_its_bound(tiny_package, tr):
     out, err = proc.communicate(data, timeout=120)
     assert proc.returncode == 0, err.decode()
     eos = tr.config.eos_id
-    ids = tr._tokenizer.encode(line[:1000]).ids[:19] + [eos]
+    ids = tr.tokenizer.encode(line[:1000]).ids[:19] + [eos]
     assert out.decode().splitlines() == [tr.detokenize(tr.translate_ids([ids])[0][0].tokens), tr.translate(SOURCES[0])]
     assert err.decode().splitlines() == [
         "seq2onnx translate: warning: line 1: longer than 5120 bytes; only those were read (more cannot fit "
@@ -449,7 +449,7 @@ def test_control_characters_from_a_package_never_reach_the_terminal(tiny_package
 
 def test_translate_ids_refuses_ids_outside_the_vocabulary(tr):
     vocab, eos = tr.config.vocab_size, tr.config.eos_id
-    source = tr._tokenizer.encode(SOURCES[0]).ids + [eos]
+    source = tr.tokenizer.encode(SOURCES[0]).ids + [eos]
     for bad in (-1, vocab, 10**9):
         with pytest.raises(ValueError, match=rf"^target_prefix_ids\[1\] holds an id outside the vocabulary "
                                              rf"\[0, {vocab}\): {bad}$"):

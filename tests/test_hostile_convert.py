@@ -1,6 +1,6 @@
 """`seq2onnx convert` against hostile transformers folders. Each case is the tiny
 MarianMT folder of tests/hf_folders.py (built once a session) with one file changed; the converter reads the folder
-by the runtime's rule for package files (runtime/package_files.py: a regular file in the folder itself, at most a
+by the runtime's rule for package files (runtime/package/files.py: a regular file in the folder itself, at most a
 limit of bytes) and checks every setting when it reads it, so each refusal is one line and exit 2, before any
 export work, with nothing written and nothing of transformers' printed (capfd: file-descriptor level)."""
 from __future__ import annotations
@@ -15,9 +15,9 @@ import pytest
 
 from hf_folders import hf_folders  # noqa: F401 - the fixture
 from seq2onnx.export import commands, hf_convert, hf_tokenizers, parity
-from seq2onnx.runtime.cli import main
+from seq2onnx.runtime.cli.main import main
 from seq2onnx.runtime.errors import Seq2OnnxError
-from seq2onnx.runtime.manifest import read_package
+from seq2onnx.runtime.package.manifest import read_package
 
 OUTSIDE = "w11_outside.safetensors"
 

@@ -21,11 +21,12 @@ import pytest
 from onnx import helper, numpy_helper
 
 from seq2onnx.export import quantize
-from seq2onnx.runtime import manifest as manifest_module
-from seq2onnx.runtime.cli import main, printable
+from seq2onnx.runtime.package import manifest as manifest_module
+from seq2onnx.runtime.cli.main import main
+from seq2onnx.runtime.errors import printable
 from seq2onnx.runtime.errors import ModelPackageError
-from seq2onnx.runtime.info import package_info
-from seq2onnx.runtime.session import onnxruntime_version
+from seq2onnx.runtime.cli.info import package_info
+from seq2onnx.runtime.engine.session import onnxruntime_version
 from seq2onnx.runtime.translator import Translator
 from test_hostile_packages import SOURCE, info_says, refused
 from test_manifest import edit_manifest, pkg  # noqa: F401 - pkg: a copy of the tiny package, per test

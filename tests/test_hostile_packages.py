@@ -13,10 +13,10 @@ import re
 import numpy as np
 import pytest
 
-from seq2onnx.runtime import manifest as manifest_module
-from seq2onnx.runtime.cli import main
+from seq2onnx.runtime.package import manifest as manifest_module
+from seq2onnx.runtime.cli.main import main
 from seq2onnx.runtime.errors import ModelPackageError
-from seq2onnx.runtime.manifest import read_package
+from seq2onnx.runtime.package.manifest import read_package
 from seq2onnx.runtime.translator import Translator
 from test_manifest import edit_manifest, pkg  # noqa: F401 - pkg: a copy of the tiny package, per test
 from test_reliability_packages import relist

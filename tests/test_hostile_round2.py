@@ -21,11 +21,11 @@ import numpy as np
 import pytest
 
 from fixtures_training import DE, toy_pairs
-from seq2onnx.runtime import commands
-from seq2onnx.runtime.cli import main
-from seq2onnx.runtime.cli_io import read_lines
-from seq2onnx.runtime.constraints import MAX_CONSTRAINT_WORK, Constraints, split_work, work
-from seq2onnx.runtime.decoding import decode
+from seq2onnx.runtime.cli import commands
+from seq2onnx.runtime.cli.main import main
+from seq2onnx.runtime.cli.cli_io import read_lines
+from seq2onnx.runtime.decode.constraints import MAX_CONSTRAINT_WORK, Constraints, split_work, work
+from seq2onnx.runtime.decode.decoding import decode
 from seq2onnx.runtime.options import DecodingOptions, OptionError
 from seq2onnx.runtime.translator import Translator
 
@@ -67,9 +67,9 @@ def real_flags():
 
 def one_word_phrases(translator, n):
     """n distinct phrases of two words that are one token each (2 tokens a phrase)."""
-    vocab = translator._tokenizer.get_vocab()
+    vocab = translator.tokenizer.get_vocab()
     words = sorted(t[1:] for t in vocab if t.startswith("\u2581") and len(t) > 1
-                   and len(translator._tokenizer.encode(t[1:]).ids) == 1)
+                   and len(translator.tokenizer.encode(t[1:]).ids) == 1)
     phrases = [f"{a} {b}" for a in words for b in words][:n]
     assert len(phrases) == n
     return phrases
@@ -123,7 +123,7 @@ def test_a_sentence_over_the_work_bound_is_refused_in_one_line(shipped, capsys):
     work, by the API and by the command line, naming the flags."""
     phrases = one_word_phrases(shipped, 256)
     texts = [f"three hundred and {w}" for w in "one two three four five six seven eight".split()] * 2
-    assert work([shipped._constraint_ids([phrases], 1)[0]], 256) > MAX_CONSTRAINT_WORK
+    assert work([shipped.constraint_ids([phrases], 1)[0]], 256) > MAX_CONSTRAINT_WORK
     with pytest.raises(OptionError, match=r"^constraints\[0\]: 256 phrases at beam_size 256 make [\d,]+ automaton "
                                           r"states a step, more than the [\d,]+ allowed") as e:
         shipped.translate_batch(texts, beam_size=256, constraints=[phrases] * len(texts))
@@ -134,7 +134,7 @@ def test_a_sentence_over_the_work_bound_is_refused_in_one_line(shipped, capsys):
     assert rc == 2 and out == "" and message.startswith("--constraint: 256 phrases at --beam-size 256 make")
     assert message.endswith("give fewer phrases or a smaller --beam-size")
     # just under the bound: accepted (the same 256 phrases at beam 8)
-    assert work([shipped._constraint_ids([phrases], 1)[0]], 8) <= MAX_CONSTRAINT_WORK
+    assert work([shipped.constraint_ids([phrases], 1)[0]], 8) <= MAX_CONSTRAINT_WORK
 
 
 def test_a_batch_over_the_work_bound_is_decoded_in_groups():

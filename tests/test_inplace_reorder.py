@@ -1,6 +1,6 @@
 """The CPU engine's one cache set: the beam reorder, rows joining and a larger capacity done inside the
-buffers that hold the cache (runtime/cache_inplace.py), against numpy's copies; and the pool that refits its one set
-(runtime/cache_memory.py). No model: the decoding tests run these through the engine."""
+buffers that hold the cache (runtime/engine/cache_inplace.py), against numpy's copies; and the pool that refits its one set
+(runtime/engine/cache_memory.py). No model: the decoding tests run these through the engine."""
 from __future__ import annotations
 
 import gc
@@ -9,8 +9,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seq2onnx.runtime.cache_inplace import SCRATCH, append_zero_rows, reorder_moves, reorder_rows, widen
-from seq2onnx.runtime.cache_memory import CachePool, SpareMemory
+from seq2onnx.runtime.engine.cache_inplace import SCRATCH, append_zero_rows, reorder_moves, reorder_rows, widen
+from seq2onnx.runtime.engine.cache_memory import CachePool, SpareMemory
 
 H, C, DH = 2, 5, 3                      # heads, capacity, head_dim of the caches below
 

@@ -1,4 +1,4 @@
-"""Language codes (runtime/languages.py), language detection (runtime/detect.py), and LibreTranslate's /detect,
+"""Language codes (runtime/package/languages.py), language detection (runtime/documents/detect.py), and LibreTranslate's /detect,
 /languages, /frontend/settings and source "auto" (runtime/serve/libretranslate.py) on a real server through its
 Python client, libretranslatepy: the server serves numbers-en-de, a copy of it whose manifest says fra -> deu (a
 second source language into German), and a multilingual OPUS-MT model converted from tests/hf_folders.py's folder (English into
@@ -21,9 +21,9 @@ from hf_folders import hf_folders  # noqa: E402,F401 - the fixture
 from libretranslatepy import LibreTranslateAPI  # noqa: E402
 
 from seq2onnx.runtime import OptionError, Translator  # noqa: E402
-from seq2onnx.runtime.detect import detect  # noqa: E402
-from seq2onnx.runtime.languages import TO_639_1, language_name, libretranslate_code, resolve  # noqa: E402
-from seq2onnx.runtime.shipped_models import resolve_model_dir  # noqa: E402
+from seq2onnx.runtime.documents.detect import detect  # noqa: E402
+from seq2onnx.runtime.package.languages import TO_639_1, language_name, libretranslate_code, resolve  # noqa: E402
+from seq2onnx.runtime.package.shipped_models import resolve_model_dir  # noqa: E402
 from test_serve import Server  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""runtime/manifest.py: a damaged or foreign package folder is refused with a one-line error
+"""runtime/package/manifest.py: a damaged or foreign package folder is refused with a one-line error
 naming the file and the fix (missing, truncated, corrupted files, format_version, swapped tokenizer and
 interrupted exports, with their exact messages: test_reliability_packages.py)."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from seq2onnx.runtime.errors import ModelPackageError
-from seq2onnx.runtime.manifest import read_package
+from seq2onnx.runtime.package.manifest import read_package
 from seq2onnx.runtime.translator import Translator
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from agreement import Float32Bounds, assert_same_decodes, torch_judge
-from seq2onnx.runtime.config import ModelConfig
+from seq2onnx.runtime.package.config import ModelConfig
 from seq2onnx.training.model import Transformer, padding_bias, sinusoidal_positions
 from seq2onnx.training.reference import beam_search, greedy_search, pad_batch
 

@@ -10,7 +10,7 @@ from dataclasses import fields
 
 import pytest
 
-from seq2onnx.runtime import commands
+from seq2onnx.runtime.cli import commands
 from seq2onnx.runtime.errors import Seq2OnnxError
 from seq2onnx.runtime.option_table import (BY_NAME, OPTIONS, SERVED, form_options, json_schema, request_options)
 from seq2onnx.runtime.options import DecodingOptions, OptionError, OptionTypeError

@@ -106,7 +106,7 @@ def test_wheel_installs_in_an_empty_venv_and_translates_with_the_shipped_model(w
     empty = tmp_path / "empty"
     empty.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
-    where = subprocess.run([str(py), "-c", "import seq2onnx.runtime as r; from seq2onnx.runtime.shipped_models import "
+    where = subprocess.run([str(py), "-c", "import seq2onnx.runtime as r; from seq2onnx.runtime.package.shipped_models import "
                             "resolve_model_dir as m; print(r.__file__); print(m('numbers-en-de'))"],
                            cwd=empty, env=env, check=True, capture_output=True, text=True).stdout.split("\n")
     for line in where[:2]:          # the code and the model are the wheel's, not this checkout's

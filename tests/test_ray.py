@@ -338,7 +338,7 @@ def _read(log) -> str:
 # --- without a cluster: the command's one-line errors --------------------------------------------------------
 REFUSE = """
 import contextlib, io, json, sys
-from seq2onnx.runtime.cli import main
+from seq2onnx.runtime.cli.main import main
 said = []
 for argv in json.loads(sys.argv[1]):
     err = io.StringIO()

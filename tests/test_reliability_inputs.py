@@ -16,8 +16,8 @@ import pytest
 
 from agreement import Float32Bounds, assert_same_decodes, engine_judge, results_as_hypotheses
 from fixtures_training import toy_pairs
-from seq2onnx.runtime.cli import main
-from seq2onnx.runtime.commands import _format
+from seq2onnx.runtime.cli.main import main
+from seq2onnx.runtime.cli.commands import format_output
 from seq2onnx.runtime.options import MAX_BEAM_SIZE, DecodingOptions
 from seq2onnx.runtime.translator import MAX_THREADS, Translator
 
@@ -57,7 +57,7 @@ def test_blank_text_is_the_empty_hypothesis(tr, text, opts):
 
 def test_ten_thousand_characters_are_cut_to_max_input_length(tr):
     eos, limit = tr.config.eos_id, tr.config.max_positions
-    ids = tr._tokenizer.encode(LONG_LINE).ids
+    ids = tr.tokenizer.encode(LONG_LINE).ids
     assert len(LONG_LINE) == 10_000 and len(ids) + 1 > limit
     (r, short), messages = caught(tr.translate_batch, [LONG_LINE, "one two"], beam_size=2)
     # only a prefix of a long text is tokenized (bounded memory): its count of tokens is not known
@@ -75,9 +75,9 @@ def test_ten_thousand_characters_are_cut_to_max_input_length(tr):
 def test_unseen_and_control_characters_become_unk(tr, char):
     """Every character the tokenizer never saw is one <unk> piece, so they all translate alike."""
     text = f"one {char} two"
-    ids = tr._tokenizer.encode(text).ids
+    ids = tr.tokenizer.encode(text).ids
     assert ids.count(tr.config.unk_id) == 1
-    assert ids == tr._tokenizer.encode("one 😀 two").ids
+    assert ids == tr.tokenizer.encode("one 😀 two").ids
     (r,), messages = caught(tr.translate_batch, [text], beam_size=4, num_hypotheses=2)
     assert messages == [] and r.hypotheses == tr.translate_batch(["one 😀 two"], beam_size=4, num_hypotheses=2)[0].hypotheses
     assert r.token_ids == [h.tokens for h in tr.translate_ids([ids + [tr.config.eos_id]], beam_size=4,
@@ -91,10 +91,10 @@ def test_literal_special_tokens_in_text_are_plain_text(tr):
     cfg = tr.config
     specials = {cfg.pad_id, cfg.bos_id, cfg.eos_id}
     for text in ["one </s> two", "<pad> three", "<s>four</s>", "five <unk>"]:
-        ids = tr._tokenizer.encode(text).ids
+        ids = tr.tokenizer.encode(text).ids
         assert not specials & set(ids) and ids.count(cfg.unk_id) >= 2, (text, ids)
     for prefix in ["<pad> null", "<s>", "</s> null"]:
-        assert cfg.unk_id in tr._tokenizer.encode(prefix).ids and not specials & set(tr._tokenizer.encode(prefix).ids)
+        assert cfg.unk_id in tr.tokenizer.encode(prefix).ids and not specials & set(tr.tokenizer.encode(prefix).ids)
         with pytest.raises(ValueError, match=r"^target_prefix\[0\] .* has characters the model's tokenizer does "
                                              r"not know \(they become <unk>\)"):
             tr.translate_batch(["one two"], target_prefix=[prefix])
@@ -469,5 +469,5 @@ def test_cli_stdin_of_1000_awkward_lines(tiny_package, tr):
 def test_cli_output_lines_never_break_inside_a_translation():
     """Every character str.splitlines() breaks at becomes a space: one input line, one output line."""
     breaks = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
-    line = _format(7, ["a" + "b".join(breaks) + "c", "d"], [-1.5, -2.0], 2, True).decode("utf-8")
+    line = format_output(7, ["a" + "b".join(breaks) + "c", "d"], [-1.5, -2.0], 2, True).decode("utf-8")
     assert line.splitlines() == ["7\t-1.500000\ta" + "b".join(" " * len(breaks)) + "c", "7\t-2.000000\td"]

@@ -9,9 +9,9 @@ import shutil
 import pytest
 
 from fixtures_training import toy_pairs
-from seq2onnx.runtime.cli import main
+from seq2onnx.runtime.cli.main import main
 from seq2onnx.runtime.errors import ModelPackageError
-from seq2onnx.runtime.manifest import sha256_of
+from seq2onnx.runtime.package.manifest import sha256_of
 from seq2onnx.runtime.translator import Translator
 from seq2onnx.training.tokenizer import train_tokenizer
 from test_manifest import edit_manifest, pkg  # noqa: F401 - pkg: a copy of the tiny package, per test
@@ -80,7 +80,7 @@ def test_corrupted_file_of_the_same_size_fails_its_sha256(pkg, capsys, name, com
 
 def test_corrupted_graph_that_onnxruntime_cannot_load(pkg, tiny_package, capsys):
     """Checksums that agree with garbage (a package made by hand), or --no-verify: bytes that are no protobuf
-    are refused before onnxruntime sees them (runtime/onnx_bytes.py), a protobuf that is no model by
+    are refused before onnxruntime sees them (runtime/package/onnx_bytes.py), a protobuf that is no model by
     onnxruntime."""
     path = pkg / "encoder.onnx"
     path.write_bytes(b"\x08\x07" + bytes(range(256)) * 40)

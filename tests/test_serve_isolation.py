@@ -20,14 +20,14 @@ from onnx import helper, numpy_helper
 
 from agreement import Float32Bounds, assert_same_decodes, engine_judge, results_as_hypotheses
 from seq2onnx.runtime import Translator
-from seq2onnx.runtime.cli import main
+from seq2onnx.runtime.cli.main import main
 from seq2onnx.runtime.errors import ModelPackageError
 from seq2onnx.runtime.option_table import request_options
 from seq2onnx.runtime.options import OptionError, with_defaults
 from seq2onnx.runtime.serve.continuous import ContinuousScheduler
 from seq2onnx.runtime.serve.scheduler import (STREAM, TRANSLATE, DeadlineExceeded, DynamicScheduler,
                                               RequestScheduler)
-from seq2onnx.runtime.shipped_models import resolve_model_dir
+from seq2onnx.runtime.package.shipped_models import resolve_model_dir
 from test_hostile_graphs import after, edit_graph, i64
 
 MODEL = "numbers-en-de"                 # the shipped model (tests/test_serve.py's)

@@ -1,4 +1,4 @@
-"""A package's tokenizer.json holds only the trainer's regular expressions (runtime/package_tokenizer.py
+"""A package's tokenizer.json holds only the trainer's regular expressions (runtime/package/tokenizer.py
 ALLOWED_REGEXES): a backtracking one is refused at load, in one line naming it, before any text is
 tokenized. (Oniguruma's retry limit stops one match: `(a+)+b` on ~20 "a"s stays under it and costs ~0.06 s a match,
 so a long line of such words takes minutes.) web/test/hostile_package.test.js holds the JS runtime to the same
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from seq2onnx.runtime.errors import ModelPackageError
-from seq2onnx.runtime.manifest import read_package
-from seq2onnx.runtime.package_tokenizer import ALLOWED_REGEXES, THOUSANDS, foreign_regex
+from seq2onnx.runtime.package.manifest import read_package
+from seq2onnx.runtime.package.tokenizer import ALLOWED_REGEXES, THOUSANDS, foreign_regex
 from seq2onnx.training.tokenizer import train_tokenizer
 
 SHIPPED = Path(__file__).resolve().parents[1] / "models" / "numbers-en-de"

@@ -18,8 +18,8 @@ import torch
 
 from fixtures_training import (DE, EN, TINY_LR_FACTOR, TINY_STEPS, TINY_TARGET, TINY_VOCAB, TINY_WARMUP, toy_pairs,
                                write_tsv)
-from seq2onnx.runtime.cli import main as cli_main
-from seq2onnx.runtime.config import ModelConfig
+from seq2onnx.runtime.cli.main import main as cli_main
+from seq2onnx.runtime.package.config import ModelConfig
 from seq2onnx.runtime.errors import Seq2OnnxError
 from seq2onnx.training.checkpoint import (FORMAT_VERSION, average_checkpoints, load_checkpoint, save_checkpoint,
                                           step_checkpoints)
@@ -172,7 +172,7 @@ TRAIN_DRIVER = textwrap.dedent("""
                 pause_with_half(s.read(), f)
         return real_copy(src, dst, *args, **kwargs)
     torch.save, shutil.copyfile = save, copyfile
-    from seq2onnx.runtime.cli import main
+    from seq2onnx.runtime.cli.main import main
     sys.exit(main(sys.argv[1:]))
 """)
 
@@ -573,7 +573,7 @@ def test_patience_stops_a_run_that_no_longer_improves(tiny_data_dir, tmp_path, c
 
 # --- real text: the system's gettext catalogs -----------------------------------------------------
 def test_gettext_data_is_a_disjoint_split_of_real_catalogs(tmp_path, capsys):
-    from seq2onnx.runtime.cli import main as cli_main
+    from seq2onnx.runtime.cli.main import main as cli_main
     from seq2onnx.training.gettext_data import catalog_files
     if not catalog_files("de"):
         pytest.skip("no German gettext catalogs under /usr/share/locale on this machine")
@@ -587,7 +587,7 @@ def test_gettext_data_is_a_disjoint_split_of_real_catalogs(tmp_path, capsys):
 
 
 def test_gettext_data_skips_an_unreadable_catalog_and_names_it(tmp_path, capsys):
-    from seq2onnx.runtime.cli import main as cli_main
+    from seq2onnx.runtime.cli.main import main as cli_main
     locale = tmp_path / "locale" / "xx" / "LC_MESSAGES"
     locale.mkdir(parents=True)
     (locale / "broken.mo").write_bytes(b"not a catalog at all")

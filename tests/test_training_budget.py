@@ -15,7 +15,7 @@ import torch
 
 from figure_checks import assert_text_inside
 from fixtures_training import TINY_VOCAB, toy_pairs
-from seq2onnx.runtime.config import ModelConfig
+from seq2onnx.runtime.package.config import ModelConfig
 from seq2onnx.training.budget import (DECODE_CHUNK, DECODE_TARGET, FIRST_CHUNK, VALID_SHARE, ValidationClock,
                                       next_chunk_fits)
 from seq2onnx.training.logs import MetricsLog, Progress, curves_figure

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from seq2onnx.runtime.cli import main as cli_main
+from seq2onnx.runtime.cli.main import main as cli_main
 from seq2onnx.training.report import (BLEU_UNTRAINED, CHRF_TRANSLATES, CHRF_UNTRAINED, checkpoint_verdict,
                                       decode_reasons)
 from seq2onnx.training.train import TrainArgs, train
@@ -101,7 +101,7 @@ def test_a_trained_package_records_no_verdict_and_info_shows_its_training(tiny_p
 ])
 def test_a_recorded_verdict_of_the_wrong_kind_is_refused_in_one_line(tiny_package, tmp_path, capsys, recorded, message):
     from seq2onnx.runtime.errors import ModelPackageError
-    from seq2onnx.runtime.manifest import read_package
+    from seq2onnx.runtime.package.manifest import read_package
     pkg = tmp_path / "pkg"
     shutil.copytree(tiny_package, pkg)
     manifest = json.loads((pkg / "manifest.json").read_text())

@@ -16,7 +16,7 @@ from fixtures_training import toy_pairs
 from limits import reference_max_length
 from seq2onnx.runtime.errors import ModelPackageError, Seq2OnnxError
 from seq2onnx.runtime.options import DecodingOptions
-from seq2onnx.runtime.session import cuda_status
+from seq2onnx.runtime.engine.session import cuda_status
 from seq2onnx.runtime.translator import Translator, split_batches
 
 
@@ -37,7 +37,7 @@ def test_translate_is_the_reference_greedy_decoding_as_text(translator, tiny_mod
                                                      # imports this module and must stay torch-free
     texts = [s for s, _ in pairs]
     eos = translator.config.eos_id
-    sources = [translator._tokenizer.encode(t).ids + [eos] for t in texts]
+    sources = [translator.tokenizer.encode(t).ids + [eos] for t in texts]
     ref = reference.greedy_search(tiny_model, sources, max_length=reference_max_length(translator.config, sources))
     assert [translator.translate(t, beam_size=1) for t in texts] == [translator.detokenize(h.tokens) for h in ref]
 
@@ -73,7 +73,7 @@ def test_target_prefix_is_forced(translator, pairs):
     src = pairs[2][0]
     prefix = "null null"
     r = translator.translate_batch([src, src], target_prefix=[prefix, None])
-    prefix_ids = translator._tokenizer.encode(prefix).ids
+    prefix_ids = translator.tokenizer.encode(prefix).ids
     assert r[0].token_ids[0][:len(prefix_ids)] == prefix_ids
     assert r[1].hypotheses[0] == translator.translate(src)
     assert translator.translate(src, target_prefix=prefix).startswith(prefix)
@@ -92,7 +92,7 @@ def test_relative_length_limit(translator, pairs):
     for r in translator.translate_batch([s for s, _ in pairs[:5]], max_length_a=0.0, max_length_b=2):
         assert len(r.token_ids[0]) <= 2
     src = pairs[0][0]
-    src_len = len(translator._tokenizer.encode(src).ids) + 1
+    src_len = len(translator.tokenizer.encode(src).ids) + 1
     r = translator.translate_batch([src], max_length_a=0.5, max_length_b=0)[0]
     assert len(r.token_ids[0]) <= int(0.5 * src_len)
 
@@ -103,7 +103,7 @@ def test_a_runaway_stops_at_the_default_relative_limit_and_says_so(translator, p
     long before max_decoding_length 256, and TranslationResult.finished says it did not end."""
     assert (DecodingOptions().max_length_a, DecodingOptions().max_length_b) == (3.0, 10)
     texts = [s for s, _ in pairs[:3]] + ["eight"]
-    src_lens = [len(translator._tokenizer.encode(t).ids) + 1 for t in texts]           # EOS included
+    src_lens = [len(translator.tokenizer.encode(t).ids) + 1 for t in texts]           # EOS included
     for beam_size in (1, 4):
         results = translator.translate_batch(texts, beam_size=beam_size, min_decoding_length=200)
         assert [len(r.token_ids[0]) for r in results] == [3 * n + 10 for n in src_lens]
@@ -156,7 +156,7 @@ def test_int8_variant_decodes_its_own_graphs(tiny_package, pairs, translator):
     for decoder, copies in graphs:
         pair = parity.OnnxPair(tiny_package / "encoder.int8.onnx", decoder, tr8.config)
         for src, _ in pairs[:10]:
-            ids = tr8._tokenizer.encode(src).ids + [tr8.config.eos_id]
+            ids = tr8.tokenizer.encode(src).ids + [tr8.config.eos_id]
             [expected] = parity.onnx_greedy(pair, [ids])
             # copies of one sentence: the same quantization scales, other batch shapes (other kernel paths); the same
             # decode up to agreement.py's int8 bound, where they part a tie judged by the int8 engine teacher-forced
@@ -280,7 +280,7 @@ def test_score_of_a_translation_is_the_score_decoding_reported(translator, pairs
         for text, r in zip(texts, results):
             for ids, score, finished in zip(r.token_ids, r.scores, r.finished):
                 if finished:                                   # an unfinished hypothesis's score has no EOS
-                    sources.append(translator._tokenizer.encode(text).ids + [translator.config.eos_id])
+                    sources.append(translator.tokenizer.encode(text).ids + [translator.config.eos_id])
                     targets.append(ids)
                     reported.append(score)
         assert len(targets) >= len(texts)
@@ -296,9 +296,9 @@ def test_score_batch_is_the_reference_log_probs(translator, tiny_model, pairs):
     eos = translator.config.eos_id
     worst = 0.0
     for (src, tgt), r in zip(pairs, results):
-        s_ids = translator._tokenizer.encode(src).ids + [eos]
-        t_ids = translator._tokenizer.encode(tgt).ids
-        assert r.tokens == [translator._tokenizer.id_to_token(i) for i in t_ids] + ["</s>"]
+        s_ids = translator.tokenizer.encode(src).ids + [eos]
+        t_ids = translator.tokenizer.encode(tgt).ids
+        assert r.tokens == [translator.tokenizer.id_to_token(i) for i in t_ids] + ["</s>"]
         dec_in, labels = decoder_io(t_ids, translator.config.bos_id, eos)
         with torch.no_grad():
             logits = tiny_model(torch.tensor([s_ids]), torch.ones(1, len(s_ids), dtype=torch.long),

@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import torch
 
 from seq2onnx.runtime import __version__
-from seq2onnx.runtime.config import ModelConfig
+from seq2onnx.runtime.package.config import ModelConfig
 from seq2onnx.runtime.errors import Seq2OnnxError
 
 from .atomic import atomic_open

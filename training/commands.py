@@ -11,8 +11,8 @@ from dataclasses import fields
 from pathlib import Path
 from typing import List, Optional
 
-from seq2onnx.runtime.cli import OneLineParser as _Parser
-from seq2onnx.runtime.config import PRESETS
+from seq2onnx.runtime.cli.main import OneLineParser as _Parser
+from seq2onnx.runtime.package.config import PRESETS
 from seq2onnx.runtime.errors import Seq2OnnxError
 
 

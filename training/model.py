@@ -22,7 +22,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from seq2onnx.runtime.config import ModelConfig
+from seq2onnx.runtime.package.config import ModelConfig
 
 KV = Tuple[torch.Tensor, torch.Tensor]  # (keys, values), each [B, H, len, Dh]
 

@@ -1,6 +1,6 @@
 """Reference decoding in PyTorch: greedy and beam search over encode() / decode_step().
 
-This is the definition the ONNX runtime (runtime/decoding.py and search.py) matches token for token.
+This is the definition the ONNX runtime (runtime/decode/decoding.py and search.py) matches token for token.
 
 Conventions (shared with the runtime, see docs/CONTRACTS.md):
   * a source is its subword ids followed by EOS; decoding starts from BOS.
@@ -22,7 +22,7 @@ Beam search (per sentence, K = beam_size), as in fairseq:
     An EOS candidate among the best K is finished (it leaves the beam); the first K non-EOS
     candidates of the 2K continue.
   * the sentence is done once K hypotheses have finished and the num_hypotheses-th best of them
-    (normalized) scores at least as well as the best live beam does now (runtime/search.py
+    (normalized) scores at least as well as the best live beam does now (runtime/decode/search.py
     `beam_done`; fairseq's "once K have finished" alone loses to greedy).
     If `max_length` steps pass first, the live beams are finished as they are (without EOS).
   * the result is the best `num_hypotheses` finished hypotheses by normalized score.
@@ -36,7 +36,7 @@ from typing import List, Sequence, Tuple, Union
 
 import torch
 
-from seq2onnx.runtime.search import beam_done, normalize
+from seq2onnx.runtime.decode.search import beam_done, normalize
 
 from .model import Transformer
 
@@ -276,7 +276,7 @@ def constrained_beam_search(model: Transformer, sources: Sequence[Sequence[int]]
                             max_length: Union[int, Sequence[int]] = 256,
                             min_length: int = 0) -> List[List[ConstrainedHypothesis]]:
     """Lexically constrained beam search with dynamic beam allocation (Post & Vilar, 2018), the runtime's
-    definition (runtime/constraints.py), written out sentence by sentence. `constraints`: per source its phrases
+    definition (runtime/decode/constraints.py), written out sentence by sentence. `constraints`: per source its phrases
     (id lists) that every hypothesis must hold as a contiguous run. As beam_search, except:
       * EOS is forbidden in a beam that does not hold every phrase;
       * a step's candidates are the best 2K of the K*V (as beam_search), each live beam's best token, and each

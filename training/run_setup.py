@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional
 
 import torch.distributed as dist
 
-from seq2onnx.runtime.config import ModelConfig
+from seq2onnx.runtime.package.config import ModelConfig
 from seq2onnx.runtime.errors import Seq2OnnxError
 
 from .atomic import remove_stale_temps, write_text_atomic

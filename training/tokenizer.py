@@ -20,7 +20,7 @@ from typing import Dict, Iterable, List, Tuple
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-from seq2onnx.runtime.package_tokenizer import THOUSANDS, specials_as_text
+from seq2onnx.runtime.package.tokenizer import THOUSANDS, specials_as_text
 
 # name in ModelConfig -> token; their ids are looked up in the trained tokenizer, never assumed
 SPECIAL_TOKENS: Dict[str, str] = {"pad_id": "<pad>", "bos_id": "<s>", "eos_id": "</s>", "unk_id": "<unk>"}

@@ -10,8 +10,8 @@ import sys
 from contextlib import nullcontext
 from typing import Any, BinaryIO, ContextManager, Dict, List, Optional
 
-from ..cli_io import PROG, open_output, open_path
-from ..commands import command_parser, translate_options
+from ..cli.cli_io import PROG, open_output, open_path
+from ..cli.commands import command_parser, translate_options
 from ..errors import Seq2OnnxError
 from . import connect
 from .job import (ERROR, FORMATS, HYPOTHESES, LINE, NOT_FLAGS, OUTPUT, PATH, SCORES, TRANSLATION, WARNINGS, check_model,

@@ -21,11 +21,10 @@ import ray
 from ray.data.block import Block
 from ray.data.datasource import FileBasedDatasource
 
-from ..cli import printable
-from ..cli_io import read_lines
-from ..commands import _format, output_lines, translate_texts
-from ..errors import Seq2OnnxError
-from ..translator import _SURROGATE
+from ..cli.cli_io import read_lines
+from ..cli.commands import format_output, output_lines, translate_texts
+from ..errors import Seq2OnnxError, printable
+from ..translator import SURROGATE
 from .job import (ERROR, FORMATS, HYPOTHESES, LINE, OUTPUT, PATH, SCORES, TRANSLATION, WARNINGS, load_checked,
                   model_path, parse_options)
 
@@ -96,9 +95,9 @@ class RowsDatasource(FileBasedDatasource):
             row[self.id_column] = _json_id(value.get(self.id_column))
         text = value.get(self.text_column)
         if isinstance(text, str):
-            if _SURROGATE.search(text):                 # a "\ud800" escape: not text that UTF-8 (or Arrow) holds
+            if SURROGATE.search(text):                 # a "\ud800" escape: not text that UTF-8 (or Arrow) holds
                 warnings.append("not valid Unicode (lone surrogates); they were replaced with U+FFFD")
-                text = _SURROGATE.sub("\ufffd", text)
+                text = SURROGATE.sub("\ufffd", text)
             row[self.text_column] = text
         else:
             row[ERROR] = _no_text(self.text_column, text, self.text_column in value)
@@ -138,7 +137,7 @@ def _no_text(column: str, value: Any, present: bool) -> str:
 def _json_id(value: Any) -> Optional[str]:
     """An id as one type for every row (a column has one): a string as it is (lone surrogates as U+FFFD), anything
     else as its JSON."""
-    return _SURROGATE.sub("\ufffd", value) if isinstance(value, str) else None if value is None else json.dumps(value)
+    return SURROGATE.sub("\ufffd", value) if isinstance(value, str) else None if value is None else json.dumps(value)
 
 
 def read_rows(paths: Any, fmt: str = "text", *, text_column: str = "text", id_column: Optional[str] = None,
@@ -196,7 +195,7 @@ class Translate:
                 result.normalized_scores
         for i in range(n):
             if errors[i] is not None:      # a failed row's output is a blank line's: one empty hypothesis, score 0
-                output[i] = _format(lines[i], [""], [0.0], self.args.num_hypotheses, self.args.scores)
+                output[i] = format_output(lines[i], [""], [0.0], self.args.num_hypotheses, self.args.scores)
         added: Dict[str, pa.Array] = {TRANSLATION: pa.array(translation, pa.string())}
         if self.lists:
             added[HYPOTHESES] = pa.array(hypotheses, pa.list_(pa.string()))

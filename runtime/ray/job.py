@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, Sequence, Tuple
 
-from ..commands import check_attention, load_translator, source_line_bytes, translate_options
+from ..cli.commands import check_attention, load_translator, source_line_bytes, translate_options
 from ..errors import Seq2OnnxError
 
 FORMATS = ("text", "jsonl", "parquet")

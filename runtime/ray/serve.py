@@ -22,7 +22,7 @@ from ray import serve
 from . import connect
 from ..errors import Seq2OnnxError
 from ..serve.app import create_app
-from ..serve.cli import _parser as serve_parser
+from ..serve.cli import serve_parser
 from ..serve.cli import prepare
 
 APP_NAME = "seq2onnx"

@@ -12,9 +12,10 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, FrozenSet, List, Optional, TextIO, Tuple, Type, Union
 
-from ..cli import OneLineParser, printable
-from ..errors import Seq2OnnxError
-from .app import LOCAL_NAMES, Settings, create_app, host_name, stop_admitting
+from ..cli.main import OneLineParser
+from ..errors import Seq2OnnxError, printable
+from .app import create_app, stop_admitting
+from .service import LOCAL_NAMES, Settings, host_name
 from .continuous import MIN_LENGTH_CLASS
 from .pool import SchedulerPool
 from .scheduler import POLICIES, Scheduler
@@ -24,7 +25,7 @@ DEFAULT_BATCHING = "continuous"
 DEFAULTS = Settings()
 
 
-def _parser() -> argparse.ArgumentParser:
+def serve_parser() -> argparse.ArgumentParser:
     from ..translator import COMPUTE_TYPES
     p = OneLineParser(prog="seq2onnx serve", description="Serve translations over HTTP: LibreTranslate's "
                       "/translate, /languages, /translate_file and /download_file, and /v1/translate, "
@@ -155,7 +156,7 @@ def model_names(models: List[str]) -> List[str]:
 def prepare(argv: List[str]) -> Tuple[argparse.Namespace, Settings, Callable[[], Dict[str, Scheduler]]]:
     """`seq2onnx serve`'s command line parsed and checked: its arguments, the app's Settings, and the function that
     loads its models, a started Scheduler each (serve_main's; each Ray Serve replica's too: runtime/ray/serve.py)."""
-    args = _parser().parse_args(argv)
+    args = serve_parser().parse_args(argv)
     for flag in ("port", "max_batch_rows", "max_queue", "char_limit", "batch_limit", "max_body_bytes",
                  "max_request_rows", "min_length_class", "instances", "max_request_tokens", "max_attention_values", "max_answer_bytes",
                  "max_pending_bytes", "max_file_bytes", "max_file_chars", "file_store_bytes"):

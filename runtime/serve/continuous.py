@@ -31,9 +31,9 @@ from __future__ import annotations
 import itertools
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ..constraints import split_work
-from ..decoding import Decoding, RunningBatch, TextStream, step_limits
-from ..search import BeamSearch
+from ..decode.constraints import split_work
+from ..decode.decoding import Decoding, RunningBatch, TextStream, step_limits
+from ..decode.search import BeamSearch
 from ..results import TranslationResult
 from .scheduler import BATCHING_KEYWORDS, SCORE, STREAM, TRANSLATE, Job, Scheduler, stream_options
 
@@ -78,9 +78,7 @@ class ContinuousScheduler(Scheduler):
         self.min_length_class = min_length_class        # the shortest length class (_length_class)
         self.cohorts: List[RunningBatch] = []           # one with decoder contract 3; more only with older ones
         self.running: List[_Running] = []
-        self.joined_running = 0                          # jobs admitted into a batch that had stepped
         self._alone_keys = itertools.count()             # the keys of batches of one job's own (_broken)
-        self.decoder_steps = 0
 
     # --- the loop ----------------------------------------------------------------------------------------
     def run(self) -> None:
@@ -146,10 +144,9 @@ class ContinuousScheduler(Scheduler):
                 continue
             cohort = next((c for c in self.cohorts if c.key == key and c.can_add()), None)
             if cohort is None:
-                cohort = RunningBatch(self.translator.engine, self.translator.config)
-                cohort.key = key
+                cohort = RunningBatch(self.translator.engine, self.translator.config, key)
                 self.cohorts.append(cohort)
-            elif cohort.state is not None and cohort.state.past is not None:
+            elif cohort.has_stepped:
                 self.joined_running += len({id(r) for r in self.running if any(d in group for d in r.decodings)})
             try:
                 cohort.add(group, share_cross=key[0] > 1)

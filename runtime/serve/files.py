@@ -2,7 +2,7 @@
 
 - /translate_file: a multipart form with file, source, target and api_key (apiKey too, as /translate reads it);
   answers {"translatedFileUrl": "<this server>/download_file/<name>"}, the URL LibreTranslate's url_for gives.
-  The file is translated by document_files.py (.txt, .html, .srt, .docx, by its name's extension), its sentences
+  The file is translated by documents/files.py (.txt, .html, .srt, .docx, by its name's extension), its sentences
   as jobs of the scheduler like /translate's, each within the request limits (--max-request-rows, ...), one after
   another (a file's jobs queue behind other clients' requests, not before them). Errors as /translate's:
   {"error": ...} with 400 (a bad file, names the problem), 403, 413 (over --max-file-bytes), 429.
@@ -34,8 +34,8 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from ..document_files import FileLimits, file_format, translate_file_bytes
-from .app import PENDING_KEY, HTTPError, Service, Settings, endpoint, request_cost
+from ..documents.files import FileLimits, file_format, translate_file_bytes
+from .service import PENDING_KEY, HTTPError, Service, Settings, endpoint, request_cost
 from .libretranslate import NPM_KEY_FIELD, pick_pair
 from .scheduler import TRANSLATE
 
@@ -145,7 +145,7 @@ def _store(request: Request) -> FileStore:
 
 
 class SchedulerTranslator:
-    """translate_batch over the server's scheduler, for document_files in a worker thread: the texts go as jobs
+    """translate_batch over the server's scheduler, for documents/files.py in a worker thread: the texts go as jobs
     of the request on the event loop (Service.run: its limits, deadline, disconnect), as many texts a job as the
     request limits allow, one job after another. What a job holds of --max-pending-bytes is given back when it is
     done (its results are taken at once), so a long file does not fill it."""

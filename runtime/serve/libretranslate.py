@@ -16,13 +16,13 @@ Weblate) and its own web front end work unchanged.
   "fra_Latn" or >>fra<<) and listed once, with its English name; a request may name it in any form
   languages.resolve takes ("fra", "fr-FR").
 - /detect: per text (each item of a q list: a list of lists), up to 3 {confidence (0-100), language}, the likeliest
-  first (runtime/detect.py), among every language the detector knows; a text without letters gets confidence 0.
+  first (runtime/documents/detect.py), among every language the detector knows; a text without letters gets confidence 0.
 - source "auto": each text's own language (each q item's, not one for the batch): the likeliest one the server
   translates into `target`, if the detector gives it at least half the confidence of its first guess; else 400
   naming the language the text seems to be in. A text without letters takes en (else the first source language).
-- format "html": q is an HTML document (runtime/html_document.py): the text between the tags is translated, the
+- format "html": q is an HTML document (runtime/documents/html_document.py): the text between the tags is translated, the
   markup kept, inline tags placed by the translation's alignment.
-- Each q is a document (runtime/documents.py): split into paragraphs and sentences, which the model translates, and
+- Each q is a document (runtime/documents/text.py): split into paragraphs and sentences, which the model translates, and
   put back together with its line breaks, blank lines, list markers and spaces. The sentences of every q of a
   request go to the scheduler as the texts of one job (rows of one batch, not one job each). --char-limit counts
   the characters of q, of all of them for a list, as LibreTranslate's server does; --batch-limit the entries of q.
@@ -37,10 +37,11 @@ from typing import Any, Dict, List, Optional, Tuple
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..document_files import FORMATS as FILE_FORMATS
-from ..documents import FORMATS, DocumentError, Translation, alignment_options, layout, translations
-from ..languages import language_name, libretranslate_code, resolve
-from .app import Answer, HTTPError, Service, endpoint
+from ..documents.files import FORMATS as FILE_FORMATS
+from ..documents.text import DocumentError, Translation
+from ..documents.translate import FORMATS, alignment_options, layout, translations
+from ..package.languages import language_name, libretranslate_code, resolve
+from .service import Answer, HTTPError, Service, endpoint, json_object
 from .scheduler import TRANSLATE
 
 # a package name that ends with its language pair, as OPUS-MT's do: "opus-mt-en-de", "numbers-en-de"
@@ -136,7 +137,7 @@ async def detect(request: Request) -> Response:
 
 
 def _detect(text: str) -> List[Any]:
-    from ..detect import detect
+    from ..documents.detect import detect
 
     return detect(text, DETECTIONS)
 
@@ -168,7 +169,6 @@ def detect_source(service: Service, text: str, index: Optional[int], target: str
 async def fields(request: Request) -> Tuple[Dict[str, Any], bool]:
     """The request's fields as LibreTranslate reads them, and whether they came as JSON."""
     if request.headers.get("content-type", "").split(";")[0].strip().lower() == "application/json":
-        from .app import json_object
         return await json_object(request), True
     values: Dict[str, Any] = dict(request.query_params)
     form = await request.form()

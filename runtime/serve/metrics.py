@@ -32,8 +32,8 @@ class _SchedulerCollector(Collector):
         steps = CounterMetricFamily("seq2onnx_decoder_steps", "decoder steps run (continuous batching)",
                                     labels=["model"])
         for name, scheduler in list(self.schedulers.items()):
-            joined.add_metric([name], getattr(scheduler, "joined_running", 0))
-            steps.add_metric([name], getattr(scheduler, "decoder_steps", 0))
+            joined.add_metric([name], scheduler.joined_running)
+            steps.add_metric([name], scheduler.decoder_steps)
             depth.add_metric([name], scheduler.queue_depth)
             rows.add_metric([name], scheduler.running_rows)
             tokens.add_metric([name], scheduler.tokens_generated)

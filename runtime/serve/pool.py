@@ -16,8 +16,8 @@ from .scheduler import OUTCOMES, Job, Scheduler
 
 
 def _total(name: str) -> property:
-    """A property of the pool: the sum of its members' `name` (0 for a member without it)."""
-    return property(lambda self: sum(getattr(m, name, 0) for m in self.members))
+    """A property of the pool: the sum of its members' `name`."""
+    return property(lambda self: sum(getattr(m, name) for m in self.members))
 
 
 class SchedulerPool:

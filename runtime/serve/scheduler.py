@@ -129,7 +129,8 @@ def _resolve(future: Future, result: Any = None, error: Optional[BaseException] 
 
 class Scheduler:
     """The base: the queue, the worker thread, and what a policy's `run()` uses (take, pending, emit, finish,
-    fail, run_score, run_stream, count_tokens). Metrics read queue_depth, running_rows and tokens_generated;
+    fail, run_score, run_stream, count_tokens). Metrics read queue_depth, running_rows, tokens_generated,
+    joined_running and decoder_steps;
     latency and time to first token are read from each Job once it resolves."""
 
     policy = "base"
@@ -140,6 +141,8 @@ class Scheduler:
         self.max_queue = max_queue
         self.max_batch_rows = max_batch_rows        # decoder rows one batch may hold (beams included)
         self.running_rows = 0                       # rows in the batch being decoded now
+        self.joined_running = 0                     # jobs admitted into a batch that had stepped (continuous batching)
+        self.decoder_steps = 0                      # decoder steps run (continuous batching; 0 under the others)
         self.tokens_generated = 0                   # best hypotheses' tokens, over the server's life
         self.outcomes = dict.fromkeys(OUTCOMES, 0)  # jobs ended, by how
         self.held: List[Job] = []                   # the jobs run() took and has not resolved

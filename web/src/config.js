@@ -1,10 +1,10 @@
-// ModelConfig: the manifest's "config", checked as runtime/config.py checks it (field kinds, choices, ranges, the
+// ModelConfig: the manifest's "config", checked as runtime/package/config.py checks it (field kinds, choices, ranges, the
 // special ids and decoder_start_id below vocab_size, src_vocab_size with shared embeddings, d_model divisible by
 // n_heads, dropout in [0, 1)).
 import { isInteger, numberValue, short } from "./json.js";
 
-// field -> kind (runtime/config.py's annotations: int, float, bool, str (one of CHOICES), Optional[int] (null or an
-// int)), in runtime/config.py's order (errors name the first bad field, as Python does); test/schema.test.js checks
+// field -> kind (runtime/package/config.py's annotations: int, float, bool, str (one of CHOICES), Optional[int] (null or an
+// int)), in runtime/package/config.py's order (errors name the first bad field, as Python does); test/schema.test.js checks
 // these constants against Python's
 export const CONFIG_FIELDS = {
   vocab_size: "int", d_model: "int", n_heads: "int", d_ff: "int", encoder_layers: "int", decoder_layers: "int",
@@ -15,7 +15,7 @@ export const CONFIG_FIELDS = {
   decoder_start_id: "Optional[int]", src_vocab_size: "Optional[int]",
 };
 
-// the defaults of the fields a package of format_version 1 or 2 lacks (runtime/manifest.py FORMAT_3_CONFIG): the paper's
+// the defaults of the fields a package of format_version 1 or 2 lacks (runtime/package/manifest.py FORMAT_3_CONFIG): the paper's
 export const FORMAT_3_DEFAULTS = Object.freeze({
   activation: "relu", sinusoid: "interleaved", position_offset: 0, embed_scale: true, final_logits_bias: false,
   decoder_start_id: null, src_vocab_size: null,
@@ -23,7 +23,7 @@ export const FORMAT_3_DEFAULTS = Object.freeze({
 
 export const CHOICES = { activation: ["relu", "gelu", "swish"], sinusoid: ["interleaved", "halves", "fairseq"] };
 
-// Bounds of the numbers a runtime builds things from (runtime/config.py _RANGES): far above any real model,
+// Bounds of the numbers a runtime builds things from (runtime/package/config.py _RANGES): far above any real model,
 // low enough that a model folder cannot make the runtime build billions of names or buffers.
 export const RANGES = {
   vocab_size: [1, 2 ** 24], d_model: [1, 2 ** 16], n_heads: [1, 2 ** 10], d_ff: [1, 2 ** 20],

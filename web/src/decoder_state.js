@@ -1,4 +1,4 @@
-// The decoder's state between steps, owned in one place (a port of runtime/decoder_state.py): the self-attention cache
+// The decoder's state between steps, owned in one place (a port of runtime/decode/decoder_state.py): the self-attention cache
 // (with each row's written length), the cross K/V and the encoder mask, and how rows map onto them. The decoding loop
 // (decoding.js) steps it and keeps the rows it goes on with; extend adds newly encoded rows to it.
 //
@@ -12,7 +12,7 @@
 // step of contract 3 takes each row's position, older contracts one for all (engine.rowsAtOwnPositions): extend needs
 // the first, or a state that has not stepped yet. A misuse is a RangeError (Python's ValueError).
 /** The engine interface's flags and names, with their defaults (engine.js lists the methods): engines derive from it,
- * so that decoding reads them directly instead of probing for them (runtime/decoder_state.py EngineBase). */
+ * so that decoding reads them directly instead of probing for them (runtime/engine/base.py Engine). */
 export class EngineBase {
   crossPerSentence = false; // the decoder step takes cross K/V per sentence (R = B x G rows)
   rowsAtOwnPositions = false; // contract 3: each row its own position, so rows may join a batch that stepped

@@ -1,4 +1,4 @@
-// The decoding loop: encode once, then one decoder step per generated token. A port of runtime/decoding.py and search.py,
+// The decoding loop: encode once, then one decoder step per generated token. A port of runtime/decode/decoding.py and search.py,
 // rule for rule, so that the JS and Python runtimes give the same tokens (the tests compare them):
 //   * logit filters (logit_filters.js) edit the step's log-probs in place: suppressed ids (PAD/BOS by default), EOS
 //     before the minimum length, repetition penalty, no-repeat-ngram, forced BOS and EOS, forced target prefix,
@@ -50,7 +50,7 @@ export function normalize(score, length, lengthPenalty) {
   return length > 0 ? score / length ** lengthPenalty : score;
 }
 
-/** When beam search stops a sentence (runtime/search.py beam_done, where the rule and its reasons are written):
+/** When beam search stops a sentence (runtime/decode/search.py beam_done, where the rule and its reasons are written):
  * once `beamSize` hypotheses have finished AND the `numHypotheses`-th best finished normalized score is at least
  * the best live beam's normalized score now (`bestLive`, -inf when no beam is alive). */
 export function beamDone(finished, beamSize, numHypotheses, bestLive) {
@@ -58,12 +58,12 @@ export function beamDone(finished, beamSize, numHypotheses, bestLive) {
   return [...finished].sort((a, b) => b - a)[numHypotheses - 1] >= bestLive;
 }
 
-/** normalize as transformers computes it (beamRules "transformers"; runtime/search.py normalize32): float32. */
+/** normalize as transformers computes it (beamRules "transformers"; runtime/decode/search.py normalize32): float32. */
 export function normalize32(score, length, lengthPenalty) {
   return length > 0 ? Math.fround(Math.fround(score) / Math.fround(length ** lengthPenalty)) : score;
 }
 
-/** When transformers' beam search stops a sentence whose K finished slots are full (runtime/search.py
+/** When transformers' beam search stops a sentence whose K finished slots are full (runtime/decode/search.py
  * transformers_done, where the rule is written): earlyStopping true at once; false: the best live raw score over
  * the current length ** lp is not above the worst finished; "never": over the limit's length when lp > 0. */
 export function transformersDone(finished, bestLive, length, limit, lengthPenalty, earlyStopping) {
@@ -86,7 +86,7 @@ function before(a, i, b, j) {
 }
 
 /** Indices of the m best of scores[start, start + count), best first, ties to the lower index: exactly the
- * first m of a stable descending sort (runtime/top_candidates.py). */
+ * first m of a stable descending sort (runtime/decode/top_candidates.py). */
 export function topCandidates(scores, start, count, m) {
   const idx = [], val = [];
   for (let c = 0; c < count; c++) {
@@ -187,7 +187,7 @@ function argmax(row) {
 
 // --- searches ---------------------------------------------------------------------------------------
 /** The per-row attention history (an array of rows per row) with this step's rows (Float32Array [R*S]) appended
- * (runtime/search.py extend_rows); null: not kept. */
+ * (runtime/decode/search.py extend_rows); null: not kept. */
 export function extendRows(history, rows, nRows) {
   if (rows === null) return history;
   const s = rows.length / nRows;

@@ -1,8 +1,8 @@
 // The decoder-step contracts this runtime reads, one engine class each, and the sessions they run on.
 //
-// A package's manifest format_version names the contract of its decoder step graph (runtime/graph_io.py): 1 and 2 are
+// A package's manifest format_version names the contract of its decoder step graph (runtime/package/graph_io.py): 1 and 2 are
 // contracts 1 and 2, 3 is 2's with ModelConfig's variant fields, two tokenizers, languages and generation defaults,
-// and 4 is 3 with contract 3 (runtime/manifest.py DECODER_OF_FORMAT):
+// and 4 is 3 with contract 3 (runtime/package/manifest.py DECODER_OF_FORMAT):
 //   1  past_key_i / past_value_i [R, H, P, Dh] in, present_* [R, H, P+1, Dh] out: the cache grows every step.
 //   2  a fixed-capacity cache: past_length (int64, 0-d) in, past_* [R, H, C, Dh] in and present_* [R, H, C, Dh] out,
 //      the step's K/V written at position past_length; and cross_attention [R, S] out (read for returnAttention).
@@ -26,7 +26,7 @@
 //   and the flags and names of decoder_state.js EngineBase, from which engines derive: crossPerSentence,
 //   rowsAtOwnPositions, decoderPathFor(rows) (the graph named when it returns NaN log-probs)
 // A format-2 engine steps with the variant's few-rows decoder step (manifest few_rows: the int8 variant's second
-// step, faster at 1-4 rows) whenever a step has at most its maxRows rows, as runtime/session.py does.
+// step, faster at 1-4 rows) whenever a step has at most its maxRows rows, as runtime/engine/cpu.py does.
 import { ModelPackageError, printable, Seq2OnnxError } from "./errors.js";
 import { EngineBase } from "./decoder_state.js";
 import { ExternalGraph } from "./external_data.js";
@@ -50,7 +50,7 @@ function gatherRows(ort, tensor, index) {
 }
 
 /** a's rows, then b's (ort.Tensors of one type: masks [B, S], cross K/V [B, H, S, Dh]), the shorter source axis (1 of a
- * mask, 2 of K/V) padded with zeros: a mask's 0 hides the padded positions (runtime/cache_memory.py append_padded). */
+ * mask, 2 of K/V) padded with zeros: a mask's 0 hides the padded positions (runtime/engine/cache_memory.py append_padded). */
 function appendPadded(ort, a, b) {
   const axis = a.dims.length === 2 ? 1 : 2;
   const length = Math.max(a.dims[axis], b.dims[axis]);
@@ -162,7 +162,7 @@ export class GrowingCacheEngine extends EngineBase {
 
 const PAST_LENGTH = "past_length";
 const CROSS_ATTENTION = "cross_attention";
-const FIXED_CACHE_START = 16; // positions a fresh format-2 cache holds; it doubles when full (runtime/session.py)
+const FIXED_CACHE_START = 16; // positions a fresh format-2 cache holds; it doubles when full (runtime/engine/session.py)
 
 /** A format-2/3 cache: its tensors [R, H, capacity, Dh] and the positions each row has written, lengths
  * BigInt64Array [R] (contract 2: every row alike). */
@@ -180,7 +180,7 @@ class FixedCache {
 }
 
 /** format_version 2: the cache has a fixed capacity, the step writes its K/V at past_length; the capacity starts at
- * FIXED_CACHE_START and doubles when full (at most max_positions), as runtime/session.py's engines do, so that the
+ * FIXED_CACHE_START and doubles when full (at most max_positions), as runtime/engine/session.py's engines do, so that the
  * graph attends over the same shapes as in Python. */
 export class FixedCacheEngine extends GrowingCacheEngine {
   static formatVersion = 2;
@@ -239,7 +239,7 @@ export class FixedCacheEngine extends GrowingCacheEngine {
     this.crossNames.forEach((name, i) => (feeds[name] = cross[i]));
     let out;
     if (this.outputsInto) { // onnxruntime writes the outputs into buffers given here: each present_i into past_i's
-      // own buffer, so the step writes its K/V in place and no step copies the cache (runtime/session.py binds so)
+      // own buffer, so the step writes its K/V in place and no step copies the cache (runtime/engine/cpu.py binds so)
       const fetches = { log_probs: new ort.Tensor("float32", new Float32Array(rows * config.vocab_size), [rows, config.vocab_size]) };
       this.presentNames.forEach((name, i) => (fetches[name] = cache.tensors[i]));
       if (withAttention) {
@@ -294,11 +294,11 @@ export class RowLengthsEngine extends FixedCacheEngine {
 
 export const ENGINES = new Map([[1, GrowingCacheEngine], [2, FixedCacheEngine], [3, RowLengthsEngine]]);
 // the manifest format_versions this runtime reads and the decoder step contract (an ENGINES key) of each
-// (runtime/manifest.py READ_FORMAT_VERSIONS and DECODER_OF_FORMAT; test/schema.test.js compares them)
+// (runtime/package/manifest.py READ_FORMAT_VERSIONS and DECODER_OF_FORMAT; test/schema.test.js compares them)
 const DECODER_OF_FORMAT = new Map([[1, 1], [2, 2], [3, 2], [4, 3]]);
 export const READ_FORMAT_VERSIONS = [...DECODER_OF_FORMAT.keys()];
 
-/** The decoder step contract (an ENGINES key) of a package of this format_version (runtime/manifest.py decoder_format). */
+/** The decoder step contract (an ENGINES key) of a package of this format_version (runtime/package/manifest.py decoder_format). */
 export function decoderFormat(formatVersion) {
   return DECODER_OF_FORMAT.get(formatVersion);
 }
@@ -308,7 +308,7 @@ export function decoderFormat(formatVersion) {
 async function openSession(ort, graph, where, sessionOptions) {
   try {
     // onnxruntime copies the data file's weights into the session (test/external_data.test.js checks it), so the
-    // caller lets go of them once it is built, as runtime/session.py does
+    // caller lets go of them once it is built, as runtime/engine/session.py does
     return await ort.InferenceSession.create(...(graph instanceof ExternalGraph
       ? [graph.model, graph.sessionOptions(sessionOptions)] : [graph, sessionOptions]));
   } catch (e) {
@@ -316,7 +316,7 @@ async function openSession(ort, graph, where, sessionOptions) {
   }
 }
 
-/** The session's inputs and outputs are the contract's for `config` (runtime/session.py check_graph_io): names,
+/** The session's inputs and outputs are the contract's for `config` (runtime/engine/session.py check_graph_io): names,
  * types, ranks, and heads and head_dim in every cross K/V and cache. */
 function checkGraphIo(Engine, session, where, graph, config) {
   const [inputs, outputs] = Engine.io(config)[graph];
@@ -340,12 +340,12 @@ function checkGraphIo(Engine, session, where, graph, config) {
   }
 }
 
-/** Which graphs' intra-op threads spin while they wait for work (runtime/session.py SPINNING): the decoder step's,
+/** Which graphs' intra-op threads spin while they wait for work (runtime/engine/session.py SPINNING): the decoder step's,
  * which runs hundreds of small parallel sections per translation; not the encoder's, which runs once per call and
  * whose spinning threads would take a core from the decoder's. */
 export const SPINNING = { encoder: false, decoder_step: true };
 
-/** "1.30.0" -> [1, 30, 0]; the leading numbers of a development version (runtime/session.py onnxruntime_version). */
+/** "1.30.0" -> [1, 30, 0]; the leading numbers of a development version (runtime/engine/session.py onnxruntime_version). */
 export function versionNumbers(version) {
   const numbers = [];
   for (const part of String(version ?? "").split(".")) {
@@ -364,7 +364,7 @@ export function versionAtLeast(a, b) {
 }
 
 /** A variant whose graphs need a newer onnxruntime (its attention.min_onnxruntime: fused attention ops) is refused in
- * one line, as runtime/session.py check_onnxruntime does: an older one loads them and computes wrong log-probs. An
+ * one line, as runtime/engine/session.py check_onnxruntime does: an older one loads them and computes wrong log-probs. An
  * onnxruntime whose version cannot be read is refused too. */
 export function checkOnnxruntime(ort, needed, what, packageName) {
   const text = String(ort.env?.versions?.common ?? "unknown");

@@ -20,7 +20,7 @@ export class ModelPackageError extends Seq2OnnxError {
 // C0, DEL and C1: the characters a terminal acts on (escape sequences, bell, carriage return, line breaks)
 const CONTROL = /[\x00-\x1f\x7f-\x9f]/g;
 
-/** `text` with every control character written as \xNN (runtime/cli.py printable): what a hostile graph puts in
+/** `text` with every control character written as \xNN (runtime/errors.py printable): what a hostile graph puts in
  * onnxruntime's messages (its node and initializer names) cannot drive a terminal, and an error stays one line. */
 export function printable(text) {
   return String(text).replace(CONTROL, (c) => `\\x${c.charCodeAt(0).toString(16).padStart(2, "0")}`);

@@ -1,5 +1,5 @@
 // Graphs whose weights lie in an external data file of the package (docs/CONTRACTS.md "Model package",
-// docs/SECURITY.md), as runtime/external_data.py reads them, with the same checks and the same one-line errors.
+// docs/SECURITY.md), as runtime/package/external_data.py reads them, with the same checks and the same one-line errors.
 //
 // The manifest lists each data file in `files` (so its SHA-256 covers every byte) and, per variant, `external_data`:
 // {graph file: its data file}. The runtime reads the data file once into memory and checks its SHA-256 on exactly
@@ -18,7 +18,7 @@ export const MAX_DATA_BYTES = 2 ** 40; // a data file: NLLB-200 3.3B's fp32 deco
 export const FIELD = "external_data"; // a variant's {graph file: data file} (manifest.json)
 export const KEYS = ["location", "offset", "length", "checksum"]; // onnx's external_data keys the runtime accepts
 export const NUMBER = /^\d{1,20}$/; // offset and length: decimal digits (JS \d is ASCII only, as Python's re.ASCII)
-// onnx.proto TensorProto.DataType -> [numpy's name of it, bytes per element] (runtime/external_data.py DTYPES)
+// onnx.proto TensorProto.DataType -> [numpy's name of it, bytes per element] (runtime/package/external_data.py DTYPES)
 export const DTYPES = {
   1: ["float32", 4], 2: ["uint8", 1], 3: ["int8", 1], 4: ["uint16", 2], 5: ["int16", 2], 6: ["int32", 4],
   7: ["int64", 8], 9: ["bool", 1], 10: ["float16", 2], 11: ["float64", 8], 12: ["uint32", 4], 13: ["uint64", 8],
@@ -49,7 +49,7 @@ export class ExternalGraph {
 
 /** A variant's external_data: {graph file: data file}, each graph one of the variant's (`graphs`), each data file
  * listed in `files` (a plain name of a checked size: manifest.js checkFiles) and not a graph itself, and the one that
- * `known` (the variants read before; updated) names for that graph; {} when absent (runtime/external_data.py
+ * `known` (the variants read before; updated) names for that graph; {} when absent (runtime/package/external_data.py
  * read_variant_field). */
 export function readVariantField(entry, files, graphs, where, fieldName, known, reexport) {
   const value = entry[FIELD];
@@ -79,7 +79,7 @@ export function readVariantField(entry, files, graphs, where, fieldName, known, 
 
 /** The graph `model` (the bytes of the file `graph`, as errors name it) with its external tensors `tensors`
  * (onnx_bytes.js externalTensors), checked against `weights`, the checked bytes of its data file `dataName`
- * (runtime/external_data.py external_graph). */
+ * (runtime/package/external_data.py external_graph). */
 export function externalGraph(model, tensors, graph, dataName, weights, reexport) {
   const seen = new Set();
   const size = BigInt(weights.length);

@@ -37,8 +37,8 @@ export function pyRepr(text) {
   return quote + out + quote;
 }
 
-/** Python's repr of a JSON value, cut to 60 characters: [:keep] and "..." past them (runtime/manifest.py _short
- * keeps 57; runtime/manifest_records.py _bad 60). */
+/** Python's repr of a JSON value, cut to 60 characters: [:keep] and "..." past them (runtime/package/manifest.py _short
+ * keeps 57; runtime/package/manifest_records.py _bad 60). */
 export function short(value, keep = 57) {
   let text;
   if (value === null || value === undefined) text = "None";

@@ -1,4 +1,4 @@
-// Logit filters (runtime/logit_filters.py): each edits a step's log-probs in place before the next token is
+// Logit filters (runtime/decode/logit_filters.py): each edits a step's log-probs in place before the next token is
 // chosen. A filter is called as f(logProbs, vocab, tokens, rowExample, step):
 //   logProbs    Float32Array [R * V]  the decoder's log-softmax for the R active rows
 //   tokens      R arrays              what each row generated so far (forced prefix included)
@@ -61,7 +61,7 @@ export function forceToken(token, steps) {
 }
 
 /** Log-softmax again after the other filters (transformers' renormalize_logits), in float32 as numpy computes it
- * (runtime/logit_filters.py renormalize). A row whose filters forbid every token stays all -inf. */
+ * (runtime/decode/logit_filters.py renormalize). A row whose filters forbid every token stays all -inf. */
 export function renormalize(logProbs, vocab) {
   for (let r = 0; r < logProbs.length / vocab; r++) {
     const row = logProbs.subarray(r * vocab, (r + 1) * vocab);
@@ -93,7 +93,7 @@ export function forcePrefix(prefixes, start = 0) {
   };
 }
 
-/** The filters the options ask for, in the order they apply (runtime/logit_filters.py build_filters says why).
+/** The filters the options ask for, in the order they apply (runtime/decode/logit_filters.py build_filters says why).
  * limits: each sentence's step limit (forcedEos needs it). */
 export function buildFilters(options, config, prefixes = null, limits = null) {
   const vocab = config.vocab_size;

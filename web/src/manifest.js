@@ -1,5 +1,5 @@
 // Read and check a model package folder (docs/CONTRACTS.md "Model package", docs/SECURITY.md), as
-// runtime/manifest.py does, on a platform (platform_node.js: a folder; platform_browser.js: a URL):
+// runtime/package/manifest.py does, on a platform (platform_node.js: a folder; platform_browser.js: a URL):
 //   readPackage(platform, source)   manifest.json (at most MAX_MANIFEST_BYTES, nested at most MAX_JSON_DEPTH deep):
 //                                   its schema, every field's type and range, format_version (the versions this
 //                                   runtime has an engine for: engine.js); every listed file present, of its
@@ -29,7 +29,7 @@ export const MAX_JSON_DEPTH = 32;
 export const MAX_FILE_BYTES = 2 ** 31 - 1; // protobuf's limit: onnxruntime loads no larger graph (without external data)
 export { MAX_DATA_BYTES }; // any listed file: a graph's data file may be larger (external_data.js)
 export const MAX_TOKENIZER_BYTES = 2 ** 28;
-export const MAX_STRING_CHARS = 4096; // any string of the manifest, keys included (runtime/manifest.py)
+export const MAX_STRING_CHARS = 4096; // any string of the manifest, keys included (runtime/package/manifest.py)
 export const MAX_FILES = 64; // entries of 'files'
 export const MAX_VARIANTS = 32; // entries of 'variants'
 export const SHA256 = /^[0-9a-f]{64}$/;
@@ -53,7 +53,7 @@ function kindOf(value, kind) {
 }
 
 /** obj[key], which must be of `kind` (a bool is no integer, 1.0 is none). With a default, a missing or null
- * field gives the default (runtime/manifest.py _field). */
+ * field gives the default (runtime/package/manifest.py _field). */
 function field(obj, key, kind, where, name = key, fallback = REQUIRED) {
   const present = Object.hasOwn(obj, key);
   const value = present ? obj[key] : undefined;
@@ -80,7 +80,7 @@ function longString(value) {
   return null;
 }
 
-/** obj[key], an object of at most `limit` entries (runtime/manifest.py _count). */
+/** obj[key], an object of at most `limit` entries (runtime/package/manifest.py _count). */
 function count(obj, key, limit, where) {
   const entries = field(obj, key, "object", where);
   const n = Object.keys(entries).length;
@@ -160,7 +160,7 @@ export async function inOrder(promises) {
 
 async function checkFiles(platform, root, where, manifest) {
   const files = count(manifest, "files", MAX_FILES, where);
-  // each file's fields, then its presence and size, file by file in the manifest's order (runtime/manifest.py
+  // each file's fields, then its presence and size, file by file in the manifest's order (runtime/package/manifest.py
   // _check_files): a file's checks fail before any later file's
   await inOrder(Object.entries(files).map(async ([name, entry]) => {
     if (!FILE_NAME.test(name) || name === "." || name === ".." || name === MANIFEST) {
@@ -215,7 +215,7 @@ function readVariants(where, manifest) {
   return variants;
 }
 
-/** A variant's few_rows (runtime/manifest.py _read_few_rows): its second decoder step for steps of at most maxRows
+/** A variant's few_rows (runtime/package/manifest.py _read_few_rows): its second decoder step for steps of at most maxRows
  * rows, a file listed in 'files'; null in packages without one. */
 function readFewRows(where, manifest, entry, label) {
   const few = field(entry, "few_rows", "object", where, `${label}['few_rows']`, null);
@@ -233,7 +233,7 @@ function readFewRows(where, manifest, entry, label) {
   return Object.freeze({ decoderStep: file, maxRows, minOnnxruntime: readVersion(few, where, `${label}['few_rows']`) });
 }
 
-/** obj's min_onnxruntime (runtime/manifest.py _version): "1.21" -> [1, 21]; with a fallback, a missing or empty
+/** obj's min_onnxruntime (runtime/package/manifest.py _version): "1.21" -> [1, 21]; with a fallback, a missing or empty
  * one -> [] (no need). */
 function readVersion(obj, where, label, fallback = REQUIRED) {
   const needs = field(obj, "min_onnxruntime", "string", where, `${label}['min_onnxruntime']`, fallback);
@@ -302,7 +302,7 @@ export class ModelPackage {
   /** [encoder bytes, decoder step bytes] of a variant (readGraph). */
   async readVariant(name, verify = this.verify) {
     const variant = this.variants[name];
-    // read at once; the encoder's error first, as runtime/manifest.py read_variant reads it first
+    // read at once; the encoder's error first, as runtime/package/manifest.py read_variant reads it first
     return inOrder([variant.encoder, variant.decoderStep].map((file) => this.readGraph(file, verify)));
   }
 
@@ -348,7 +348,7 @@ export class ModelPackage {
 }
 
 /** The tokenizer file `name`, of exactly `vocabSize` ids (its config field: vocabName), with the package's special
- * tokens (runtime/manifest.py _read_tokenizer). */
+ * tokens (runtime/package/manifest.py _read_tokenizer). */
 async function readTokenizer(pkg, name, vocabSize, vocabName) {
   const where = pkg.describe(MANIFEST), { manifest, config } = pkg;
   if (!Object.hasOwn(manifest.files, name)) {
@@ -393,7 +393,7 @@ async function readTokenizers(pkg) {
 }
 
 /** languages, each of its tokens an id of the tokenizer that carries it: the source one for source tokens and Marian's
- * target tags (they start the source), the target one for a forced first target token (runtime/manifest.py
+ * target tags (they start the source), the target one for a forced first target token (runtime/package/manifest.py
  * _read_languages). */
 function readLanguages(pkg) {
   const where = pkg.describe(MANIFEST);

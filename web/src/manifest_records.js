@@ -1,4 +1,4 @@
-// The manifest fields of format_version 3 (runtime/manifest_records.py, where the rules are written; test/schema.test.js
+// The manifest fields of format_version 3 (runtime/package/manifest_records.py, where the rules are written; test/schema.test.js
 // checks the constants here against Python's):
 //   tokenizerNames   "tokenizer": one file for both sides, or {"source": ..., "target": ...} (Marian's two
 //                    SentencePiece models): source texts are encoded with the source one, output ids decoded with the
@@ -34,7 +34,7 @@ const KINDS = {
   string: (v) => typeof v === "string",
 };
 
-/** runtime/manifest_records.py _bad: the value shown cut at 60 characters (manifest.js's messages cut at 57). */
+/** runtime/package/manifest_records.py _bad: the value shown cut at 60 characters (manifest.js's messages cut at 57). */
 function bad(where, name, should, got, reexport) {
   return new ModelPackageError(`${where}: the field ${name} should be ${should}, got ${short(got, 60)}; ${reexport}`);
 }
@@ -67,7 +67,7 @@ export class Languages {
     Object.freeze(this);
   }
 
-  /** The manifest's "languages", every field checked (runtime/manifest_records.py Languages.from_manifest). */
+  /** The manifest's "languages", every field checked (runtime/package/manifest_records.py Languages.from_manifest). */
   static fromManifest(value, where, reexport) {
     if (!KINDS.object(value)) throw bad(where, "languages", "an object", value, reexport);
     const unknown = Object.keys(value).filter((k) => !LANGUAGE_FIELDS.includes(k)).sort();
@@ -134,7 +134,7 @@ export class Languages {
 }
 
 /** The manifest's "generation" -> the JS decoding options it sets (camelCase names), each passing options.js's own
- * checks (runtime/manifest_records.py read_generation). */
+ * checks (runtime/package/manifest_records.py read_generation). */
 export function readGeneration(value, where, reexport) {
   if (!KINDS.object(value)) throw bad(where, "generation", "an object of decoding options", value, reexport);
   const unknown = Object.keys(value).filter((k) => !GENERATION_FIELDS.includes(k)).sort();

@@ -1,5 +1,5 @@
 // Which tensors of an ONNX model (its bytes) keep their data in external files? Answered without an onnx library, as
-// runtime/onnx_bytes.py does (the same walk, so the same tensors in the same order, and the same errors).
+// runtime/package/onnx_bytes.py does (the same walk, so the same tensors in the same order, and the same errors).
 // onnxruntime reads external data from files the model names; the runtime never lets it: a graph of a package with
 // external data gets its weights from the data file the manifest lists for it, read and hashed by the runtime
 // (external_data.js), and any other external tensor is refused (docs/SECURITY.md). A model is a protobuf message
@@ -69,7 +69,7 @@ function stringEntry(model, i, end) {
 }
 
 /** Every tensor of `model` (Uint8Array, a serialized ModelProto) whose data is external (data_location EXTERNAL or
- * external_data entries), as runtime/onnx_bytes.py ExternalTensor: {name, dataType (TensorProto.DataType), dims
+ * external_data entries), as runtime/package/onnx_bytes.py ExternalTensor: {name, dataType (TensorProto.DataType), dims
  * (BigInt), entries ([key, value] in order), initializer (one of the main graph's initializers)}; RangeError when
  * the bytes are not a well-formed protobuf message (onnx.proto uses no groups). */
 export function externalTensors(model) {

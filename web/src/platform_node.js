@@ -1,5 +1,5 @@
 // Node's side of reading a package: a folder on disk (node:fs), SHA-256 by node:crypto, onnxruntime-node.
-// As runtime/manifest.py: every file of the package is a regular file in the folder (a symbolic link could
+// As runtime/package/manifest.py: every file of the package is a regular file in the folder (a symbolic link could
 // point anywhere on the disk, a FIFO or device could block or never end), opened without following links,
 // checked again on the open descriptor, and read once up to a limit.
 import { createHash } from "node:crypto";
@@ -36,7 +36,7 @@ async function checkRegular(file, missing) {
   return st;
 }
 
-/** A sentence about what an interrupted `seq2onnx export` left at or beside `root`, or "" (runtime/manifest.py). */
+/** A sentence about what an interrupted `seq2onnx export` left at or beside `root`, or "" (runtime/package/manifest.py). */
 async function interruptedExport(root) {
   const m = EXPORT_LEFTOVER.exec(path.basename(root));
   if (m && m.groups.kind === "partial") {

@@ -52,7 +52,7 @@ const CRC_TABLE = (() => {
   return table;
 })();
 
-/** zlib's crc32 of the ids as little-endian int64 bytes (what runtime/search.py Sampler hashes a source by). */
+/** zlib's crc32 of the ids as little-endian int64 bytes (what runtime/decode/search.py Sampler hashes a source by). */
 export function crc32OfIds(ids) {
   let crc = 0xffffffff;
   const bytes = new Uint8Array(new BigInt64Array(ids.map((x) => BigInt(x))).buffer);

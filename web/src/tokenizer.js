@@ -1,6 +1,6 @@
 // The package's tokenizer.json in JS, giving the ids of Python's `tokenizers` (the tests compare them on
 // thousands of texts): @huggingface/tokenizers does the work; this file adds what the runtime does around it
-// (runtime/manifest.py _read_tokenizer, docs/CONTRACTS.md "Tokenizer and sequences"):
+// (runtime/package/manifest.py _read_tokenizer, docs/CONTRACTS.md "Tokenizer and sequences"):
 //  * encoding with specials as text (Python's encode_special_tokens = True): a literal "</s>" or "<pad>" in a
 //    text is ordinary pieces, never a special id, so the special added tokens are not split out of texts;
 //  * decoding skips the special tokens, as tokenizers' decode(ids) does by default;
@@ -155,7 +155,7 @@ export class PackageTokenizer {
     }
   }
 
-  /** The checks against the manifest: its vocab_size and special_tokens (runtime/manifest.py). */
+  /** The checks against the manifest: its vocab_size and special_tokens (runtime/package/manifest.py). */
   checkManifest(manifest, config, where, reexport) {
     const declared = manifest.vocab_size ?? config.vocab_size;
     if (!isInteger(declared) || declared !== config.vocab_size) {
@@ -194,7 +194,7 @@ export class PackageTokenizer {
   }
 
   /** An error of the tokenizer's own code (a corrupt charsmap, a Unigram model without unk_id) as one line naming the
-   * file, as the Python runtime reports a panic of Rust tokenizers (runtime/package_tokenizer.py). */
+   * file, as the Python runtime reports a panic of Rust tokenizers (runtime/package/tokenizer.py). */
   broken(e) {
     if (e instanceof ModelPackageError) return e;
     return new ModelPackageError(`${this.path}: the tokenizer failed (${String(e?.message ?? e).split("\n")[0]}): the ` +

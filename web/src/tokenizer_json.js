@@ -1,6 +1,6 @@
 // The checks a package's tokenizer.json passes before @huggingface/tokenizers reads it: what the Python runtime's
-// reader refuses (runtime/manifest.py _read_tokenizer: Rust tokenizers' strict serde reader, then the regular
-// expressions of runtime/package_tokenizer.py), this file refuses too, so that both runtimes load the same files
+// reader refuses (runtime/package/manifest.py _read_tokenizer: Rust tokenizers' strict serde reader, then the regular
+// expressions of runtime/package/tokenizer.py), this file refuses too, so that both runtimes load the same files
 // (test/hostile_tokenizer.test.js feeds both the same hostile files). @huggingface/tokenizers reads leniently: a
 // byte-order mark, an unknown field, an id written 3.0, a merge of pieces that are not in the vocabulary, padding
 // that is no padding, a lone surrogate... all pass there. Every refusal is one line naming the field.
@@ -10,7 +10,7 @@ import { parsePrecompiledCharsmap } from "./precompiled.js";
 // group_digits (training/tokenizer.py): the empty place inside a digit run with a multiple of 3 digits to its right
 export const THOUSANDS = String.raw`(?<=\d)(?=(?:\d{3})+(?!\d))`;
 // The only regular expressions a tokenizer.json may hold ({"Regex": ...} patterns): the trainer's, as
-// runtime/package_tokenizer.py ALLOWED_REGEXES (the same list; a test compares them). Any other could backtrack
+// runtime/package/tokenizer.py ALLOWED_REGEXES (the same list; a test compares them). Any other could backtrack
 // for minutes on a short text: JavaScript's RegExp has no backtracking limit, and Oniguruma's stops one match only.
 // Converted SentencePiece tokenizers (export/hf_tokenizers.py; transformers' NLLB tokenizer has the first too): a
 // run of spaces (-> one space: remove_extra_whitespaces), and the spaces at either end of a text (-> none: the same
@@ -28,7 +28,7 @@ const BEHAVIORS = ["Removed", "Isolated", "MergedWithPrevious", "MergedWithNext"
 const PREPEND = ["first", "never", "always"];
 
 /** The first {"Regex": pattern} of a parsed tokenizer.json that ALLOWED_REGEXES lacks: [component, pattern], or null
- * (runtime/package_tokenizer.py foreign_regex). */
+ * (runtime/package/tokenizer.py foreign_regex). */
 export function foreignRegex(json) {
   const walk = (node) => {
     if (node === null || typeof node !== "object") return undefined;

@@ -1,5 +1,5 @@
 // Packages whose graphs keep their weights in a data file beside them (ONNX external data; src/external_data.js,
-// runtime/external_data.py), on the shipped model with every graph rewritten by the exporter's own writer
+// runtime/package/external_data.py), on the shipped model with every graph rewritten by the exporter's own writer
 // (test/python_reference.py "external_data": export/graph_files.py save_graph, as `seq2onnx export --external-data`).
 // The JS runtime translates it as the Python runtime does and exactly as the same model without external data, with
 // onnxruntime reading no file; each hostile copy (a changed, truncated, missing or linked data file, a location outside

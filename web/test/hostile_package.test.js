@@ -35,7 +35,7 @@ const replaceIn = (from, to) => base.replace(from, to);
 // JS library read) and more of the same kinds; the intact file and harmless variants must load in both.
 const TOKENIZERS = {
   "intact": base,
-  // regular expressions: only the trainer's (runtime/package_tokenizer.py ALLOWED_REGEXES)
+  // regular expressions: only the trainer's (runtime/package/tokenizer.py ALLOWED_REGEXES)
   "a backtracking Split regex (a+)+b": edited(split({ Regex: "(a+)+b" })),
   "a backtracking regex in a Replace decoder": edited((t) => { t.decoder = { type: "Sequence", decoders: [t.decoder, { type: "Replace", pattern: { Regex: "(\\w+\\s?)*$" }, content: "" }] }; }),
   "a backtracking regex deep in a normalizer Sequence": edited(withNormalizer({ type: "Sequence", normalizers: [{ type: "Replace", pattern: { Regex: "^(a|a)+$" }, content: "" }] })),
@@ -94,7 +94,7 @@ const TOKENIZERS = {
 };
 
 const int8 = (attention) => () => { const m = structuredClone(manifest); m.variants.int8.attention = attention; return m; };
-// name -> [manifest change, computeType]: attention.min_onnxruntime (runtime/manifest.py _read_variants, session.py
+// name -> [manifest change, computeType]: attention.min_onnxruntime (runtime/package/manifest.py _read_variants, session.py
 // check_onnxruntime): a variant whose graphs need a newer onnxruntime is refused when loaded
 const VARIANTS = {
   "attention needs onnxruntime 99.0": [int8({ min_onnxruntime: "99.0" }), "int8"],

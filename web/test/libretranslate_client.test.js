@@ -85,7 +85,7 @@ test("the key is checked, and the package reads the server's languages", async (
 });
 
 test("a text of several paragraphs keeps its layout: its sentences translated one by one", async () => {
-  // q is a document (runtime/documents.py): paragraphs, a blank line, a list marker, sentences split
+  // q is a document (runtime/documents/text.py): paragraphs, a blank line, a list marker, sentences split
   const [seven, nine, twelve] = await v1(["seven.", "nine.", "twelve."]);
   const doc = "seven. nine.\n\n- twelve.\n  nine.";
   assert.equal(await translate({ query: doc, source: "en", target: "de", apiurl, apiKey: KEY }),

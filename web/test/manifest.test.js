@@ -149,7 +149,7 @@ const CASES = {
   "a few-rows max_rows of 0": [() => { const m = clone(); m.variants.int8.few_rows = fewRows({ max_rows: 0 }); return m; }, /\['few_rows'\]\['max_rows'\] should be in \[1, 65536\], got 0/],
   "a few-rows step without min_onnxruntime": [() => { const m = clone(); m.variants.int8.few_rows = fewRows({ min_onnxruntime: undefined }); return m; }, /the field variants\['int8'\]\['few_rows'\]\['min_onnxruntime'\] is missing/],
   "a few-rows step that is the encoder": [() => { const m = clone(); m.variants.int8.few_rows = fewRows({ decoder_step: "encoder.int8.onnx" }); return m; }, /encoder\.int8\.onnx: graph inputs\/outputs .* do not match the decoder_step contract/, { computeType: "int8" }],
-  // format_version 3 (runtime/manifest.py, manifest_records.py)
+  // format_version 3 (runtime/package/manifest.py, manifest_records.py)
   "format 3 with its config fields, two tokenizer names, languages and generation defaults": [() => v3({
     tokenizer: { source: "tokenizer.json", target: "tokenizer.json" }, languages: { source: ["en"], target: ["de"] },
     generation: { beam_size: 2, suppress_ids: [0, 1, 5] } }), null],
@@ -181,8 +181,8 @@ const CASES = {
   "no int8 variant for computeType int8": [() => { const m = clone(); delete m.variants.int8; return m; }, /has no int8 variant; it has fp32 \(float32\)/, { computeType: "int8" }],
 };
 
-// the cases whose JS line must be Python's, word for word (the value cut as runtime/manifest_records.py _bad cuts it;
-// the tokenizer size line with the manifest's vocab_size, as runtime/manifest.py _read_tokenizer writes it)
+// the cases whose JS line must be Python's, word for word (the value cut as runtime/package/manifest_records.py _bad cuts it;
+// the tokenizer size line with the manifest's vocab_size, as runtime/package/manifest.py _read_tokenizer writes it)
 const EXACT = ["a target_token of 80 characters", "a tokenizer of another vocabulary"];
 let python;
 const dirs = {};

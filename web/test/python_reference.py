@@ -33,7 +33,7 @@ stdout, one result per job, so that a test pays for one interpreter start. Jobs:
   {"op": "load", "model": DIR, "compute_type": ..}
       -> {"error": null | "the Seq2OnnxError's message"}: does the Python runtime load this folder?
   {"op": "tokenizer_rules"}
-      -> {"allowed_regexes": [..], "regex_components": [..]}: runtime/package_tokenizer.py's rule on the regular
+      -> {"allowed_regexes": [..], "regex_components": [..]}: runtime/package/tokenizer.py's rule on the regular
          expressions of a tokenizer.json (src/tokenizer_json.js must hold the same)
   {"op": "compare", "model": DIR, "compute_type": .., "texts": [..], "options": {..}, "js": [RESULT, ..],
    "python": [RESULT, ..]}
@@ -61,9 +61,9 @@ stdout, one result per job, so that a test pays for one interpreter start. Jobs:
          hold once, in VARIANT.shared.data (export/graph_files.py share_weights, as every export writes them),
          every file listed anew
   {"op": "schema"}
-      -> the package rules the JS reader must hold as Python holds them (test/schema.test.js): runtime/manifest.py's
-         format versions and limits, ModelConfig's fields (kinds, CHOICES, _RANGES, the format-3 fields' defaults),
-         runtime/manifest_records.py's language rules and GENERATION_FIELDS, DecodingOptions' fields and defaults
+      -> the package rules the JS reader must hold as Python holds them (test/schema.test.js): runtime/package/manifest.py's
+         format versions and limits, ModelConfig's fields (kinds, CHOICES, RANGES, the format-3 fields' defaults),
+         runtime/package/manifest_records.py's language rules and GENERATION_FIELDS, DecodingOptions' fields and defaults
   {"op": "bench", "model": DIR, "compute_type": .., "texts": [..], "options": {..}, "repeats": N, "warmups": W}
       -> {"seconds": [..], "tokens": T}: wall time of translate_batch over the texts, N times (after W warm-up
          calls, default 1), and the tokens it generated (EOS counted), for tokens/s
@@ -139,7 +139,7 @@ def train_tokenizer(job: Dict[str, Any]) -> Dict[str, Any]:
 def tokenize(job: Dict[str, Any]) -> Dict[str, Any]:
     from tokenizers import Tokenizer
 
-    from seq2onnx.runtime.package_tokenizer import specials_as_text
+    from seq2onnx.runtime.package.tokenizer import specials_as_text
 
     tok = specials_as_text(Tokenizer.from_file(job["tokenizer"]))
     ids = [e.ids for e in tok.encode_batch(job["texts"])]
@@ -170,7 +170,7 @@ def export_random(job: Dict[str, Any]) -> Dict[str, Any]:
     import torch
 
     from seq2onnx.export.commands import ExportOptions, run_export
-    from seq2onnx.runtime.config import ModelConfig
+    from seq2onnx.runtime.package.config import ModelConfig
     from seq2onnx.training.checkpoint import make_checkpoint, save_checkpoint
     from seq2onnx.training.model import Transformer
 
@@ -211,7 +211,7 @@ def load(job: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def tokenizer_rules(job: Dict[str, Any]) -> Dict[str, Any]:
-    from seq2onnx.runtime import package_tokenizer
+    from seq2onnx.runtime.package import tokenizer as package_tokenizer
 
     return {"allowed_regexes": list(package_tokenizer.ALLOWED_REGEXES),
             "regex_components": list(package_tokenizer.REGEX_COMPONENTS)}
@@ -281,7 +281,7 @@ def external_data(job: Dict[str, Any]) -> Dict[str, Any]:
     import onnx
 
     from seq2onnx.export.graph_files import add_external_data_fields, data_file, save_graph
-    from seq2onnx.runtime.manifest import MANIFEST, sha256_of
+    from seq2onnx.runtime.package.manifest import MANIFEST, sha256_of
 
     out = Path(job["out"])
     shutil.copytree(job["model"], out)
@@ -308,7 +308,7 @@ def share_weights(job: Dict[str, Any]) -> Dict[str, Any]:
     import shutil
 
     from seq2onnx.export.graph_files import share_weights as share
-    from seq2onnx.runtime.manifest import MANIFEST, sha256_of
+    from seq2onnx.runtime.package.manifest import MANIFEST, sha256_of
 
     out = Path(job["out"])
     shutil.copytree(job["model"], out)
@@ -326,7 +326,8 @@ def schema(job: Dict[str, Any]) -> Dict[str, Any]:
 
     import numpy as np
 
-    from seq2onnx.runtime import config, errors, external_data, manifest, manifest_records, options
+    from seq2onnx.runtime import errors, options
+    from seq2onnx.runtime.package import config, external_data, manifest, manifest_records
 
     dataclass_fields = {f.name: f for f in dataclasses.fields(config.ModelConfig)}
     return {
@@ -346,7 +347,7 @@ def schema(job: Dict[str, Any]) -> Dict[str, Any]:
         "config_fields": {name: f.type for name, f in dataclass_fields.items()},
         "format_3_defaults": {name: dataclass_fields[name].default for name in manifest.FORMAT_3_CONFIG},
         "choices": {k: list(v) for k, v in config.CHOICES.items()},
-        "ranges": {k: list(v) for k, v in config._RANGES.items()},
+        "ranges": {k: list(v) for k, v in config.RANGES.items()},
         "max_languages": manifest_records.MAX_LANGUAGES, "target_token": list(manifest_records.TARGET_TOKEN),
         "language_fields": [f.name for f in dataclasses.fields(manifest_records.Languages)],
         "generation_fields": list(manifest_records.GENERATION_FIELDS),

@@ -2,7 +2,7 @@
 
 training/model.py's FixedCacheStep is the PyTorch reference: an index_put into the cache and the plain
 attention equation. This step type traces the same attention as onnxruntime's contrib ops
-(runtime/graph_io.py FUSED_ATTENTION_OPS, docs/CONTRACTS.md), and the export's parity gate checks the graph
+(runtime/package/graph_io.py FUSED_ATTENTION_OPS, docs/CONTRACTS.md), and the export's parity gate checks the graph
 against the reference (export/commands.py `attention.fp32_parity`):
   self-attention   GroupQueryAttention over the fixed-capacity cache: seqlens_k = past_length (int32 [R], one per row:
                    rows may differ), total_sequence_length = max(past_length) + 1 (int32, 0-d); it writes row r's K/V

@@ -1,12 +1,12 @@
 """Writing a graph file: its weights inside it, or in one data file beside it (ONNX external data).
 
 A graph whose weights pass EXTERNAL_FROM_BYTES (NLLB-200 600M and up, M2M100 1.2B, OPUS-MT's big models; protobuf's
-limit, runtime/manifest.py MAX_FILE_BYTES, is 2 GB), or every graph with `--external-data`, is written as
+limit, runtime/package/manifest.py MAX_FILE_BYTES, is 2 GB), or every graph with `--external-data`, is written as
     encoder.onnx          the graph, with each initializer of at least INLINE_BYTES as a reference
                           (external_data: location "encoder.onnx.data", offset, length)
     encoder.onnx.data     those initializers' bytes, one after the other, each at an offset aligned to ALIGNMENT
 The manifest lists the data file in `files` (its SHA-256 covers every byte) and names it in the variant's
-`external_data` (runtime/external_data.py reads it: the runtime hands onnxruntime the weights itself).
+`external_data` (runtime/package/external_data.py reads it: the runtime hands onnxruntime the weights itself).
 
 A weight that several graphs of a variant hold (the embedding table of the encoder and of the decoder steps, the
 positions' table) is written once, in the variant's shared data file (`share_weights`):
@@ -34,7 +34,7 @@ SHARED_SUFFIX = ".shared.data"   # a variant's shared data file: "int8" -> int8.
 SHARED_MIN_BYTES = 1 << 16       # a weight repeated across a variant's graphs is stored once from this size up
 # a graph with more weights than this keeps them in its data file: onnxruntime maps a data file and holds each weight
 # once, where an embedded graph's weights are in memory as the file's bytes, the parsed ModelProto and the session's
-# tensors (runtime/external_data.py); NLLB-200 600M's fp32 encoder is 1.6 GB
+# tensors (runtime/package/external_data.py); NLLB-200 600M's fp32 encoder is 1.6 GB
 EXTERNAL_FROM_BYTES = 1 << 30
 COPY_CHUNK = 1 << 24             # save_graph copies a weight that stays in the data file in pieces of this size
 
@@ -197,7 +197,7 @@ def share_weights(folder: Path, variants: Dict[str, Dict[str, Any]], merge: bool
     shared data file (module doc), and the variant's external_data naming that file for the graphs that reference
     it. At vocab 32000 and d_model 512 that is the float32 embedding table (62.5 MiB) of fp32's encoder and decoder
     step, or int8's 15.6 MiB table of its encoder, step and few-rows step: on disk once, and in memory once
-    (runtime/external_data.py). A graph names one data file (docs/CONTRACTS.md), so where the variant's graphs
+    (runtime/package/external_data.py). A graph names one data file (docs/CONTRACTS.md), so where the variant's graphs
     have data files of their own (too_big) and `merge`, all their weights move into the shared file and theirs go:
     NLLB-200 600M's 1 GiB table is then on disk once, as in a package of embedded graphs; without `merge`
     (--external-data: a data file per graph, as asked) the variant is left as it is. The weights are copied piece

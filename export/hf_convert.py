@@ -47,7 +47,7 @@ from .hf_tokenizers import DOWNLOAD
 # model_type of config.json -> how its names map (NLLB's is m2m_100, with its own tokenizer)
 KINDS = ("marian", "m2m_100")
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "swish", "silu": "swish"}
-# config.json's sizes -> the ModelConfig field each becomes (its range: runtime/config.py)
+# config.json's sizes -> the ModelConfig field each becomes (its range: runtime/package/config.py)
 CONFIG_SIZES = {"vocab_size": "vocab_size", "decoder_vocab_size": "vocab_size", "d_model": "d_model",
                 "encoder_attention_heads": "n_heads", "decoder_attention_heads": "n_heads", "encoder_ffn_dim": "d_ff",
                 "decoder_ffn_dim": "d_ff", "encoder_layers": "encoder_layers", "decoder_layers": "decoder_layers",

@@ -111,7 +111,7 @@ class ConvertedTokenizers:
 
 
 # --- reading the folder ------------------------------------------------------------------------------------
-# A transformers folder is untrusted input, read by the runtime's rule for package files (runtime/package_files.py):
+# A transformers folder is untrusted input, read by the runtime's rule for package files (runtime/package/files.py):
 # a regular file in the folder itself (no symbolic link, FIFO or device), at most a limit of bytes.
 DOWNLOAD = "download the model folder again (hf download MODEL --local-dir FOLDER)"
 HF_FOLDER = FolderRule("seq2onnx convert", "the model folder", "", DOWNLOAD, Seq2OnnxError)

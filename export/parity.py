@@ -14,7 +14,7 @@ random pieces (fixed seed) in batches of 1, 3 and 4, right-padded, 1 to 64 token
     at different lengths (row r joins at step r % RAGGED_SPREAD, at length 0 until then, as a server adds
     sentences to a running batch), against training/model.py decode_step_fixed at the same lengths
     (tests/test_row_lengths.py checks that against decode_step per row)  -> the same two figures
-  * decoding: greedy and beam-4 (4 hypotheses) by the runtime's own decoding loop (runtime/decoding.py,
+  * decoding: greedy and beam-4 (4 hypotheses) by the runtime's own decoding loop (runtime/decode/decoding.py,
     over an engine on the graphs just written) versus training/reference.py's greedy_search / beam_search,
     the independent PyTorch oracle                                      -> greedy_token_match, beam4_token_match
 
@@ -34,7 +34,7 @@ against the same numbers without recomputing them (at the size of OPUS-MT en-de 
 Every compared step's log-probs [rows, V] and caches are kept in a temporary file (`Spilled`), not in memory: ~320 MB
 at OPUS-MT en-de's size (vocab 58,101, 6 decoder layers) with the synthetic batches alone, ~1 GB at NLLB-200's.
 
-A decoding rule lives in runtime/decoding.py alone; this check runs it, so a package that passes was
+A decoding rule lives in runtime/decode/decoding.py alone; this check runs it, so a package that passes was
 decoded by the code users will run.
 """
 from __future__ import annotations
@@ -219,7 +219,7 @@ class OnnxPair:
         return [np.zeros(shape, cache_dtype(self.decoder, self.cfg)) for _ in range(2 * self.cfg.decoder_layers)]
 
 
-# --- decoding over the ONNX pair: the runtime's own loop (runtime/decoding.py) ---------------------------
+# --- decoding over the ONNX pair: the runtime's own loop (runtime/decode/decoding.py) ---------------------------
 def _engine(pair: OnnxPair):
     """The runtime's engine over the pair's sessions: what `Translator` decodes with, minus the package.
     ArrayEngine (CPU, float32 caches) where it can; else the IO-binding engine, which takes any cache dtype

@@ -160,7 +160,7 @@ def test_a_greedy_translation_is_the_same_alone_and_beside_other_sentences(int8_
     padded source length in another order than over its own (found here: one float32 ulp in some rows' outputs),
     as beam search's several rows per sentence do not."""
     def length(text):
-        return len(int8_translator._tokenizer.encode(text).ids)
+        return len(int8_translator.tokenizer.encode(text).ids)
     groups = [list(g) for _, g in groupby(sorted(TEXTS, key=length), key=length)]
     batches = [g[i:i + 6] for g in groups for i in range(0, len(g), 6)]
     assert sum(len(b) > 1 for b in batches) >= 3, "too few sentences of one length to batch"

@@ -47,7 +47,7 @@ install-runtime: $(RT_VENV)/bin/python
 SIDE_TESTS = test_serve.py test_serve_invariance.py test_serve_hardening.py test_documents.py test_document_files.py test_languages.py test_ray.py test_packaging.py
 test: chromium install-dev test-suites
 
-test-suites:
+test-suites: lint
 	@$(PYTHON) scripts/versions.py $(DEV_VENV)
 	cd web && npm ci
 	@log=$$(mktemp); ( ( $(WEB_RUN) ); w=$$?; ( $(call PYTEST,$(DEV_VENV)) $(SIDE_TESTS) ); c=$$?; \
@@ -63,7 +63,11 @@ test-suites:
 WEB_ENV = OMP_NUM_THREADS=1 SEQ2ONNX_PYTHON=$(abspath $(DEV_VENV))/bin/python
 WEB_RUN = cd web && $(WEB_ENV) npm test
 WEB_TEST = cd web && npm ci && $(WEB_ENV) npm test
-.PHONY: test-web test-suites
+.PHONY: test-web test-suites lint
+# pyflakes' and pycodestyle's bug-finding rules ([tool.ruff.lint] in pyproject.toml), before any test runs
+lint:
+	$(DEV_VENV)/bin/ruff check .
+
 test-web: chromium install-dev
 	$(WEB_TEST)
 

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
@@ -390,7 +389,7 @@ def write_quality(out: Dict[str, Any], results: Path) -> None:
 def quality_markdown(out: Dict[str, Any]) -> str:
     m, n = out["model"], out["test_sentences"]
     cfg = m["model"]
-    lines = [f"# A trained MarianMTModel through `seq2onnx convert`: tokens and scores against transformers", "",
+    lines = ["# A trained MarianMTModel through `seq2onnx convert`: tokens and scores against transformers", "",
              f"gettext en->de (training/gettext_data.py), MarianMTModel d_model {cfg['d_model']}, "
              f"{cfg['encoder_layers']}+{cfg['decoder_layers']} layers, FFN {cfg['encoder_ffn_dim']}, "
              f"{cfg['activation_function']}, SentencePiece unigram {m.get('spm_vocab')} + {m.get('spm_vocab')} (OPUS-MT "
@@ -625,7 +624,7 @@ def run_speed(work: Path, n: int, rounds: int, systems: Sequence[str], results: 
 
 def speed_markdown(data: Dict[str, Any]) -> str:
     m, mach = data["model"]["model"], data["machine"]
-    lines = [f"# A trained MarianMTModel converted by `seq2onnx convert`, against the engines on the same folder",
+    lines = ["# A trained MarianMTModel converted by `seq2onnx convert`, against the engines on the same folder",
              "",
              f"gettext en->de, MarianMTModel d_model {m['d_model']}, {m['encoder_layers']}+{m['decoder_layers']} "
              f"layers, FFN {m['encoder_ffn_dim']}, {m['activation_function']}, vocabulary {data['vocab_size']} "

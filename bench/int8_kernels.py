@@ -32,7 +32,6 @@ OUT = Path(__file__).resolve().parent / "results" / "int8_kernels.json"
 
 def graph(k: int, n: int, copies: int, kind: str) -> bytes:
     """copies of one int8 weight product [M, K] x [K, N], each its own graph output."""
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(0)
@@ -85,7 +84,7 @@ def main(argv=None) -> int:
     import onnxruntime as ort
 
     results = []
-    print(f"| K x N | rows | " + " | ".join(f"{kind} us (GB/s)" for kind in KINDS) + " | NBits bs256 / DQMatMul time |")
+    print("| K x N | rows | " + " | ".join(f"{kind} us (GB/s)" for kind in KINDS) + " | NBits bs256 / DQMatMul time |")
     print("|---|---:|" + "---:|" * (len(KINDS) + 1))
     for k, n in SHAPES:
         for rows in args.rows:

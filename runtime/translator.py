@@ -30,7 +30,7 @@ from .decode.alignment import hard_alignment, word_index
 from .decode.constraints import check_phrase_ids, check_work, normalize_phrases, require_beam, split_work
 from .decode.decoding import TextStream, decode, decode_steps, score
 from .decode.search import Hypothesis
-from .errors import ModelPackageError, Seq2OnnxError
+from .errors import ModelPackageError
 from .package.manifest import UNCHECKED, ModelPackage, read_package
 from .results import ScoringResult, TranslationResult
 from .options import (BATCH_TYPES, DEFAULT_MAX_BATCH_SIZE, MAX_CHARS_PER_TOKEN, Arg, DecodingOptions, OptionError,

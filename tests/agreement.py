@@ -44,12 +44,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, List, Sequence
+from typing import TYPE_CHECKING, Callable, List, Sequence
 
 import numpy as np
 import onnx
 import pytest
 from onnx import numpy_helper
+
+if TYPE_CHECKING:                       # the runtime's tests import this module without torch
+    import torch
 
 from seq2onnx.runtime.decode.decoding import score
 from seq2onnx.runtime.decode.search import Hypothesis, normalize

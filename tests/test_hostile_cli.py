@@ -454,7 +454,7 @@ def test_translate_ids_refuses_ids_outside_the_vocabulary(tr):
         with pytest.raises(ValueError, match=rf"^target_prefix_ids\[1\] holds an id outside the vocabulary "
                                              rf"\[0, {vocab}\): {bad}$"):
             tr.translate_ids([source, source], target_prefix_ids=[[5], [5, bad]])
-        with pytest.raises(ValueError, match=rf"^sources\[0\] holds an id outside the vocabulary"):
+        with pytest.raises(ValueError, match=r"^sources\[0\] holds an id outside the vocabulary"):
             tr.translate_ids([[bad, eos]])
     with pytest.raises(ValueError, match=r"^target_prefix_ids must hold one id list per source \(2\), got 1$"):
         tr.translate_ids([source, source], target_prefix_ids=[[5]])

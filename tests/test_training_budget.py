@@ -265,15 +265,15 @@ def test_curves_are_readable_with_many_or_few_points(n_train, n_valid, decoded):
     assert len(axes) == (3 if decoded else 1)               # BLEU/chrF and exact match on axes of their own
     for ax in axes:
         assert ax.get_title() and ax.get_ylabel() and ax.get_xlabel() == "step"
-    lines = {l.get_label(): l for l in axes[0].get_lines()}
-    train_line = next(l for name, l in lines.items() if name.startswith("training"))
+    lines = {line.get_label(): line for line in axes[0].get_lines()}
+    train_line = next(line for name, line in lines.items() if name.startswith("training"))
     assert len(train_line.get_xdata()) == n_train
     if n_train <= 60:                                       # a line of one or two points still shows: markers
         assert train_line.get_marker() not in (None, "None", "", " ")
     if decoded:
-        assert {l.get_label() for l in axes[1].get_lines()} == {"BLEU", "chrF"}
-        assert [l.get_label() for l in axes[2].get_lines()] == ["exact match"]
-        assert all(isinstance(l, Line2D) for l in axes[2].get_lines())
+        assert {line.get_label() for line in axes[1].get_lines()} == {"BLEU", "chrF"}
+        assert [line.get_label() for line in axes[2].get_lines()] == ["exact match"]
+        assert all(isinstance(line, Line2D) for line in axes[2].get_lines())
         assert axes[1].get_ylim()[0] < 0 < axes[1].get_ylim()[1]        # a score of 0 is drawn above the axis
 
 

@@ -714,17 +714,17 @@ def _units(sentences: List[Tuple[int, int]], tokens: List[Token], text: str) -> 
             element, start = opened.pop()
             first = _NON_SPACE.search(text, start, pos)
             if first is not None:
-                f, l = sentence_of(first.start()), sentence_of(start + len(text[start:pos].rstrip()) - 1)
-                spans[id(element)] = (f, l, start <= sentences[f][0] and pos >= sentences[l][1], start, pos)
+                head, last = sentence_of(first.start()), sentence_of(start + len(text[start:pos].rstrip()) - 1)
+                spans[id(element)] = (head, last, start <= sentences[head][0] and pos >= sentences[last][1], start, pos)
     # boundary k (between sentences k and k + 1) fused: a worklist over the elements, each fusing its inner
     # boundaries once; one that wraps sentences becomes part of a unit when a boundary at its edge is fused
     parent = list(range(n))                         # the first boundary >= k not fused (n - 1 never is)
     by_edge: Dict[int, List[Tuple[int, int]]] = {}
-    work = [(f, l) for f, l, clean, _, _ in spans.values() if not clean]
-    for f, l, clean, _, _ in spans.values():
-        if clean and l > f:
-            for edge in (f - 1, l):
-                by_edge.setdefault(edge, []).append((f, l))
+    work = [(head, last) for head, last, clean, _, _ in spans.values() if not clean]
+    for head, last, clean, _, _ in spans.values():
+        if clean and last > head:
+            for edge in (head - 1, last):
+                by_edge.setdefault(edge, []).append((head, last))
 
     def find(k: int) -> int:
         while parent[k] != k:
@@ -733,9 +733,9 @@ def _units(sentences: List[Tuple[int, int]], tokens: List[Token], text: str) -> 
         return k
 
     while work:
-        f, l = work.pop()
-        k = find(f)
-        while k < l:
+        head, last = work.pop()
+        k = find(head)
+        while k < last:
             parent[k] = k + 1
             work += by_edge.pop(k, [])
             k = find(k)
@@ -755,8 +755,8 @@ def _units(sentences: List[Tuple[int, int]], tokens: List[Token], text: str) -> 
     for kind, node, pos in tokens:                  # in document order: a parent is decided before its children
         held = inside.get(id(parents[-1])) if parents else None
         if kind == "open":
-            f, _, _, start, end = spans[id(node)]
-            s, e, inner = unit_at(sentences[f][0])
+            head, _, _, start, end = spans[id(node)]
+            s, e, inner = unit_at(sentences[head][0])
             if held is not None or not (start <= s and end >= e):
                 inside[id(node)] = inner
                 inner.append((kind, node, pos))

@@ -20,7 +20,7 @@ import hashlib
 import os
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import onnx
 
@@ -84,27 +84,31 @@ def tensor_chunks(tensor: onnx.TensorProto, folder: Path, chunk: int = 0) -> Ite
             yield f.read(min(chunk or length, length - done))
 
 
-def save_graph(model: onnx.ModelProto, path: Path, external: bool = False) -> Path:
+def save_graph(model: onnx.ModelProto, path: Path, external: bool = False,
+               source_dir: Optional[Path] = None) -> Path:
     """Write `model` to `path`; with `external`, or when it is too_big, its initializers of INLINE_BYTES or more go
     into data_file(path) instead (written anew, tensor by tensor). Initializers may hold their bytes in memory
     (onnx.load) or still in a data file of the folder, data_file(path) itself or another graph's
     (onnx.load(..., load_external_data=False): a rewrite of the graph that did not need them), whose bytes are
-    copied over in chunks, never all in memory. The model's tensors hold
-    references instead of their bytes afterwards."""
+    copied over in chunks, never all in memory. source_dir: the folder those data files lie in, where the graph was
+    loaded from another folder than `path`'s. The model's tensors hold references instead of their bytes afterwards."""
     path = Path(path)
     data = data_file(path)
     old = data.with_name(data.name + ".old")
-    if any(_is_external(t) and _where(t)[0] == data.name for t in model.graph.initializer):
+    source_dir = data.parent if source_dir is None or Path(source_dir).resolve() == data.parent.resolve() \
+        else Path(source_dir)
+    if source_dir == data.parent and any(_is_external(t) and _where(t)[0] == data.name
+                                         for t in model.graph.initializer):
         os.replace(data, old)               # the bytes still to copy: read from there while the new file is written
     else:
         data.unlink(missing_ok=True)
     try:
         if external or too_big(model):
-            _write_data(model, data, old)
+            _write_data(model, data, old, source_dir)
         else:
             for tensor in model.graph.initializer:
                 if _is_external(tensor):    # a small graph: its bytes inside
-                    tensor.raw_data = _read(_source(tensor, data, old), *_where(tensor)[1:])
+                    tensor.raw_data = _read(_source(tensor, data, old, source_dir), *_where(tensor)[1:])
                     del tensor.external_data[:]
                     tensor.data_location = onnx.TensorProto.DEFAULT
         onnx.save_model(model, str(path))   # the graph alone: every marked tensor's bytes are written already
@@ -115,16 +119,16 @@ def save_graph(model: onnx.ModelProto, path: Path, external: bool = False) -> Pa
     return path
 
 
-def _source(tensor: onnx.TensorProto, data: Path, old: Path) -> Path:
+def _source(tensor: onnx.TensorProto, data: Path, old: Path, source_dir: Path) -> Path:
     """The file an external tensor's bytes are read from while data_file `data` is written anew: `old` (the former
-    data file of that name), or the data file it names in the same folder (another graph's, e.g. the graph it was
+    data file of that name), or the data file it names in source_dir (another graph's, e.g. the graph it was
     made from)."""
     location = _where(tensor)[0]
-    if location == data.name:
+    if location == data.name and source_dir == data.parent:
         return old
     if Path(location).name != location or location in ("", ".", ".."):
         raise ValueError(f"{tensor.name}: external data location {location!r} is not a file beside the graph")
-    return data.parent / location
+    return source_dir / location
 
 
 def _read(path: Path, offset: int, length: int) -> bytes:
@@ -133,7 +137,7 @@ def _read(path: Path, offset: int, length: int) -> bytes:
         return f.read(length)
 
 
-def _write_data(model: onnx.ModelProto, data: Path, old: Path) -> None:
+def _write_data(model: onnx.ModelProto, data: Path, old: Path, source_dir: Path) -> None:
     """Each initializer of INLINE_BYTES or more into `data` at an ALIGNMENT offset, in the order of the graph: from
     memory, or copied in COPY_CHUNK pieces from the data file it lies in (_source)."""
     with open(data, "wb") as out:
@@ -146,7 +150,7 @@ def _write_data(model: onnx.ModelProto, data: Path, old: Path) -> None:
             offset = out.tell()
             if external:
                 _, start, _ = _where(tensor)
-                with open(_source(tensor, data, old), "rb") as source:
+                with open(_source(tensor, data, old, source_dir), "rb") as source:
                     source.seek(start)
                     for done in range(0, size, COPY_CHUNK):
                         out.write(source.read(min(COPY_CHUNK, size - done)))
@@ -209,6 +213,8 @@ def share_weights(folder: Path, variants: Dict[str, Dict[str, Any]], merge: bool
         if any(named[g] > 1 for g in graphs) or (entry.get(FIELD) and not merge):
             continue
         own = dict(entry.get(FIELD) or {})               # graph -> its own data file (add_external_data_fields)
+        if variant + SHARED_SUFFIX in own.values():      # shared already: its file is read, not written anew
+            continue
         models = {g: onnx.load(str(folder / g), load_external_data=False) for g in graphs}
         keys = {}                                        # (graph, initializer index) -> _same_bytes, hashed once
         holders = defaultdict(set)                       # _same_bytes -> the graphs holding that weight

@@ -199,7 +199,7 @@ def quantize_int8(src: Path, dst: Path, per_channel: bool = PER_CHANNEL, reduce_
     fd, cleaned = tempfile.mkstemp(prefix=".cleaned.", suffix=".onnx", dir=Path(dst).parent)
     os.close(fd)
     try:
-        save_graph(model, Path(cleaned), external)
+        save_graph(model, Path(cleaned), external, source_dir=Path(src).parent)
         del model
         logging.disable(logging.WARNING)   # it advises pre-processing on the root logger, every time
         quantize_dynamic(cleaned, str(dst), op_types_to_quantize=QUANTIZED_OPS, per_channel=per_channel,

@@ -482,15 +482,12 @@ def _hf_generate(hf_model: Any, sources: List[List[int]], batch_size: int,
     return out
 
 
-def compare_generate(hf_model: Any, translator: Any, sources: List[List[int]], beam_size: int, max_length: int,
-                     forced_bos: Optional[int], ours: Optional[List[Any]] = None) -> Dict[str, Any]:
-    """The package's runtime (`translator`, over the package: its generation defaults, beam_size and
-    max_decoding_length set) against transformers' generate() (its generation_config, num_beams and max_length set
-    alike) on `sources` -> {sentences, identical, ties, max_score_diff (greedy: per token)}. A different hypothesis
-    whose score is within score_tolerance of transformers' is a tie (two hypotheses the same up to float32 rounding),
-    counted apart. `ours`: the runtime's results already decoded (our_decode), else decoded here."""
-    if ours is None:
-        ours = our_decode(translator, sources, beam_size, max_length, forced_bos)
+def compare_generate(hf_model: Any, ours: List[Any], sources: List[List[int]], beam_size: int, max_length: int,
+                     forced_bos: Optional[int]) -> Dict[str, Any]:
+    """The package's runtime (`ours`: our_decode's hypotheses of `sources`) against transformers' generate() (its
+    generation_config, num_beams and max_length set as our_decode's) on `sources` -> {sentences, identical, ties,
+    max_score_diff (greedy: per token)}. A different hypothesis whose score is within score_tolerance of
+    transformers' is a tie (two hypotheses the same up to float32 rounding), counted apart."""
     theirs = hf_generate(hf_model, sources, num_beams=beam_size, max_length=max_length + 1,
                          **({} if forced_bos is None else {"forced_bos_token_id": forced_bos}))
     identical = ties = 0
@@ -508,7 +505,8 @@ def compare_generate(hf_model: Any, translator: Any, sources: List[List[int]], b
 
 def our_decode(translator: Any, sources: List[List[int]], beam_size: int, max_length: int,
                forced_bos: Optional[int]) -> List[Any]:
-    """The runtime's hypotheses for compare_generate."""
+    """The package's runtime (`translator`, over the package: its generation defaults, beam_size and
+    max_decoding_length set) on `sources`: the hypotheses compare_generate compares."""
     extra = {} if forced_bos is None else {"forced_bos_id": forced_bos}
     return translator.translate_ids(sources, max_batch_size=8, beam_size=beam_size, max_decoding_length=max_length,
                                     **extra)
@@ -531,7 +529,7 @@ def transformers_gate(hf_model: Any, sources: List[List[int]], defaults: Dict[st
         with ThreadPoolExecutor(1) as pool:
             ours = [pool.submit(our_decode, translator, sources, beam, max_length, forced_bos) for _, beam in checks]
             for (name, beam), decoded in zip(checks, ours):
-                got = compare_generate(hf_model, translator, sources, beam, max_length, forced_bos, decoded.result())
+                got = compare_generate(hf_model, decoded.result(), sources, beam, max_length, forced_bos)
                 figures[name] = got
                 if got["identical"] + got["ties"] < got["sentences"] or got["max_score_diff"] > SCORE_TOLERANCE:
                     raise parity.ParityError(

@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import warnings
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 import numpy as np
 import onnx
@@ -38,6 +38,7 @@ import torch
 import torch.nn as nn
 
 from seq2onnx.export import fuse
+from seq2onnx.export.beside import beside
 from seq2onnx.runtime.package.config import ModelConfig
 from seq2onnx.runtime.errors import Seq2OnnxError
 from seq2onnx.runtime.package.graph_io import (  # noqa: F401 - the runtime owns the names
@@ -221,9 +222,12 @@ def _export_one(module: nn.Module, args: tuple, input_names: List[str], output_n
 
 @torch.no_grad()
 def export_graphs(model: Transformer, out_dir: Path, opset: int = DEFAULT_OPSET,
-                  format_version: int = DECODER_FORMAT, external: bool = False) -> Tuple[Path, Path]:
+                  format_version: int = DECODER_FORMAT, external: bool = False,
+                  meanwhile: Callable[[], None] = lambda: None) -> Tuple[Path, Path]:
     """Write encoder.onnx and decoder_step.onnx (fp32, the decoder step of `format_version`) into out_dir, their
     weights inside, or in a data file beside each with `external` or past protobuf's limit (graph_files.py).
+    The decoder step is traced in a child process on the second core (export/beside.py) while this one traces the
+    encoder (about half the step's time at 6 + 6 layers) and then runs `meanwhile`.
 
     torch.export assumes dynamic sizes are >= 2 while tracing; the graph traced at P = 3 has no
     branch on P, and parity checks run it at P = 0 and P = 1 (export/parity.py).
@@ -235,11 +239,14 @@ def export_graphs(model: Transformer, out_dir: Path, opset: int = DEFAULT_OPSET,
     enc_args, _ = trace_inputs(model.cfg, format_version=format_version)
     enc_shapes, _ = _dynamic_shapes(model.cfg, format_version)
     out_dir = Path(out_dir)
-    enc_path = out_dir / ENCODER_FILE
-    _export_one(EncoderGraph(model), enc_args, names.encoder_inputs, names.encoder_outputs, enc_shapes, opset,
-                enc_path)
-    _fuse_projections(enc_path, external)
-    return enc_path, _export_decoder(model, out_dir / DECODER_FILE, opset, format_version, external=external)
+    enc_path, dec_path = out_dir / ENCODER_FILE, out_dir / DECODER_FILE
+    with beside(lambda: _export_decoder(model, dec_path, opset, format_version, external=external),
+                "the decoder step's trace"):
+        _export_one(EncoderGraph(model), enc_args, names.encoder_inputs, names.encoder_outputs, enc_shapes, opset,
+                    enc_path)
+        _fuse_projections(enc_path, external)
+        meanwhile()
+    return enc_path, dec_path
 
 
 @torch.no_grad()

@@ -42,6 +42,7 @@ from __future__ import annotations
 import math
 import os
 import tempfile
+import threading
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -289,6 +290,7 @@ class Spilled:
             a = np.ascontiguousarray(a)
             entry.append((self.file.tell(), a.dtype, a.shape))
             self.file.write(a.data)
+        self.file.flush()                     # __getitem__ reads the file, not this object's buffer
         self.items.append(entry)
         self.single.append(isinstance(item, np.ndarray))
 
@@ -296,10 +298,17 @@ class Spilled:
         return len(self.items)
 
     def __getitem__(self, i: int):
+        # positioned reads (no shared file offset): checks of two graphs read the same reference from two threads
         arrays = []
         for offset, dtype, shape in self.items[i]:
-            self.file.seek(offset)
-            arrays.append(np.fromfile(self.file, dtype, int(np.prod(shape, dtype=np.int64))).reshape(shape))
+            array = np.empty(shape, dtype)
+            view, done = memoryview(array.reshape(-1).view(np.uint8)), 0
+            while done < array.nbytes:
+                got = os.preadv(self.file.fileno(), [view[done:]], offset + done)
+                if got <= 0:
+                    raise EOFError(f"parity reference file: {array.nbytes - done} bytes missing")
+                done += got
+            arrays.append(array)
         return arrays[0] if self.single[i] else arrays
 
     def __iter__(self):
@@ -505,16 +514,33 @@ def _token_match(a: List[int], b: List[int]) -> Tuple[int, int]:
     return sum(x == y for x, y in zip(a, b)), max(len(a), len(b))
 
 
+_ONE_THREAD = threading.Lock()
+_one_thread_users: List[int] = []       # the torch thread count before the first user, once per user
+
+
 @contextmanager
 def one_torch_thread():
     """The checks run many tiny ops: with several OpenMP threads on a busy machine torch spends its time
-    waiting for them (measured 15x slower on 2 shared cores)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
+    waiting for them (measured 15x slower on 2 shared cores). Checks run side by side on threads: the count
+    torch had is restored when the last of them ends."""
+    with _ONE_THREAD:
+        _one_thread_users.append(_one_thread_users[0] if _one_thread_users else torch.get_num_threads())
+        torch.set_num_threads(1)
     try:
         yield
     finally:
-        torch.set_num_threads(before)
+        with _ONE_THREAD:
+            before = _one_thread_users.pop()
+            if not _one_thread_users:
+                torch.set_num_threads(before)
+
+
+def compute_references(model: Transformer, batches: List[ParityBatch], format_version: int) -> None:
+    """Each batch's Reference, computed now (measure's first call would): what the PyTorch side of every check of
+    graphs of `format_version` reads."""
+    with one_torch_thread():
+        for batch in batches:
+            reference(model, batch, format_version >= 3)
 
 
 def measure(model: Transformer, pair: OnnxPair, batches: Optional[List[ParityBatch]] = None) -> ParityReport:

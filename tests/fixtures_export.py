@@ -39,7 +39,8 @@ def package_graphs(package: Path, trace_decoder: bool = False) -> Callable[..., 
     config = read_package(package).config
 
     def export_graphs(model, out_dir: Path, opset: int = onnx_export.DEFAULT_OPSET,
-                      format_version: int = onnx_export.DECODER_FORMAT, external: bool = False) -> Tuple[Path, Path]:
+                      format_version: int = onnx_export.DECODER_FORMAT, external: bool = False,
+                      meanwhile: Callable[[], None] = lambda: None) -> Tuple[Path, Path]:
         defaults = (onnx_export.DEFAULT_OPSET, onnx_export.DECODER_FORMAT)
         assert model.cfg == config and (opset, format_version) == defaults, (
             "package_graphs stands in for the export of the package's own model at the export's opset and format only")
@@ -51,6 +52,7 @@ def package_graphs(package: Path, trace_decoder: bool = False) -> Callable[..., 
             import torch
             with torch.no_grad():                   # as export_graphs traces it
                 onnx_export._export_decoder(model.float().eval(), dec, opset, format_version, external=external)
+        meanwhile()
         return enc, dec
 
     return export_graphs

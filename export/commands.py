@@ -14,6 +14,7 @@ import argparse
 import shutil
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Dict, List, Optional, Sequence
@@ -203,10 +204,12 @@ def write_package(model, contents: PackageContents, opts: ExportOptions, parity_
     staging = package.make_staging(target)
     try:
         t = time.perf_counter()
-        enc, dec = onnx_export.export_graphs(model, staging, opts.opset, opts.format_version, opts.external_data)
+        enc, dec = onnx_export.export_graphs(
+            model, staging, opts.opset, opts.format_version, opts.external_data,
+            meanwhile=lambda: parity.compute_references(model, batches, opts.format_version))
         stage_seconds["trace"] = time.perf_counter() - t
-        log(f"[1/5] trace: {ENCODER_FILE} + {DECODER_FILE} at opset {opts.opset} "
-            f"({stage_seconds['trace']:.1f}s)")
+        log(f"[1/5] trace: {ENCODER_FILE} + {DECODER_FILE} at opset {opts.opset}, and the parity checks' "
+            f"PyTorch side ({stage_seconds['trace']:.1f}s)")
 
         t = time.perf_counter()
         names = GraphNames.for_config(model.cfg, opts.format_version)
@@ -218,8 +221,14 @@ def write_package(model, contents: PackageContents, opts: ExportOptions, parity_
             f"({stage_seconds['check']:.1f}s)")
 
         t = time.perf_counter()
-        fp32 = parity.check_fp32(parity.measure(model, parity.OnnxPair(enc, dec, model.cfg, options=in_place),
-                                                batches))
+        fp32_pair = parity.OnnxPair(enc, dec, model.cfg, options=in_place)
+        with ThreadPoolExecutor(1) as side:
+            # the fp32 parity (onnxruntime and torch, each on one thread) on the second core, while this thread
+            # rewrites and quantises the int8 variant's graphs (Python, most of it): neither reads the other's work
+            fp32_job = side.submit(parity.measure, model, fp32_pair, batches)
+            int8 = (_Int8Graphs.make(model, staging, enc, dec, names, opts.opset, opts.format_version,
+                                     opts.external_data, opts.few_rows, log) if opts.int8 else None)
+            fp32 = parity.check_fp32(fp32_job.result())
         stage_seconds["parity"] = time.perf_counter() - t
         log(f"[3/5] parity: max diff encoder {fp32.encoder_max_abs_diff:.2g}, log-probs "
             f"{fp32.decoder_max_abs_diff:.2g}; greedy and beam-4 tokens identical on {fp32.sentences} sentences "
@@ -228,9 +237,8 @@ def write_package(model, contents: PackageContents, opts: ExportOptions, parity_
                              "checked_on": fp32.provider, "parity": fp32.to_dict()}}
 
         t = time.perf_counter()
-        if opts.int8:
-            variants["int8"] = _int8_variant(model, staging, enc, dec, names, batches, opts.int8_validation,
-                                             opts.opset, opts.format_version, opts.external_data, opts.few_rows, log)
+        if int8 is not None:
+            variants["int8"] = int8.checked(model, batches, opts.int8_validation, log)
         if opts.fp16:
             variants["fp16"] = _fp16_variant(model, staging, enc, dec, names, batches, opts.external_data)
         graph_files.add_external_data_fields(staging, variants)
@@ -371,12 +379,12 @@ def _check_variant(fp32: Path, variant: Path, inputs: List[str], outputs: List[s
                             "the package was not written")
 
 
-def _int8_variant(model, staging: Path, enc: Path, dec: Path, names: GraphNames,
-                  batches: List[parity.ParityBatch], validate: bool = True, opset: int = DEFAULT_OPSET,
-                  format_version: int = DECODER_FORMAT, external: bool = False,
-                  with_few_rows: bool = False, log: Callable[[str], None] = lambda msg: None) -> Dict[str, Any]:
-    """validate False (--skip-int8-validation): the figures are measured and recorded, the thresholds
-    not applied; status "validation-skipped" instead of "checked". The graph checks always apply.
+@dataclass
+class _Int8Graphs:
+    """The int8 variant in its two halves: `make` writes its graphs (rewriting and quantising, Python for the most
+    part, which the converter runs beside the fp32 parity), `checked` checks them against the model and returns the
+    manifest's variant entry. validate False (--skip-int8-validation): the figures are measured and recorded, the
+    thresholds not applied; status "validation-skipped" instead of "checked". The graph checks always apply.
 
     Formats 2 and 3: the decoder step is quantised from a graph whose attention is onnxruntime's fused CPU ops
     (onnx_export.fused_decoder_from_plain: the fp32 step rewritten, or export_fused_decoder's trace where the rewrite
@@ -385,70 +393,93 @@ def _int8_variant(model, staging: Path, enc: Path, dec: Path, names: GraphNames,
     same checks and int8 gate as the step itself, where `with_few_rows` asks for it (--few-rows; not written where
     this onnxruntime is older than its ops): a second copy of the step's weights, for batch-1 speed on some CPUs.
     `log` gets a line after each part (the int8 step is the longest of an export)."""
-    enc8, dec8 = (staging / f for f in VARIANT_FILES["int8"])
-    t = time.perf_counter()
+    enc: Path
+    dec: Path
+    names: GraphNames
+    source: Path                 # the fp32 step the int8 one was quantised from: dec, or the fused rewrite of it
+    rewritten: bool
+    few_rows: Optional[Path]
+    block: int
 
-    def done(what: str) -> None:
-        nonlocal t
-        log(f"      int8: {what} ({time.perf_counter() - t:.1f}s)")
+    @classmethod
+    def make(cls, model, staging: Path, enc: Path, dec: Path, names: GraphNames, opset: int = DEFAULT_OPSET,
+             format_version: int = DECODER_FORMAT, external: bool = False, with_few_rows: bool = False,
+             log: Callable[[str], None] = lambda msg: None) -> "_Int8Graphs":
+        enc8, dec8 = (staging / f for f in VARIANT_FILES["int8"])
         t = time.perf_counter()
-    source, entry = dec, {}
-    few_rows = (with_few_rows and format_version >= 2
-                and onnxruntime_version() >= quantize.FEW_ROWS_MIN_ONNXRUNTIME)
-    block = quantize.few_rows_block(model.cfg.d_model)
-    if format_version >= 2:
-        source = staging / FUSED_DECODER_FILE
-        derived = onnx_export.fused_decoder_from_plain(dec, source, model.cfg, external)
-        if not derived:
-            onnx_export.export_fused_decoder(model, source, opset, external, format_version)
-        _check(source, names.decoder_inputs, names.decoder_outputs)
-        done(f"{FUSED_DECODER_FILE.lstrip('.')}: onnxruntime's fused attention, "
-             + (f"rewritten from {dec.name}" if derived else "traced") + ", checked")
-        fused = parity.check_fp32(parity.measure(model, parity.OnnxPair(enc, source, model.cfg,
-                                                                        options=TorchWeights(model)), batches))
-        done("its fp32 parity")
-        entry["attention"] = {"ops": [f"{FUSED_ATTENTION_DOMAIN}.{op}" for op in FUSED_ATTENTION_OPS],
-                              "min_onnxruntime": version_text(MIN_ONNXRUNTIME),
-                              "fp32_parity": fused.to_dict()}
-    try:
+        source, rewritten = dec, False
+        few_rows = (staging / FEW_ROWS_FILE if with_few_rows and format_version >= 2
+                    and onnxruntime_version() >= quantize.FEW_ROWS_MIN_ONNXRUNTIME else None)
+        block = quantize.few_rows_block(model.cfg.d_model)
+        if format_version >= 2:
+            source = staging / FUSED_DECODER_FILE
+            rewritten = onnx_export.fused_decoder_from_plain(dec, source, model.cfg, external)
+            if not rewritten:
+                onnx_export.export_fused_decoder(model, source, opset, external, format_version)
+            _check(source, names.decoder_inputs, names.decoder_outputs)
         quantize.quantize_int8(enc, enc8, external=external)
         quantize.quantize_int8(source, dec8, external=external)
-        if few_rows:
-            quantize.quantize_int8_few_rows(source, staging / FEW_ROWS_FILE, block, external)
-    finally:
-        if source != dec:
-            graph_files.remove_graph(source)
-    done("quantize_dynamic" + (" and MatMulNBits" if few_rows else ""))
-    _check_variant(enc, enc8, names.encoder_inputs, names.encoder_outputs)
-    _check_variant(dec, dec8, names.decoder_inputs, names.decoder_outputs)
-    report = _int8_parity(model, enc8, dec8, batches, validate)
-    done("checks and int8 parity")
-    if few_rows:
-        few = staging / FEW_ROWS_FILE
-        _check_variant(dec, few, names.decoder_inputs, names.decoder_outputs)
-        entry["few_rows"] = {
-            "decoder_step": few.name, "max_rows": quantize.FEW_ROWS_MAX,
-            "min_onnxruntime": version_text(quantize.FEW_ROWS_MIN_ONNXRUNTIME),
-            "quantization": {"tool": "onnxruntime.quantization.matmul_nbits_quantizer.MatMulNBitsQuantizer",
-                             "bits": quantize.FEW_ROWS_BITS, "block_size": block,
-                             "symmetric": True, "accuracy_level": quantize.FEW_ROWS_ACCURACY_LEVEL},
-            "parity": _int8_parity(model, enc8, few, batches, validate).to_dict()}
-    return {"encoder": enc8.name, "decoder_step": dec8.name, "precision": "int8", "checked_on": report.provider,
-            "status": "checked" if validate else "validation-skipped",
-            "quantization": {"tool": "onnxruntime.quantization.quantize_dynamic", "weight_type": "QInt8",
-                             "op_types": list(quantize.QUANTIZED_OPS), "per_channel": quantize.PER_CHANNEL,
-                             "reduce_range": quantize.REDUCE_RANGE,
-                             # activations quantised with a scale per row (export/int8_rows.py); packages without
-                             # the key quantised them per tensor, over the whole batch
-                             "per_row_activations": quantize.PER_ROW,
-                             # the embedding table of every int8 graph: quantize.int8_embeddings
-                             "embeddings": {"weight_type": "QInt8", "per_row": True, "symmetric": True,
-                                            "max": quantize.TABLE_INT8_MAX, "layout": "[V, D]",
-                                            "read_by": "Gathers of input_ids and output projections of the table"}},
-            **entry,
-            "thresholds": {"top1_agreement": parity.MIN_TOP1_AGREEMENT,
-                           "greedy_token_match": parity.MIN_GREEDY_TOKEN_MATCH},
-            "parity": report.to_dict()}
+        if few_rows is not None:
+            quantize.quantize_int8_few_rows(source, few_rows, block, external)
+        graphs = cls(enc, dec, names, source, rewritten, few_rows, block)
+        log("      int8: " + (f"{FUSED_DECODER_FILE.lstrip('.')}: onnxruntime's fused attention, "
+                                 + (f"rewritten from {dec.name}" if rewritten else "traced") + ", checked; "
+                                 if source != dec else "")
+            + "quantize_dynamic" + (" and MatMulNBits" if few_rows is not None else "")
+            + f" ({time.perf_counter() - t:.1f}s)")
+        return graphs
+
+    def checked(self, model, batches: List[parity.ParityBatch], validate: bool = True,
+                log: Callable[[str], None] = lambda msg: None) -> Dict[str, Any]:
+        """The checks, each pair of graphs on a thread of its own (onnxruntime and numpy: both cores)."""
+        t = time.perf_counter()
+        enc8, dec8 = (self.enc.parent / f for f in VARIANT_FILES["int8"])
+        entry: Dict[str, Any] = {}
+        _check_variant(self.enc, enc8, self.names.encoder_inputs, self.names.encoder_outputs)
+        _check_variant(self.dec, dec8, self.names.decoder_inputs, self.names.decoder_outputs)
+        if self.few_rows is not None:
+            _check_variant(self.dec, self.few_rows, self.names.decoder_inputs, self.names.decoder_outputs)
+        with ThreadPoolExecutor(2) as pool:
+            fused = (pool.submit(lambda: parity.check_fp32(parity.measure(
+                model, parity.OnnxPair(self.enc, self.source, model.cfg, options=TorchWeights(model)), batches)))
+                if self.source != self.dec else None)
+            report = pool.submit(_int8_parity, model, enc8, dec8, batches, validate)
+            few = (pool.submit(_int8_parity, model, enc8, self.few_rows, batches, validate)
+                   if self.few_rows is not None else None)
+            if fused is not None:
+                entry["attention"] = {"ops": [f"{FUSED_ATTENTION_DOMAIN}.{op}" for op in FUSED_ATTENTION_OPS],
+                                      "min_onnxruntime": version_text(MIN_ONNXRUNTIME),
+                                      "fp32_parity": fused.result().to_dict()}
+            report = report.result()
+            if few is not None:
+                entry["few_rows"] = {
+                    "decoder_step": self.few_rows.name, "max_rows": quantize.FEW_ROWS_MAX,
+                    "min_onnxruntime": version_text(quantize.FEW_ROWS_MIN_ONNXRUNTIME),
+                    "quantization": {"tool": "onnxruntime.quantization.matmul_nbits_quantizer.MatMulNBitsQuantizer",
+                                     "bits": quantize.FEW_ROWS_BITS, "block_size": self.block,
+                                     "symmetric": True, "accuracy_level": quantize.FEW_ROWS_ACCURACY_LEVEL},
+                    "parity": few.result().to_dict()}
+        if self.source != self.dec:
+            graph_files.remove_graph(self.source)
+        log("      int8: checks, " + ("the fused step's fp32 parity, " if self.source != self.dec else "")
+            + f"int8 parity ({time.perf_counter() - t:.1f}s)")
+        return {"encoder": enc8.name, "decoder_step": dec8.name, "precision": "int8",
+                "checked_on": report.provider, "status": "checked" if validate else "validation-skipped",
+                "quantization": {"tool": "onnxruntime.quantization.quantize_dynamic", "weight_type": "QInt8",
+                                 "op_types": list(quantize.QUANTIZED_OPS), "per_channel": quantize.PER_CHANNEL,
+                                 "reduce_range": quantize.REDUCE_RANGE,
+                                 # activations quantised with a scale per row (export/int8_rows.py); packages
+                                 # without the key quantised them per tensor, over the whole batch
+                                 "per_row_activations": quantize.PER_ROW,
+                                 # the embedding table of every int8 graph: quantize.int8_embeddings
+                                 "embeddings": {"weight_type": "QInt8", "per_row": True, "symmetric": True,
+                                                "max": quantize.TABLE_INT8_MAX, "layout": "[V, D]",
+                                                "read_by": "Gathers of input_ids and output projections of the "
+                                                           "table"}},
+                **entry,
+                "thresholds": {"top1_agreement": parity.MIN_TOP1_AGREEMENT,
+                               "greedy_token_match": parity.MIN_GREEDY_TOKEN_MATCH},
+                "parity": report.to_dict()}
 
 
 class TorchWeights:

@@ -41,6 +41,7 @@ from seq2onnx.training.model import Transformer, sinusoidal_positions
 from seq2onnx.runtime.package.manifest import HF_WEIGHT_FILES, MANIFEST
 
 from . import commands, hf_tokenizers, package, parity
+from .beside import beside
 from .commands import ExportOptions, ExportResult, PackageContents
 from .hf_tokenizers import DOWNLOAD
 
@@ -482,14 +483,11 @@ def _hf_generate(hf_model: Any, sources: List[List[int]], batch_size: int,
     return out
 
 
-def compare_generate(hf_model: Any, ours: List[Any], sources: List[List[int]], beam_size: int, max_length: int,
-                     forced_bos: Optional[int]) -> Dict[str, Any]:
-    """The package's runtime (`ours`: our_decode's hypotheses of `sources`) against transformers' generate() (its
-    generation_config, num_beams and max_length set as our_decode's) on `sources` -> {sentences, identical, ties,
-    max_score_diff (greedy: per token)}. A different hypothesis whose score is within score_tolerance of
-    transformers' is a tie (two hypotheses the same up to float32 rounding), counted apart."""
-    theirs = hf_generate(hf_model, sources, num_beams=beam_size, max_length=max_length + 1,
-                         **({} if forced_bos is None else {"forced_bos_token_id": forced_bos}))
+def compare_generate(ours: List[Any], theirs: List[Tuple[List[int], float]], beam_size: int) -> Dict[str, Any]:
+    """The package's runtime (`ours`: our_decode's hypotheses of the gate's sources) against transformers' generate()
+    (`theirs`: gate_generate's of the same sources and beam size) -> {sentences, identical, ties, max_score_diff
+    (greedy: per token)}. A different hypothesis whose score is within score_tolerance of transformers' is a tie (two
+    hypotheses the same up to float32 rounding), counted apart."""
     identical = ties = 0
     worst = 0.0
     for hyps, (tokens, score) in zip(ours, theirs):
@@ -500,7 +498,15 @@ def compare_generate(hf_model: Any, ours: List[Any], sources: List[List[int]], b
             worst = max(worst, diff)
         elif diff <= SCORE_TOLERANCE:
             ties += 1
-    return {"sentences": len(sources), "identical": identical, "ties": ties, "max_score_diff": worst}
+    return {"sentences": len(theirs), "identical": identical, "ties": ties, "max_score_diff": worst}
+
+
+def gate_generate(hf_model: Any, sources: List[List[int]], beam_size: int, max_length: int,
+                  forced_bos: Optional[int]) -> List[Tuple[List[int], float]]:
+    """transformers' generate() as the gate runs it: its generation_config, num_beams and max_length set as
+    our_decode's."""
+    return hf_generate(hf_model, sources, num_beams=beam_size, max_length=max_length + 1,
+                       **({} if forced_bos is None else {"forced_bos_token_id": forced_bos}))
 
 
 def our_decode(translator: Any, sources: List[List[int]], beam_size: int, max_length: int,
@@ -517,19 +523,23 @@ def transformers_gate(hf_model: Any, sources: List[List[int]], defaults: Dict[st
     """The check of the finished package before it is published: greedy and beam search (the model's beam size,
     or 4 when it decodes greedily) against transformers, tokens identical up to ties and scores within
     SCORE_TOLERANCE; the figures go into the manifest's source_model.parity (written after the gate).
-    The package is loaded once, its sessions on one onnxruntime thread, and decodes both in a thread of its own
-    while transformers' generate() runs on one torch thread here: the two sides on the two cores of a small machine,
-    each computing what it computes alone (neither reads the other's numbers)."""
+    The two sides are computed apart (neither reads the other's numbers) and side by side: transformers' beam search
+    in a forked child (export/beside.py), its greedy search here, the package (loaded once, its sessions on one
+    onnxruntime thread) decoding both in a thread of its own: generate() is Python for the most part, which two
+    threads of one process would take turns at."""
     def gate(staging: Path, manifest: Dict[str, Any]) -> str:
         from seq2onnx.runtime.translator import Translator
         max_length = min(defaults["max_decoding_length"], GATE_MAX_LENGTH)
         figures: Dict[str, Any] = {"log_probs_max_abs_diff": log_probs_diff}
-        checks = (("greedy", 1), (f"beam{max(defaults['beam_size'], 2)}", max(defaults["beam_size"], 2)))
-        translator = Translator(staging, device="cpu", compute_type="float32", intra_threads=1)
-        with ThreadPoolExecutor(1) as pool:
-            ours = [pool.submit(our_decode, translator, sources, beam, max_length, forced_bos) for _, beam in checks]
-            for (name, beam), decoded in zip(checks, ours):
-                got = compare_generate(hf_model, decoded.result(), sources, beam, max_length, forced_bos)
+        beam = max(defaults["beam_size"], 2)
+        checks = (("greedy", 1), (f"beam{beam}", beam))
+        with beside(lambda: gate_generate(hf_model, sources, beam, max_length, forced_bos),
+                    "transformers' beam search") as their_beam, ThreadPoolExecutor(1) as pool:
+            translator = Translator(staging, device="cpu", compute_type="float32", intra_threads=1)
+            ours = [pool.submit(our_decode, translator, sources, k, max_length, forced_bos) for _, k in checks]
+            theirs = {1: gate_generate(hf_model, sources, 1, max_length, forced_bos)}
+            for (name, k), decoded in zip(checks, ours):
+                got = compare_generate(decoded.result(), theirs[k] if k == 1 else their_beam.result(), k)
                 figures[name] = got
                 if got["identical"] + got["ties"] < got["sentences"] or got["max_score_diff"] > SCORE_TOLERANCE:
                     raise parity.ParityError(

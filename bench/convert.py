@@ -29,7 +29,8 @@ calibrated; init std scaled to d_model 1024); its generation_config NLLB's (gree
 Each run is a process of its own: `seq2onnx convert FOLDER OUT --overwrite [--int8]` (runtime/cli/main.py main, so the
 code under test is whatever seq2onnx the process imports). Its progress lines on stderr are timestamped as they
 arrive; a step's seconds are the time from the previous line to its own (the first step: from the process's start,
-imports included). Peak RSS: the process's VmHWM at its end (bench/memory.py: why not ru_maxrss). With --against
+imports included). Peak RSS: the process's VmHWM at its end (bench/memory.py: why not ru_maxrss), or the largest sum
+of its and its forked children's Pss sampled (RssSampler), where larger. With --against
 REV, REV's code runs in a `git worktree` (bench/ab_code.py's side_path), each round A (REV) then B (this tree) per
 mode, or both at once (--together), so a busy moment of the machine hits both; the ratio per step is the median over
 rounds of A / B.
@@ -238,19 +239,24 @@ def run_once(folder: Path, out: Path, mode: str, code: Optional[Path], profile: 
             last = now
     proc.stdout.read()
     sampler.stop()
+    if peak is not None:            # the process's own VmHWM, or its children's share with it where larger
+        peak = max(peak, sampler.peak)
     if proc.wait() != 0:
         raise RuntimeError(f"seq2onnx convert ({mode}) failed ({proc.returncode}):\n" + "\n".join(lines[-5:]))
     return {"steps": steps, "seconds": time.perf_counter() - start, "peak_rss_mib": peak, "cpu_seconds": cpu}
 
 
 class RssSampler:
-    """The largest VmRSS of process `pid` (None: nothing sampled) between two take() calls, read from /proc every
-    RSS_PERIOD seconds: which step of a conversion its peak comes from (VmHWM gives the process's peak only)."""
+    """The largest resident memory of process `pid` and its children (None: nothing sampled) between two take()
+    calls, read from /proc every RSS_PERIOD seconds: which step of a conversion its peak comes from (VmHWM gives the
+    process's peak only, and not its children's: the converter forks children that share its pages, export/beside.py).
+    A process alone: its VmRSS; with children: the sum of their proportional set sizes (Pss: a page the forked child
+    shares with its parent counted once)."""
 
     def __init__(self, pid: Optional[int]) -> None:
         import threading
 
-        self.pid, self.top, self.done = pid, 0.0, threading.Event()
+        self.pid, self.top, self.peak, self.done = pid, 0.0, 0.0, threading.Event()
         self.lock = threading.Lock()
         if pid is not None:
             threading.Thread(target=self._run, daemon=True).start()
@@ -258,13 +264,26 @@ class RssSampler:
     def _run(self) -> None:
         while not self.done.wait(RSS_PERIOD):
             try:
-                status = Path(f"/proc/{self.pid}/status").read_text()
+                mib = self.resident_mib()
             except OSError:
                 return
-            m = re.search(r"^VmRSS:\s+(\d+) kB", status, re.M)
-            if m:
+            if mib:
                 with self.lock:
-                    self.top = max(self.top, int(m.group(1)) / 1024)
+                    self.top, self.peak = max(self.top, mib), max(self.peak, mib)
+
+    def resident_mib(self) -> float:
+        tree = [self.pid] + descendants(self.pid)
+        if len(tree) == 1:
+            m = re.search(r"^VmRSS:\s+(\d+) kB", Path(f"/proc/{self.pid}/status").read_text(), re.M)
+            return int(m.group(1)) / 1024 if m else 0.0
+        total = 0
+        for pid in tree:
+            try:
+                m = re.search(r"^Pss:\s+(\d+) kB", Path(f"/proc/{pid}/smaps_rollup").read_text(), re.M)
+            except OSError:                 # a child that ended meanwhile
+                continue
+            total += int(m.group(1)) if m else 0
+        return total / 1024
 
     def take(self) -> Optional[float]:
         """The largest RSS (MiB) since the last take, then start again; None without a pid."""
@@ -276,6 +295,21 @@ class RssSampler:
 
     def stop(self) -> None:
         self.done.set()
+
+
+def descendants(pid: int) -> List[int]:
+    """The process ids of `pid`'s children, theirs, and so on (/proc/PID/task/TID/children)."""
+    found, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        for task in Path(f"/proc/{parent}/task").glob("*"):
+            try:
+                kids = [int(k) for k in (task / "children").read_text().split()]
+            except OSError:
+                continue
+            found += kids
+            todo += kids
+    return found
 
 
 # --- the report ---------------------------------------------------------------------------------------------------

@@ -1,29 +1,22 @@
-"""Inputs to the runtime: awkward text and every option at and beyond its bounds, through
-the Python API and the CLI. Each case has one defined result (a translation, the empty output,
-truncation with a warning) or a one-line error naming the problem; never a traceback, and the other
-lines of a batch are translated as if alone. The defined results are listed in docs/CONTRACTS.md
+"""runtime/options.py: every decoding option and Translator argument at and beyond its bounds, through the Python
+API (the command line's: cli/test_commands.py); target prefixes and phrases the vocabulary cannot spell; ids and texts
+of the wrong type or outside the vocabulary. Each case has one defined result (a translation, the empty output) or a
+one-line error naming the argument and what it expects. The defined results are listed in docs/CONTRACTS.md
 ("Runtime input") and in `seq2onnx translate --help`."""
 from __future__ import annotations
 
-import os
-import random
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.agreement import Float32Bounds, assert_same_decodes, engine_judge, results_as_hypotheses
 from tests.fixtures_training import toy_pairs
-from seq2onnx.runtime.cli.main import main
-from seq2onnx.runtime.cli.commands import format_output
-from seq2onnx.runtime.options import MAX_BEAM_SIZE, DecodingOptions
+from seq2onnx.runtime.options import MAX_BEAM_SIZE, OptionError
 from seq2onnx.runtime.translator import MAX_THREADS, Translator
 
-LONG_LINE = ("seven " * 1667)[:10_000]                 # 10,000 characters, 1,667 words: over max_positions
-SURROGATES = "seven \udcff"                             # what surrogateescape makes of b"seven \xff"
-UNKNOWN = ["😀", "三", "\x00", "\x1b", "\x07", "\u200b"]  # emoji, CJK, NUL, ESC, BEL, zero-width space
+SOURCES = [s for s, _ in toy_pairs(5, seed=14)]
 
 
 @pytest.fixture(scope="module")
@@ -41,119 +34,6 @@ def caught(fn, *args, **kwargs):
         warnings.simplefilter("always")
         result = fn(*args, **kwargs)
     return result, [str(x.message) for x in w]
-
-
-# --- awkward text through the API ---------------------------------------------------------------------
-@pytest.mark.parametrize("text", ["", " ", "   \t  ", "\n", "\u3000\u2028\x85"])
-@pytest.mark.parametrize("opts", [dict(beam_size=1), dict(beam_size=4, num_hypotheses=3),
-                                  dict(beam_size=1, sampling_topk=0, num_hypotheses=2, seed=1)])
-def test_blank_text_is_the_empty_hypothesis(tr, text, opts):
-    (r,), messages = caught(tr.translate_batch, [text], return_scores=True, **opts)
-    assert (r.hypotheses, r.token_ids, r.scores, r.normalized_scores, r.truncated) == ([""], [[]], [0.0], [0.0], False)
-    assert messages == []
-    assert tr.translate(text, **opts) == "" and list(tr.generate_tokens(text, beam_size=opts["beam_size"])) == []
-    assert tr.translate_batch([text])[0].scores is None
-
-
-def test_ten_thousand_characters_are_cut_to_max_input_length(tr):
-    eos, limit = tr.config.eos_id, tr.config.max_positions
-    ids = tr.tokenizer.encode(LONG_LINE).ids
-    assert len(LONG_LINE) == 10_000 and len(ids) + 1 > limit
-    (r, short), messages = caught(tr.translate_batch, [LONG_LINE, "one two"], beam_size=2)
-    # only a prefix of a long text is tokenized (bounded memory): its count of tokens is not known
-    assert messages == [f"input 0 has more than {limit} tokens (EOS included); truncated to max_input_length={limit}"]
-    assert r.truncated and not short.truncated
-    expected = tr.translate_ids([ids[:limit - 1] + [eos]], beam_size=2)[0][0].tokens
-    assert r.token_ids == [expected]
-    assert short.hypotheses == [tr.translate("one two", beam_size=2)]
-    (r,), messages = caught(tr.translate_batch, [LONG_LINE], max_input_length=7)
-    assert messages == ["input 0 has more than 7 tokens (EOS included); truncated to max_input_length=7"]
-    assert r.token_ids == [tr.translate_ids([ids[:6] + [eos]])[0][0].tokens]
-
-
-@pytest.mark.parametrize("char", UNKNOWN)
-def test_unseen_and_control_characters_become_unk(tr, char):
-    """Every character the tokenizer never saw is one <unk> piece, so they all translate alike."""
-    text = f"one {char} two"
-    ids = tr.tokenizer.encode(text).ids
-    assert ids.count(tr.config.unk_id) == 1
-    assert ids == tr.tokenizer.encode("one 😀 two").ids
-    (r,), messages = caught(tr.translate_batch, [text], beam_size=4, num_hypotheses=2)
-    assert messages == [] and r.hypotheses == tr.translate_batch(["one 😀 two"], beam_size=4, num_hypotheses=2)[0].hypotheses
-    assert r.token_ids == [h.tokens for h in tr.translate_ids([ids + [tr.config.eos_id]], beam_size=4,
-                                                               num_hypotheses=2)[0]]
-
-
-def test_literal_special_tokens_in_text_are_plain_text(tr):
-    """A user's "</s>", "<pad>", "<s>" or "<unk>" is text, never a control token: the source does not end
-    early; a target prefix of them cannot force PAD or BOS: its characters are none of this vocabulary's, so
-    it is refused in one line (the tokenizer would make <unk> of them, which no translation can show)."""
-    cfg = tr.config
-    specials = {cfg.pad_id, cfg.bos_id, cfg.eos_id}
-    for text in ["one </s> two", "<pad> three", "<s>four</s>", "five <unk>"]:
-        ids = tr.tokenizer.encode(text).ids
-        assert not specials & set(ids) and ids.count(cfg.unk_id) >= 2, (text, ids)
-    for prefix in ["<pad> null", "<s>", "</s> null"]:
-        assert cfg.unk_id in tr.tokenizer.encode(prefix).ids and not specials & set(tr.tokenizer.encode(prefix).ids)
-        with pytest.raises(ValueError, match=r"^target_prefix\[0\] .* has characters the model's tokenizer does "
-                                             r"not know \(they become <unk>\)"):
-            tr.translate_batch(["one two"], target_prefix=[prefix])
-
-
-def test_lone_surrogates_become_replacement_characters(tr):
-    bad = "one \udcff two \ud800"                      # what surrogateescape makes of invalid bytes
-    (r, ok), messages = caught(tr.translate_batch, ["three", bad], beam_size=1)
-    assert messages == ["input 1 is not valid Unicode (lone surrogates); they were replaced with U+FFFD"]
-    assert r.hypotheses == [tr.translate("three", beam_size=1)]
-    assert ok.hypotheses == [tr.translate("one \ufffd two \ufffd", beam_size=1)]
-    pieces, messages = caught(lambda: list(tr.generate_tokens(bad, beam_size=1)))
-    assert "".join(pieces) == ok.hypotheses[0] and len(messages) == 1
-
-
-def test_non_text_inputs_are_type_errors_naming_the_input(tr):
-    with pytest.raises(TypeError, match=r"^texts\[2\] must be str, got bytes$"):
-        tr.translate_batch(["one", "two", b"three"])
-    with pytest.raises(TypeError, match=r"^texts\[0\] must be str, got NoneType$"):
-        tr.translate_batch([None])
-    with pytest.raises(TypeError, match="got one str: wrap it in a list"):
-        tr.translate_batch("one two")
-    with pytest.raises(ValueError, match=r"^sources\[1\] holds an id outside the vocabulary \[0, \d+\): 100000$"):
-        tr.translate_ids([[5, 2], [100000, 2]])
-    with pytest.raises(ValueError, match=r"^sources\[0\] holds an id outside the vocabulary \[0, \d+\): -1$"):
-        tr.translate_ids([[-1, 2]])
-
-
-def mixed_texts(n: int, seed: int):
-    """n sources of 1..12 words, with every awkward kind of text among them."""
-    texts = [s for s, _ in toy_pairs(n, seed=seed, min_words=1, max_words=12)]
-    rng = random.Random(seed)
-    awkward = ["", "   ", LONG_LINE, "one \x00 two", "\x1b[31mthree\x1b[0m", "😀 four", "五 six", SURROGATES]
-    spots = rng.sample(range(n), len(awkward))
-    for spot, text in zip(spots, awkward):
-        texts[spot] = text
-    return texts, dict(zip(awkward, spots))
-
-
-def test_batch_of_1000_mixed_lengths_equals_one_by_one(tr):
-    texts, spot = mixed_texts(1000, seed=11)
-    together, messages = caught(tr.translate_batch, texts, beam_size=1, max_batch_size=64, return_scores=True)
-    assert len(together) == 1000
-    assert sorted(messages) == sorted([
-        f"input {spot[LONG_LINE]} has more than 512 tokens (EOS included); truncated to max_input_length=512",
-        f"input {spot[SURROGATES]} is not valid Unicode (lone surrogates); they were replaced with U+FFFD"])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        alone = [tr.translate_batch([t], beam_size=1, return_scores=True)[0] for t in texts]
-    # batches of other shapes run other kernel paths: the same decodes up to float32 rounding (agreement.py's bound
-    # from the package's weights; where the tokens part, a tie judged by the engine teacher-forced)
-    assert_same_decodes(Float32Bounds.of_graph(Path(tr.package.root) / "decoder_step.onnx"), engine_judge(tr.engine, tr.config),
-                        [tr.source_ids(t) for t in texts], results_as_hypotheses(together),
-                        results_as_hypotheses(alone), greedy=True, eos_id=tr.config.eos_id, what="batch against alone")
-    assert together[spot[""]].hypotheses == together[spot["   "]].hypotheses == [""]
-    assert together[spot[""]].token_ids == [[]]                           # blank: no decoding at all
-    assert together[spot[LONG_LINE]].truncated and sum(r.truncated for r in together) == 1
-    for r in together:                                                    # each text is its own ids, detokenized
-        assert r.hypotheses == [tr.detokenize(ids) for ids in r.token_ids]
 
 
 # --- max_decoding_length 0 and 1 -------------------------------------------------------------------
@@ -326,148 +206,78 @@ def test_translator_arguments_at_and_beyond_their_bounds(tiny_package, tr):
         assert str(e.value).startswith(message)
 
 
-# --- the CLI ------------------------------------------------------------------------------------------
-def cli(args, capsys):
-    rc = main(args)
-    out, err = capsys.readouterr()
-    assert "Traceback" not in out + err
-    return rc, out, err
-
-
-DECODING_OPTIONS = set(DecodingOptions().to_dict())
-
-
-def cli_flag(name: str) -> str:
-    return "--n-best" if name == "num_hypotheses" else "--" + name.replace("_", "-")
-
-
-# the decoding options of BEYOND the command line can express (numbers; its own checks for the rest)
-CLI_BEYOND = [(o, m) for o, m in BEYOND
-              if all(type(v) in (int, float) and k in DECODING_OPTIONS for k, v in o.items()) and o != dict(beam_size=2.0)]
-
-
-@pytest.mark.parametrize("opts, message", CLI_BEYOND)
-def test_cli_option_beyond_its_bound_is_one_line(tiny_package, capsys, opts, message):
-    args = [a for k, v in opts.items() for a in (cli_flag(k), repr(v) if isinstance(v, float) else str(v))]
-    rc, out, err = cli(["translate", str(tiny_package), *args], capsys)
-    first = message.split(" ")[0]
-    expected = message.replace(first, cli_flag(first), 1) if first in DECODING_OPTIONS else \
-        message.replace("sampling_topk=", "--sampling-topk=").replace("beam_size=", "--beam-size=")   # "sampling (...)"
-    assert rc == 2 and out == ""
-    assert err.splitlines() == [err.strip()] and err.startswith(f"seq2onnx translate: error: {expected}"), err
-
-
-@pytest.mark.parametrize("args, message", [
-    (["--beam-size", "abc"], "argument --beam-size: invalid int value: 'abc' (see seq2onnx translate --help)"),
-    (["--frobnicate"], "unrecognized arguments: --frobnicate (see seq2onnx translate --help)"),
-    (["--device", "tpu"], "argument --device: invalid choice: 'tpu'"),
-    (["--max-batch-size", "0"], "--max-batch-size must be >= 1, got 0"),
-    (["--intra-threads", str(MAX_THREADS + 1)], f"--intra-threads must be an integer in [0, {MAX_THREADS}], "
-                                                f"got {MAX_THREADS + 1}"),
-    (["--inter-threads", "0"], f"--inter-threads must be an integer in [1, {MAX_THREADS}], got 0"),
-    (["--max-input-length", "0"], "--max-input-length must be in [1, 512] (the model's max_positions), got 0"),
-    (["--max-input-length", "513"], "--max-input-length must be in [1, 512] (the model's max_positions), got 513"),
-    (["--n-best", "257", "--beam-size", "1", "--sampling-topk", "0"], "--n-best must be an integer in [1, 256], got 257"),
+# --- target prefixes and phrases: text the vocabulary can spell --------------------------------------------
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(target_prefix=["drei \udcff"]), r"target_prefix\[0\] is not valid text \(it holds lone surrogates"),
+    (dict(constraints=[["vier", "drei \udcff"]]), r"constraints\[0\]\[1\] is not valid text \(it holds lone"),
+    (dict(target_prefix=["\u65e5\u672c"]), r"target_prefix\[0\] '\u65e5\u672c' has characters the model's tokenizer "
+                                           r"does not know \(they become <unk>\): no translation can start with it"),
+    (dict(constraints=[["\u65e5\u672c"]]), r"constraints\[0\]\[0\] '\u65e5\u672c' has characters the model's "
+                                           r"tokenizer does not know \(they become <unk>\): no translation can hold it"),
+    # a prefix no translation can hold (never cut in silence); a prefix of bytes
+    (dict(target_prefix=["drei " * 600]), r"target_prefix\[0\] 'drei drei .*' is longer than a translation can be"),
+    (dict(target_prefix=[b"drei"]), r"target_prefix\[0\] must be a str, got bytes"),
 ])
-def test_cli_bad_command_lines_are_one_line(tiny_package, capsys, args, message):
-    rc, out, err = cli(["translate", str(tiny_package), *args], capsys)
-    assert rc == 2 and out == ""
-    assert err.splitlines() == [err.strip()] and err.startswith(f"seq2onnx translate: error: {message}"), err
+def test_prefixes_and_phrases_the_vocabulary_cannot_spell_are_refused(tr, kwargs, message):
+    with pytest.raises(OptionError, match="^" + message) as e:
+        tr.translate_batch(["one"], beam_size=2, **kwargs)
+    assert "\n" not in str(e.value)
 
 
-def test_cli_without_model_dir_is_one_line(capsys):
-    rc, _, err = cli(["translate"], capsys)
-    assert rc == 2 and err == ("seq2onnx translate: error: the following arguments are required: MODEL_DIR "
-                               "(see seq2onnx translate --help)\n")
-    rc, _, err = cli(["info", "--bogus"], capsys)
-    assert rc == 2 and err.startswith("seq2onnx info: error: the following arguments are required: MODEL_DIR")
+def test_a_prefix_the_vocabulary_can_spell_is_kept(tr):
+    """The rule refuses only what the vocabulary lacks: a known prefix starts every translation, as before."""
+    (r,) = tr.translate_batch(["one two"], target_prefix=["drei"])
+    assert r.hypotheses[0].startswith("drei")
 
 
-def length_limit_warning(line: int, result) -> str:
-    """`seq2onnx translate`'s warning for a line whose translation `result` stopped at the length limit unended."""
-    return (f"seq2onnx translate: warning: line {line}: the translation stopped at the length limit before it ended "
-            f"({len(result.token_ids[0])} tokens): the model may be looping on this input; "
-            "--max-length-a/--max-length-b/--max-decoding-length set the limit")
-
-
-@pytest.mark.parametrize("args, opts", [
-    (["--beam-size", "256", "--n-best", "256"], dict(beam_size=256, num_hypotheses=256)),
-    (["--max-decoding-length", "0", "--n-best", "2"], dict(max_decoding_length=0, num_hypotheses=2)),
-    (["--max-decoding-length", "1", "--beam-size", "1"], dict(max_decoding_length=1, beam_size=1)),
-    (["--sampling-topk", "0", "--beam-size", "1", "--sampling-temperature", "10000", "--seed", "0",
-      "--max-decoding-length", "5"], dict(sampling_topk=0, beam_size=1, sampling_temperature=1e4, seed=0,
-                                          max_decoding_length=5)),
-    (["--length-penalty", "-10", "--max-input-length", "1", "--intra-threads", str(MAX_THREADS)],
-     dict(length_penalty=-10.0, max_input_length=1)),
+# --- the API's argument types ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("call, message", [
+    # ids, prefixes and phrases of the wrong type
+    (lambda tr, s: tr.translate_ids([s], constraint_ids=[7], beam_size=2),
+     r"constraint_ids\[0\] must be a list of id lists \(or None\), got int"),
+    (lambda tr, s: tr.translate_batch(["one"], target_prefix=[5]), r"target_prefix\[0\] must be a str, got int"),
+    (lambda tr, s: tr.translate_batch(["one"], target_prefix="drei"),
+     r"target_prefix must be a list of one str \(or None\) per input, got str"),
+    # floats, strings, bools and nested lists where ids belong; a forced EOS
+    (lambda tr, s: tr.translate_ids([[5.0, 2]]), r"sources\[0\] must hold ids \(int\), got 5.0 \(float\)"),
+    (lambda tr, s: tr.translate_ids([s, ["5", 2]]), r"sources\[1\] must hold ids \(int\), got '5' \(str\)"),
+    (lambda tr, s: tr.translate_ids([[True, 2]]), r"sources\[0\] must hold ids \(int\), got True \(bool\)"),
+    (lambda tr, s: tr.translate_ids([[5, [2]]]), r"sources\[0\] must hold ids \(int\), got \[2\] \(list\)"),
+    (lambda tr, s: tr.translate_ids("five"), r"sources must be a list of id lists, got str"),
+    (lambda tr, s: tr.translate_ids([s], target_prefix_ids=[[2.5]]),
+     r"target_prefix_ids\[0\] must hold ids \(int\), got 2.5 \(float\)"),
+    (lambda tr, s: tr.translate_ids([s], target_prefix_ids=[7]), r"target_prefix_ids\[0\] must be a list of ids \(int\), got int"),
+    (lambda tr, s: tr.translate_ids([s], target_prefix_ids=[[5, tr.config.eos_id]]),
+     r"target_prefix_ids\[0\] holds the id \d+, which no translation holds \(PAD, BOS, EOS\)"),
+    (lambda tr, s: tr.translate_ids([s], constraint_ids=[[[5, 1.5]]], beam_size=2),
+     r"constraint_ids\[0\]\[0\] must hold ids \(int\), got 1.5 \(float\)"),
+    (lambda tr, s: tr.score_ids([s], ["drei"]), r"targets\[0\] must be a list of ids \(int\), got str"),
 ])
-def test_cli_option_at_its_bound_matches_the_api(tiny_package, tr, tmp_path, capsys, args, opts):
-    src = tmp_path / "in.txt"
-    src.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
-    rc, out, err = cli(["translate", str(tiny_package), "-i", str(src), "--scores", "--n-best", "1", "--device", "cpu",
-                        *args], capsys)                                   # the same device as `tr`
-    assert rc == 0
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        expected = tr.translate_batch(TEXTS, return_scores=True, **{"num_hypotheses": 1, **opts})
-    n = opts.get("num_hypotheses", 1)
-    rows = [line.split("\t") for line in out.splitlines()]
-    if n > 1:
-        assert [int(r[0]) for r in rows] == [i + 1 for i, e in enumerate(expected) for _ in e.hypotheses]
-        rows = [r[1:] for r in rows]
-    assert [r[1] for r in rows] == [h for e in expected for h in e.hypotheses]
-    assert [float(r[0]) for r in rows] == pytest.approx([s for e in expected for s in e.normalized_scores], abs=1e-5)
-    warned = []                                           # per line: cut to --max-input-length, not ended
-    for i, e in enumerate(expected, 1):
-        if e.truncated:
-            warned.append(f"seq2onnx translate: warning: line {i}: longer than 1 tokens, truncated (--max-input-length)")
-        if not e.finished[0]:
-            warned.append(length_limit_warning(i, e))
-    assert err.splitlines() == warned
+def test_api_arguments_of_the_wrong_type_are_one_line(tr, call, message):
+    source = tr.source_ids("one two")
+    with pytest.raises((TypeError, ValueError), match="^" + message + "$") as e:
+        call(tr, source)
+    assert isinstance(e.value, OptionError) and "\n" not in str(e.value)
 
 
-def test_cli_stdin_of_1000_awkward_lines(tiny_package, tr):
-    """A real process reads raw bytes: invalid UTF-8, NUL, control characters, emoji, CJK, blank lines and a
-    10,000-character line among 1,000 lines. Every line gets its defined output, in order."""
-    texts, spot = mixed_texts(1000, seed=12)
-    raw = [t.encode("utf-8", "surrogateescape") for t in texts]          # SURROGATES -> b"seven \xff"
-    raw[spot[""]] = b"\r"                                                   # CRLF of an empty line
-    data = b"\n".join(raw)                                                  # no newline after the last line
-    proc = subprocess.run([sys.executable, "-m", "seq2onnx.runtime.cli", "translate", str(tiny_package),
-                           "--beam-size", "2", "--device", "cpu", "--scores"], input=data, capture_output=True,
-                          timeout=300, env=dict(os.environ, PYTHONIOENCODING="ascii"))
-    err = proc.stderr.decode()
-    assert proc.returncode == 0 and "Traceback" not in err, err
-    decoded = [t.replace("\udcff", "\ufffd") for t in texts]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        expected = tr.translate_batch(decoded, beam_size=2, max_batch_size=32, return_scores=True)
-    lines = proc.stdout.decode("utf-8").split("\n")
-    assert lines[-1] == "" and len(lines) == 1001
-    rows = [line.split("\t") for line in lines[:-1]]
-    assert [r[1] for r in rows] == [e.hypotheses[0] for e in expected]
-    assert [float(r[0]) for r in rows] == pytest.approx([e.normalized_scores[0] for e in expected], abs=1e-5)
-    assert rows[spot[""]] == rows[spot["   "]] == ["0.000000", ""]
-    # a block's lines are read (invalid UTF-8 warned) before they are translated (cut, <unk> warned): compared by line,
-    # in the order each line gets them
-    warned = [f"seq2onnx translate: warning: line {spot[SURROGATES] + 1}: invalid UTF-8 replaced with U+FFFD"]
-    for i, e in enumerate(expected, 1):
-        if e.truncated:
-            warned.append(f"seq2onnx translate: warning: line {i}: longer than 512 tokens, truncated (--max-input-length)")
-        if e.source_unknown_tokens:
-            warned.append(f"seq2onnx translate: warning: line {i}: holds characters the model's tokenizer never saw in "
-                          f"training ({e.source_unknown_tokens} <unk> piece(s)): it lies outside what the model "
-                          "learned, so its translation cannot be trusted")
-        if not e.finished[0]:          # the tiny model may loop on an odd line: the warning goes with the result
-            warned.append(length_limit_warning(i, e))
-    assert [e.truncated for e in expected].count(True) == 1 and sum(e.source_unknown_tokens > 0 for e in expected) > 1
-
-    def by_line(lines):
-        return sorted(lines, key=lambda s: int(s.split("line ")[1].split(":")[0]))
-    assert by_line(err.splitlines()) == by_line(warned)
+def test_ids_of_any_integer_type_are_accepted(tr):
+    """numpy arrays and numpy integers are ids as good as ints: the same result as lists."""
+    source = tr.source_ids("one two three")
+    expected = tr.translate_ids([source], target_prefix_ids=[source[:1]])
+    got = tr.translate_ids([np.array(source, dtype=np.int32)], target_prefix_ids=[(np.int64(source[0]),)])
+    assert [h.tokens for h in got[0]] == [h.tokens for h in expected[0]]
 
 
-def test_cli_output_lines_never_break_inside_a_translation():
-    """Every character str.splitlines() breaks at becomes a space: one input line, one output line."""
-    breaks = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
-    line = format_output(7, ["a" + "b".join(breaks) + "c", "d"], [-1.5, -2.0], 2, True).decode("utf-8")
-    assert line.splitlines() == ["7\t-1.500000\ta" + "b".join(" " * len(breaks)) + "c", "7\t-2.000000\td"]
+# --- ids outside the vocabulary ---------------------------------------------------------------------------
+def test_translate_ids_refuses_ids_outside_the_vocabulary(tr):
+    vocab, eos = tr.config.vocab_size, tr.config.eos_id
+    source = tr.tokenizer.encode(SOURCES[0]).ids + [eos]
+    for bad in (-1, vocab, 10**9):
+        with pytest.raises(ValueError, match=rf"^target_prefix_ids\[1\] holds an id outside the vocabulary "
+                                             rf"\[0, {vocab}\): {bad}$"):
+            tr.translate_ids([source, source], target_prefix_ids=[[5], [5, bad]])
+        with pytest.raises(ValueError, match=r"^sources\[0\] holds an id outside the vocabulary"):
+            tr.translate_ids([[bad, eos]])
+    with pytest.raises(ValueError, match=r"^target_prefix_ids must hold one id list per source \(2\), got 1$"):
+        tr.translate_ids([source, source], target_prefix_ids=[[5]])
+    assert tr.translate_ids([source], target_prefix_ids=[[]]) == tr.translate_ids([source])

@@ -1,8 +1,8 @@
-"""The command line and the API against hostile inputs and paths: --output onto anything (a
-file's mode, a symlink, a FIFO, a device, /dev/stdout, a folder, signals mid-write), lines and texts of
-any length (memory bounded by max_input_length), translate_batch on many sentences (memory bounded by
-the batch), and the small ones: a BOM, /dev/stdin and <(cmd), a closed stdout, Ctrl-C while loading,
-control characters from a model folder, ids outside the vocabulary. Real pipeline, real signals."""
+"""runtime/cli/cli_io.py: the command line's input and output against hostile inputs and paths: --output onto
+anything (a file's mode, a symlink, a FIFO, a device, /dev/stdout, a folder, signals mid-write), lines of any length
+(read up to a bound, so memory is bounded by --max-input-length; a score line's source and target each within its
+own), and the small ones: a BOM, /dev/stdin and <(cmd), a closed stdout, Ctrl-C while loading, control characters
+from a model folder. Real pipeline, real signals."""
 from __future__ import annotations
 
 import hashlib
@@ -19,12 +19,10 @@ import sys
 import textwrap
 import threading
 import time
-import warnings
 from pathlib import Path
 
 import pytest
 
-from tests import REPO
 from tests.fixtures_training import toy_pairs
 from seq2onnx.runtime.cli import main as cli
 from seq2onnx.runtime.cli.main import main
@@ -74,7 +72,7 @@ def leftovers(folder):
     return [p.name for p in Path(folder).iterdir() if p.name.startswith(".tmp")]
 
 
-# --- 1. --output: what the path is decides how it is written ----------------------------------------
+# --- --output: what the path is decides how it is written -------------------------------------------
 def test_output_file_is_replaced_keeping_its_mode(tiny_package, src, tmp_path, capsys, expected):
     out = tmp_path / "out.txt"
     out.write_text("old\n")
@@ -194,71 +192,7 @@ def test_signal_mid_translation_leaves_no_temporary_file(tiny_package, tmp_path,
     assert leftovers(tmp_path) == [] and out.read_text() == "old\n"
 
 
-# --- 2. a line or a text of any length: memory bounded by max_input_length ----------------------------
-@pytest.mark.parametrize("limit", [1, 7, 100, 512])
-def test_a_long_text_tokenized_from_a_prefix_is_the_whole_text_cut(tr, limit):
-    """The ids of a text far over max_input_length are those of the whole text tokenized and cut."""
-    eos = tr.config.eos_id
-    texts = [" ".join(toy_pairs(1, seed=limit, min_words=40_000, max_words=40_000)[0][0].split()),
-             "  ".join(["seven, one.  two;three"] * 5000) + " nine\t\tfour"]
-    for text in texts:
-        whole = tr.tokenizer.encode(text).ids + [eos]
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            (r,) = tr.translate_batch([text], max_input_length=limit, beam_size=2)
-        assert r.truncated and [str(w.message) for w in caught] == [
-            f"input 0 has more than {limit} tokens (EOS included); truncated to max_input_length={limit}"]
-        assert r.token_ids == [tr.translate_ids([whole[:limit - 1] + [eos]], beam_size=2)[0][0].tokens]
-
-
-def test_a_text_longer_than_its_character_bound_is_cut_there(tiny_package, tmp_path):
-    """With a tokenizer for which whitespace is no token, past max_input_length x 64 characters of
-    nothing but spaces, the rest is not read."""
-    def whitespace_split(tok):
-        tok["pre_tokenizer"] = {"type": "WhitespaceSplit"}
-        return tok
-    tr = Translator(edited_copy(tiny_package, tmp_path, tokenizer=whitespace_split), device="cpu", intra_threads=1)
-    text = "seven" + " " * 1000 + "one"
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        (r,) = tr.translate_batch([text], max_input_length=5)
-    assert [str(w.message) for w in caught] == [
-        "input 0 is longer than 320 characters (max_input_length=5 x 64); the rest was not translated"]
-    assert r.truncated and r.token_ids == tr.translate_batch(["seven"])[0].token_ids
-
-
-# Peak RSS of the worker itself: VmHWM (ru_maxrss would count the memory of pytest, which started it)
-PEAK_MB = """
-def peak_mb():
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) // 1024
-"""
-
-MEMORY_WORKER = PEAK_MB + textwrap.dedent("""
-    import sys, warnings
-    from seq2onnx.runtime.translator import Translator
-    warnings.simplefilter("ignore")
-    tr = Translator(sys.argv[1], device="cpu", intra_threads=1)
-    texts = {"fdfa": "\\ufdfa" * 300_000, "words": ("seven one " * 1_000_000)}
-    tr.translate_batch(["seven one"] * 32, beam_size=4)
-    before = peak_mb()
-    for name, text in texts.items():
-        tr.translate_batch([text], beam_size=4)
-    print(peak_mb() - before)
-""")
-
-
-def test_memory_of_a_huge_text_is_bounded(tiny_package, tmp_path):
-    """300,000 x U+FDFA (NFKC: 5.4 million characters) and 10 million characters of words: only a
-    prefix of each is tokenized, so the peak grows by less than 100 MB (the whole texts would take gigabytes)."""
-    worker = tmp_path / "worker.py"
-    worker.write_text(MEMORY_WORKER)
-    proc = subprocess.run([sys.executable, str(worker), str(tiny_package)], capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert int(proc.stdout) < 100, f"peak RSS grew by {proc.stdout.strip()} MB"
-
-
+# --- a line of any length: read up to its bound ------------------------------------------------------
 def test_a_huge_line_is_read_up_to_its_bound(tiny_package, tr):
     """A 20 MB line on stdin: read up to 256 x max_input_length bytes, the same translation as the
     line tokenized whole and cut, two warnings naming it, and the next line translated as usual."""
@@ -306,33 +240,20 @@ def test_read_lines_cuts_a_long_line_at_a_character_boundary(capsys):
         for n in (1, 3, 5)]
 
 
-# --- 3. translate_batch on many sentences: memory of one batch ---------------------------------------
-BATCH_WORKER = PEAK_MB + textwrap.dedent("""
-    import sys
-    sys.path.insert(0, sys.argv[2])
-    from tests.fixtures_training import toy_pairs
-    from seq2onnx.runtime.translator import Translator
-    tr = Translator(sys.argv[1], device="cpu", intra_threads=1)
-    texts = [s for s, _ in toy_pairs(3000, seed=3, min_words=8, max_words=10)]
-    tr.translate_batch(texts[:64])
-    before = peak_mb()
-    results = tr.translate_batch(texts)
-    assert len(results) == len(texts) and all(r.hypotheses[0] for r in results)
-    print(peak_mb() - before)
-""")
+def test_score_reads_source_and_target_each_within_its_bound(capsys):
+    """Each part is cut on its own at a character boundary (no U+FFFD from a split character), the TAB
+    and the other part kept; a line without TAB is one part; a BOM and CR LF are dropped as before."""
+    data = ("\ufeff" + "é" * 6 + "\tab\r\n" + "x\t" + "€" * 5 + "\n" + "no tab here\n" + "a\tb\tc").encode()
+    lines = list(read_lines(io.BytesIO(data), max_bytes=7, target_bytes=8))
+    assert lines == [(1, "ééé\tab"), (2, "x\t€€"), (3, "no tab "), (4, "a\tb\tc")]
+    err = [line.split(": ", 2)[2] for line in capsys.readouterr().err.splitlines()]
+    assert err == ["line 1: the source is longer than 7 bytes; only those were read (more cannot fit --max-input-length)",
+                   "line 2: the target is longer than 8 bytes; only those were read (more cannot fit the model's "
+                   "max_positions)",
+                   "line 3: the source is longer than 7 bytes; only those were read (more cannot fit --max-input-length)"]
 
 
-def test_translate_batch_memory_does_not_grow_with_the_number_of_sentences(tiny_package, tmp_path):
-    """3,000 sentences at beam 4 with the default options take the memory of 64 (one batch: +300 MB)."""
-    worker = tmp_path / "worker.py"
-    worker.write_text(BATCH_WORKER)
-    proc = subprocess.run([sys.executable, str(worker), str(tiny_package), str(REPO)],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert int(proc.stdout) < 50, f"peak RSS grew by {proc.stdout.strip()} MB"
-
-
-# --- 8. the small ones ----------------------------------------------------------------------------
+# --- the small ones -------------------------------------------------------------------------------
 def test_bom_on_the_first_line_is_dropped(tiny_package, tmp_path, capsys, tr):
     src = tmp_path / "bom.txt"
     src.write_bytes(b"\xef\xbb\xbf" + f"{SOURCES[0]}\n{SOURCES[0]}\n".encode())
@@ -446,17 +367,3 @@ def test_control_characters_from_a_package_never_reach_the_terminal(tiny_package
     os.close(master)
     assert proc.returncode == 0
     assert shown.decode().replace("\r\n", "\n") == text.replace("e", "\\x1b[2J") + "\n"   # on a terminal: escaped
-
-
-def test_translate_ids_refuses_ids_outside_the_vocabulary(tr):
-    vocab, eos = tr.config.vocab_size, tr.config.eos_id
-    source = tr.tokenizer.encode(SOURCES[0]).ids + [eos]
-    for bad in (-1, vocab, 10**9):
-        with pytest.raises(ValueError, match=rf"^target_prefix_ids\[1\] holds an id outside the vocabulary "
-                                             rf"\[0, {vocab}\): {bad}$"):
-            tr.translate_ids([source, source], target_prefix_ids=[[5], [5, bad]])
-        with pytest.raises(ValueError, match=r"^sources\[0\] holds an id outside the vocabulary"):
-            tr.translate_ids([[bad, eos]])
-    with pytest.raises(ValueError, match=r"^target_prefix_ids must hold one id list per source \(2\), got 1$"):
-        tr.translate_ids([source, source], target_prefix_ids=[[5]])
-    assert tr.translate_ids([source], target_prefix_ids=[[]]) == tr.translate_ids([source])

@@ -17,12 +17,13 @@ from tests.agreement import Float32Bounds, assert_same_decodes, engine_judge, hy
 from tests.fixtures_training import DE, holds, toy_pairs
 from tests.limits import reference_max_length
 from seq2onnx.runtime.cli.main import main
-from seq2onnx.runtime.decode.constraints import Constraints
-from seq2onnx.runtime.decode.decoding import step_limits
+from seq2onnx.runtime.decode.constraints import MAX_CONSTRAINT_WORK, Constraints, split_work, work
+from seq2onnx.runtime.decode.decoding import decode, step_limits
 from seq2onnx.runtime.decode.top_candidates import top_candidates
-from seq2onnx.runtime.options import DecodingOptions
+from seq2onnx.runtime.options import DecodingOptions, OptionError
 from seq2onnx.runtime.translator import Translator
 
+SHIPPED = "numbers-en-de"                     # where a bound needs a model of 512 positions
 PROPERTY = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
@@ -337,3 +338,114 @@ def test_order_without_phrases_is_the_score_order(sentences, k, seed):
     order = c.order(cand, top_candidates(cand, 2 * k), np.arange(sentences), k)
     finite = np.take_along_axis(cand, top_candidates(cand, 2 * k), axis=1) > -np.inf
     assert np.array_equal(np.where(finite, order, -1), np.where(finite, top_candidates(cand, 2 * k), -1))
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    return Translator(SHIPPED, device="cpu", intra_threads=1)
+
+
+def one_word_phrases(translator, n):
+    """n distinct phrases of two words that are one token each (2 tokens a phrase)."""
+    vocab = translator.tokenizer.get_vocab()
+    words = sorted(t[1:] for t in vocab if t.startswith("\u2581") and len(t) > 1
+                   and len(translator.tokenizer.encode(t[1:]).ids) == 1)
+    phrases = [f"{a} {b}" for a in words for b in words][:n]
+    assert len(phrases) == n
+    return phrases
+
+
+# --- constraints: refused by size before any work ----------------------------------------------------------
+def test_too_many_phrases_are_refused_by_their_number_first(translator):
+    """The number of phrases is checked before any phrase is looked at (a repeat check over 60,000 phrases is
+    quadratic). The last phrase is not even a str: the error is about the number, so no phrase was read."""
+    phrases = [f"drei {i}" for i in range(59_999)] + [7]
+    with pytest.raises(OptionError, match=r"^constraints\[0\] holds 60000 phrases; a translation holds at most "
+                                          rf"{translator.config.max_positions} tokens") as e:
+        translator.translate_batch(["one"], constraints=[phrases])
+    assert "\n" not in str(e.value)
+    ids = [[5]] * 59_999 + ["not ids"]
+    with pytest.raises(OptionError, match=r"^constraint_ids\[0\] holds 60000 phrases"):
+        translator.translate_ids([[5, translator.config.eos_id]], constraint_ids=[ids])
+
+
+def test_a_huge_phrase_is_refused_by_its_length_first(translator):
+    """One phrase of 20 MB is refused by its length, before its words are split or tokenized."""
+    with pytest.raises(OptionError, match=r"^constraints\[0\]\[1\] 'drei drei .*' is longer than a translation can "
+                                          "be") as e:
+        translator.translate_batch(["one"], constraints=[["vier", "drei " * 4_000_000]])
+    assert "\n" not in str(e.value)
+
+
+def one_line_error(err: str, command: str = "translate") -> str:
+    """The error line of a refused command (nothing else on stderr), less its prefix."""
+    assert err.count("\n") == 1 and err.startswith(f"seq2onnx {command}: error: "), err
+    return err[len(f"seq2onnx {command}: error: "):].strip()
+
+
+# --- constraints: the work of a step is bounded -----------------------------------------------------------------
+@pytest.mark.parametrize("sentences", [[[[5]], [[6, 7], [8]]], [[[5, 6, 7]] * 3, [], [[9]]], [[], []]])
+@pytest.mark.parametrize("beam_size", [2, 5])
+def test_work_counts_what_a_constrained_step_holds(translator, sentences, beam_size):
+    """`work` is what the bound is about: the states Constraints.order computes (a state per phrase of each of
+    beam_size x (phrases + 3) candidates per sentence, every sentence padded to the most phrases) and the
+    entries of the automata's tables. Measured here on the arrays themselves."""
+    if not any(sentences):
+        assert work(sentences, beam_size) == 0                   # no phrases: no automata run
+        return
+    c = Constraints(sentences, beam_size, translator.config.vocab_size)
+    v, k, a = translator.config.vocab_size, beam_size, len(sentences)
+    cand = np.random.default_rng(0).standard_normal((a, k * v)).astype(np.float32)
+    top = np.argsort(-cand, axis=1, kind="stable")[:, :2 * k]
+    seen = []
+    original = c.step
+    c.step = lambda state, sentence, token: seen.append(state.size) or original(state, sentence, token)
+    c.order(cand, top, np.arange(a), k)
+    assert work(sentences, beam_size) == seen[0] + c.table.size
+
+
+def test_a_sentence_over_the_work_bound_is_refused_in_one_line(shipped, capsys):
+    """Beam 256, 16 sentences x 256 phrases (gigabytes and minutes of work): refused before any
+    work, by the API and by the command line, naming the flags."""
+    phrases = one_word_phrases(shipped, 256)
+    texts = [f"three hundred and {w}" for w in "one two three four five six seven eight".split()] * 2
+    assert work([shipped.constraint_ids([phrases], 1)[0]], 256) > MAX_CONSTRAINT_WORK
+    with pytest.raises(OptionError, match=r"^constraints\[0\]: 256 phrases at beam_size 256 make [\d,]+ automaton "
+                                          r"states a step, more than the [\d,]+ allowed") as e:
+        shipped.translate_batch(texts, beam_size=256, constraints=[phrases] * len(texts))
+    assert "\n" not in str(e.value)
+    args = ["translate", SHIPPED, "--device", "cpu", "--beam-size", "256", "-i", "/dev/null"]
+    rc, out, err = run_cli(args + [a for p in phrases for a in ("--constraint", p)], capsys)
+    message = one_line_error(err)
+    assert rc == 2 and out == "" and message.startswith("--constraint: 256 phrases at --beam-size 256 make")
+    assert message.endswith("give fewer phrases or a smaller --beam-size")
+    # just under the bound: accepted (the same 256 phrases at beam 8)
+    assert work([shipped.constraint_ids([phrases], 1)[0]], 8) <= MAX_CONSTRAINT_WORK
+
+
+def test_a_batch_over_the_work_bound_is_decoded_in_groups():
+    """Sentences each within the bound are decoded a few at a time: every group within it, each sentence once, in
+    order, and no group could have taken the next sentence."""
+    rng = np.random.default_rng(31)
+    phrases = [[list(rng.integers(4, 100, rng.integers(1, 4))) for _ in range(rng.integers(0, 120))]
+               for _ in range(300)]
+    for beam_size in (4, 64, 256):
+        batch = list(range(len(phrases)))
+        groups = split_work(batch, phrases, beam_size)
+        assert [i for g in groups for i in g] == batch
+        assert all(work([phrases[i] for i in g], beam_size) <= MAX_CONSTRAINT_WORK for g in groups)
+        assert all(work([phrases[i] for i in g + [h[0]]], beam_size) > MAX_CONSTRAINT_WORK
+                   for g, h in zip(groups, groups[1:]))
+    assert len(split_work(batch, phrases, 256)) > len(split_work(batch, phrases, 4)) > 1
+
+
+def test_decode_refuses_a_batch_over_the_work_bound(shipped):
+    """The id-level decode (no batching of its own) refuses a batch whose step would pass the bound,
+    though each sentence alone is within it; translate_ids splits the same batch and decodes it."""
+    phrases = [[[t] for t in range(4, 104)]] * 40                     # 100 one-token phrases each
+    assert work(phrases[:1], 16) <= MAX_CONSTRAINT_WORK < work(phrases, 16)
+    source = shipped.source_ids("three")
+    with pytest.raises(OptionError, match=r"^40 sentences with constraints at beam_size 16 make [\d,]+ automaton "
+                                          r"states a step, more than the [\d,]+ allowed"):
+        decode(shipped.engine, shipped.config, [source] * 40, DecodingOptions(beam_size=16), constraints=phrases)
+    assert len(split_work(range(40), phrases, 16)) > 1

@@ -159,7 +159,7 @@ def test_best_pt_is_the_validation_the_rule_picks(tiny_data_dir, tmp_path):
 
 
 # --- the end of a run ------------------------------------------------------------------------
-def test_the_issues_run_is_called_undertrained_with_each_reason_and_the_flags():
+def test_an_eight_minute_run_in_warm_up_is_called_undertrained_with_each_reason_and_the_flags():
     v = undertrained(step=49, warmup_steps=4000, stopped_by="--max-minutes", stop_value=8, vocab_size=8000,
                      metrics={"loss": 8.5, "bleu": 0.0, "chrf": 4.0, "n_decoded": 96}, best_metric="bleu")
     assert len(v.reasons) == 3

@@ -50,7 +50,7 @@ def edit_tokenizer(pkg, change):
     relist(pkg, "tokenizer.json")
 
 
-# --- item 4: the manifest is checked, whole, at load ---------------------------------------------------------
+# --- the manifest is checked, whole, at load -----------------------------------------------------------------
 def test_manifest_over_the_size_limit_is_refused(pkg, capsys):
     edit_manifest(pkg, lambda m: m.update(padding=" " * manifest_module.MAX_MANIFEST_BYTES))
     message = refused(pkg, f"manifest.json has more than {manifest_module.MAX_MANIFEST_BYTES} bytes")
@@ -129,7 +129,7 @@ def test_config_that_lies_about_the_graph_is_refused_at_load(pkg, config):
                  r"\d+\]: the graph and the config do not belong together", load=translator)
 
 
-# --- item 5: every byte read is checksummed, nothing outside the folder is read ----------------------------------
+# --- every byte read is checksummed, nothing outside the folder is read ------------------------------------------
 @pytest.mark.parametrize("listed", [True, False], ids=["data-listed", "data-unlisted"])
 def test_graph_with_external_data_is_refused(pkg, capsys, listed):
     """Loaded, onnxruntime would read the weights from encoder.onnx.data, which no checksum covers (a changed
@@ -181,7 +181,7 @@ def test_a_file_replaced_after_the_check_is_caught_by_the_bytes_read(pkg):
         package.read_variant("fp32")
 
 
-# --- item 6: a tokenizer that crashes in Rust ------------------------------------------------------------------
+# --- a tokenizer that crashes in Rust --------------------------------------------------------------------------
 def precompiled(charsmap: bytes):
     return lambda t: t.update(normalizer={"type": "Precompiled",
                                           "precompiled_charsmap": base64.b64encode(charsmap).decode()})
@@ -202,7 +202,7 @@ def test_tokenizer_that_panics_when_it_encodes(pkg):
         tr.translate(SOURCE)
 
 
-# --- item 7: a decoder that returns NaN --------------------------------------------------------------------------
+# --- a decoder that returns NaN ----------------------------------------------------------------------------------
 def nan_decoder(pkg):
     """decoder_step.onnx with its log_probs multiplied by NaN, re-checksummed."""
     import onnx

@@ -54,7 +54,7 @@ def post(server: Server, path: str, body, **kw) -> httpx.Response:
 
 
 # --- what a request may cost ------------------------------------------------------------------------------------
-def test_the_issue_request_is_refused_under_the_default_flags(tmp_path):
+def test_the_unbounded_request_is_refused_under_the_default_flags(tmp_path):
     """64 hypotheses of 256 steps with their attention over 816 source words (bench/serve_memory.py's `unbounded`
     case; its cost: bench/results/serve-memory.md): refused up front by the default --max-attention-values."""
     body = {"texts": [" ".join(["seven"] * 816)], "beam_size": 64, "num_hypotheses": 64, "min_decoding_length": 256,

@@ -42,7 +42,7 @@ GOOD: List[Tuple[str, Dict[str, Any]]] = [
     ("forty-four", {"target_prefix": ["vier"]}),
     ("three thousand", {"constraints": [["tausend"]]}),
     ("eleven", {"beam_size": 3, "no_repeat_ngram_size": 2}),
-    ("seven", {"sampling_topk": 5, "seed": 3}),             # item 20: no beam_size given
+    ("seven", {"sampling_topk": 5, "seed": 3}),             # sampling, no beam_size given
 ]
 # every option that can be wrong, alone in a request of one text (ids past the vocabulary, lengths past the model's,
 # languages it lacks, prefixes and phrases its tokenizer cannot spell, values out of range or of the wrong shape)
@@ -99,7 +99,7 @@ def message_of(error, call, *args, **kwargs) -> str:
     return str(e.value)
 
 
-# --- item 1: one request's fault is its own ------------------------------------------------------------------
+# --- one request's fault is its own --------------------------------------------------------------------------
 @pytest.mark.parametrize("policy", POLICIES, ids=lambda p: p.policy)
 def test_bad_options_fail_their_own_request_and_no_other(tr, same_decodes, policy):
     scheduler = policy(tr)
@@ -170,7 +170,7 @@ def test_a_step_that_fails_on_one_requests_rows_fails_that_request_alone(tmp_pat
         scheduler.close(drain=False, timeout=WAIT)
 
 
-# --- item 4: an expired job's rows leave at once --------------------------------------------------------------
+# --- an expired job's rows leave at once ----------------------------------------------------------------------
 def test_an_expired_job_leaves_the_running_batch_at_once(tr, same_decodes):
     """The loop driven pass by pass (no worker thread): a wide job runs, its deadline passes, and at the next pass its
     rows are gone; the next request decodes alone; the wide job's client gets DeadlineExceeded (504)."""
@@ -216,7 +216,7 @@ def test_a_cancelled_job_sharing_a_decoding_leaves_with_the_last_job_that_shares
     assert scheduler.cohorts == [] and scheduler.running_rows == 0 and scheduler.outcomes["cancelled"] == 1
 
 
-# --- item 20: sampling without a beam size -------------------------------------------------------------------
+# --- sampling without a beam size ----------------------------------------------------------------------------
 def test_sampling_without_a_beam_size_decodes_with_beam_size_1(tr, tmp_path, capsys):
     sampled = tr.translate_batch(["seven", "twelve"], sampling_topk=5, seed=3, num_hypotheses=2)
     assert [r.token_ids for r in sampled] == \

@@ -410,7 +410,7 @@ BUILDERS: Dict[str, Callable[..., Path]] = {           # kind -> builder(folder,
 }
 
 
-# --- texts for the tokenizer tests (tests/test_hf_tokenizers.py; write_converted for the JS tests) --------------
+# --- texts for the tokenizer tests (tests/export/test_hf_tokenizers.py; write_converted for the JS tests) --------
 TEXTS = 5000
 RANDOM_ID_SEQUENCES = 500
 RANDOM_SEED = 32

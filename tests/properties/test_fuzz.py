@@ -5,7 +5,7 @@ vocabulary. Each target edits the session's real tiny package (tests/fixtures_ex
 
 Deterministic, so it cannot flake: derandomize=True (a fixed seed per test) and no example database;
 bounded: max_examples and the sizes of what is drawn keep each target to a few seconds. To fuzz longer
-on a workstation: SEQ2ONNX_FUZZ_EXAMPLES=5000 pytest tests/test_fuzz.py."""
+on a workstation: SEQ2ONNX_FUZZ_EXAMPLES=5000 pytest tests/properties/test_fuzz.py."""
 from __future__ import annotations
 
 import base64

@@ -2,7 +2,7 @@
 through the Translator: beam_size 1 == greedy; every output within its min/max length; n-best sorted by
 score; the same seed gives the same samples; a batch gives what its members give one by one.
 
-test_decoding.py checks the same invariants at the id level with a few options each; here every
+runtime/decode/test_decoding.py checks the same invariants at the id level with a few options each; here every
 option is drawn together (limits, length penalty, penalties, sampling, batching, awkward text)."""
 from __future__ import annotations
 

@@ -33,7 +33,7 @@ def pairs():
 def test_translate_is_the_reference_greedy_decoding_as_text(translator, tiny_model, pairs):
     """Tokenize, decode, detokenize around exactly the PyTorch reference's tokens (not: around a model that
     learned well; that is the tiny_run fixture's own check)."""
-    from seq2onnx.training import reference          # torch: imported here, as test_reliability_load's worker
+    from seq2onnx.training import reference          # torch: imported here, as test_translator_memory.py's worker
                                                      # imports this module and must stay torch-free
     texts = [s for s, _ in pairs]
     eos = translator.config.eos_id
@@ -186,7 +186,7 @@ def test_bad_constructor_arguments(tiny_package):
         Translator(tiny_package, device="tpu")
 
 
-@pytest.mark.skipif(cuda_status()[0], reason="a usable GPU is present: the CUDA path is tested in test_cuda.py")
+@pytest.mark.skipif(cuda_status()[0], reason="a usable GPU is present: the CUDA path is tested in runtime/engine/test_cuda.py")
 def test_devices_without_gpu(tiny_package, caplog):
     with pytest.raises(Seq2OnnxError, match="device 'cuda' cannot be used"):
         Translator(tiny_package, device="cuda")

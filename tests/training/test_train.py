@@ -531,7 +531,7 @@ def test_tokenizer_options_lowercase_and_split_digits_and_punctuation():
     assert grouped.normalizer.normalize_str("1234567 or 42, 999 and 1000") == "1,234,567 or 42, 999 and 1,000"
 
 
-# --- validation cadence, early stopping (the budget and the progress bar: test_training_budget.py) ----
+# --- validation cadence, early stopping (the budget and the progress bar: test_budget.py) ---------
 def test_validation_cadence_follows_the_budget():
     from seq2onnx.training.train_args import DEFAULT_VALID_INTERVAL, TrainArgs
     assert TrainArgs(out="r").validation_every() == (DEFAULT_VALID_INTERVAL, None)

@@ -1,8 +1,8 @@
 """DecoderState (runtime/decode/decoder_state.py) and RunningBatch (runtime/decode/decoding.py) over a small engine
 of this file: numpy arrays whose values say which row they came from, so that every gather, append and step can be
 checked row by row. The decoding loop's searches and filters are the real ones; the engine is the one part that is
-not (the real engines' rows are checked against whole translations in test_serve_invariance.py and
-test_cross_rows.py).
+not (the real engines' rows are checked against whole translations in runtime/serve/test_serve_invariance.py and
+runtime/engine/test_cross_rows.py).
 
 The engine "translates" by copying: at a row's position p its log-probs favour the row's source id at p, then EOS, so
 every sentence's best hypothesis is its source, whatever rows it shares a step with."""

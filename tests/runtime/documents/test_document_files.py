@@ -5,7 +5,7 @@ translate-file`; and the server's /translate_file and /download_file (runtime/se
 clients send them: a multipart form (file, source, target, api_key), the answer's translatedFileUrl fetched.
 LibreTranslate's client libraries have no file call (libretranslatepy 2.1.4: translate, detect, languages;
 npm `libretranslate` 1.0.1: translate; deep-translator's translate_file reads the file here and sends /translate:
-tests/test_documents.py), so the form is sent as LibreTranslate's web page and API docs send it."""
+tests/runtime/documents/test_documents.py), so the form is sent as LibreTranslate's web page and API docs send it."""
 from __future__ import annotations
 
 import io

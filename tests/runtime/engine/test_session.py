@@ -5,7 +5,8 @@
   * a graph that fails at run time (a log_probs of the wrong width, a shape error inside the graph) is one
     ModelPackageError line naming its file (exit 2), from the API and from `seq2onnx translate` / `score`;
   * NaN log-probs are blamed on the graph that stepped those rows: the int8 variant's few-rows step, or its step.
-What a manifest may hold: package/test_manifest_limits.py. Each case edits a copy of the session's real tiny package (test_hostile_packages.py's helpers)."""
+What a manifest may hold: runtime/package/test_manifest_limits.py. Each case edits a copy of the session's real tiny
+package (runtime/package/test_hostile_packages.py's helpers)."""
 from __future__ import annotations
 
 import re

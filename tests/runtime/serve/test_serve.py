@@ -120,7 +120,7 @@ def test_libretranslate_form_query_and_json_bodies(server, translator):
     assert form.json() == {"translatedText": want[0]}
     query = httpx.post(server.url + "/translate", params={"q": "seven", "source": "auto", "target": "de",
                                                           "api_key": KEY}, timeout=30)   # deep-translator's way
-    answer = query.json()                                          # source "auto": detected (tests/test_languages.py)
+    answer = query.json()                                          # source "auto": detected (tests/runtime/package/test_languages.py)
     assert answer["translatedText"] == want[0] and answer["detectedLanguage"]["language"] == "en"
     assert 0 < answer["detectedLanguage"]["confidence"] <= 100
     batch = post(server, "/translate", {"q": ["seven", "one hundred and five"], "source": "en", "target": "de",

@@ -30,7 +30,7 @@ from seq2onnx.runtime.serve.scheduler import (STREAM, TRANSLATE, DeadlineExceede
 from seq2onnx.runtime.package.shipped_models import resolve_model_dir
 from tests.runtime.engine.test_session import after, edit_graph, i64
 
-MODEL = "numbers-en-de"                 # the shipped model (tests/test_serve.py's)
+MODEL = "numbers-en-de"                 # the shipped model (tests/runtime/serve/test_serve.py's)
 POLICIES = [ContinuousScheduler, DynamicScheduler, RequestScheduler]
 WAIT = 300                              # seconds a future may take before the test calls it hung
 

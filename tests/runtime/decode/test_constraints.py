@@ -16,6 +16,7 @@ from tests import fixtures_training
 from tests.agreement import Float32Bounds, assert_same_decodes, engine_judge, hypotheses, torch_judge
 from tests.fixtures_training import DE, holds, toy_pairs
 from tests.limits import reference_max_length
+from tests.runtime.cli.test_commands import one_line_error
 from seq2onnx.runtime.cli.main import main
 from seq2onnx.runtime.decode.constraints import MAX_CONSTRAINT_WORK, Constraints, split_work, work
 from seq2onnx.runtime.decode.decoding import decode, step_limits
@@ -340,6 +341,7 @@ def test_order_without_phrases_is_the_score_order(sentences, k, seed):
     assert np.array_equal(np.where(finite, order, -1), np.where(finite, top_candidates(cand, 2 * k), -1))
 
 
+# --- refused by size before any work ----------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def shipped():
     return Translator(SHIPPED, device="cpu", intra_threads=1)
@@ -355,7 +357,6 @@ def one_word_phrases(translator, n):
     return phrases
 
 
-# --- constraints: refused by size before any work ----------------------------------------------------------
 def test_too_many_phrases_are_refused_by_their_number_first(translator):
     """The number of phrases is checked before any phrase is looked at (a repeat check over 60,000 phrases is
     quadratic). The last phrase is not even a str: the error is about the number, so no phrase was read."""
@@ -377,13 +378,7 @@ def test_a_huge_phrase_is_refused_by_its_length_first(translator):
     assert "\n" not in str(e.value)
 
 
-def one_line_error(err: str, command: str = "translate") -> str:
-    """The error line of a refused command (nothing else on stderr), less its prefix."""
-    assert err.count("\n") == 1 and err.startswith(f"seq2onnx {command}: error: "), err
-    return err[len(f"seq2onnx {command}: error: "):].strip()
-
-
-# --- constraints: the work of a step is bounded -----------------------------------------------------------------
+# --- the work of a step is bounded -------------------------------------------------------------------------
 @pytest.mark.parametrize("sentences", [[[[5]], [[6, 7], [8]]], [[[5, 6, 7]] * 3, [], [[9]]], [[], []]])
 @pytest.mark.parametrize("beam_size", [2, 5])
 def test_work_counts_what_a_constrained_step_holds(translator, sentences, beam_size):

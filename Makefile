@@ -44,7 +44,9 @@ install-runtime: $(RT_VENV)/bin/python
 # add up to ~640 s for the Python suite without them and ~215 s for them, after the web suite's ~536 s on CI. The
 # other streams' output follows the Python suite's; the target fails if any fails. `make test-suites` runs them
 # without installing.
-SIDE_TESTS = test_serve.py test_serve_invariance.py test_serve_hardening.py test_documents.py test_document_files.py test_languages.py test_ray.py test_packaging.py
+SIDE_TESTS = runtime/serve/test_serve.py runtime/serve/test_serve_invariance.py runtime/serve/test_serve_hardening.py \
+             runtime/documents/test_documents.py runtime/documents/test_document_files.py \
+             runtime/package/test_languages.py runtime/ray/test_ray.py test_packaging.py
 test: chromium install-dev test-suites
 
 test-suites: lint

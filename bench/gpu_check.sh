@@ -11,13 +11,13 @@
 #
 # Steps (each with a time limit, so that a hung step leaves the others their time):
 #   setup    scripts/device/setup.sh: the carried onnxruntime-gpu and CTranslate2 into /tmp/site, /tmp/env.sh
-#   tests    pytest tests/test_cuda.py (the IO-binding engine and the CUDA provider against the CPU one)
+#   tests    pytest tests/runtime/engine/test_cuda.py (the IO-binding engine and the CUDA provider against the CPU one)
 #   bench    bench/run.py --device cuda: ours fp32 / fp16, our PyTorch reference, CTranslate2 float32 / float16 /
 #            int8_float16, HF transformers fp32 / fp16, vocab 8000, 3 rounds -> bench/results/latest-cuda.{json,md}
 #            (--quick: run.py --quick, tiny models, vocab 1000, 2 rounds -> $OUT only)
 #   copy     the results and every step's log to $OUT
 # --device cpu --dry-run runs every step here on the CPU at a tiny size (set-up: checks what would travel; tests:
-# test_cuda.py on the CPU provider, its CUDA tests skipped; bench: run.py --quick --device cpu) and prints the
+# runtime/engine/test_cuda.py on the CPU provider, its CUDA tests skipped; bench: run.py --quick --device cpu) and prints the
 # command each step would run on the GPU, so the first GPU minute is not spent on a typo.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -57,7 +57,7 @@ else
 fi
 CPU_BENCH=(bench/run.py --device cpu --quick --systems ours torch ct2 hf --vocab-sizes 1000 --rounds 1 --no-scaling
            --no-memory --out bench/.cache/gpu_check/results)
-TESTS=(-m pytest -q -x -p no:cacheprovider test_cuda.py)
+TESTS=(-m pytest -q -x -p no:cacheprovider runtime/engine/test_cuda.py)
 
 step() {          # step NAME LIMIT COMMAND...: runs it with its log in $OUT/NAME.log; a failure is counted, not fatal
   local name=$1 limit=$2; shift 2

@@ -1,5 +1,5 @@
 """How long `import seq2onnx.runtime` and the first Translator-side imports take, in fresh interpreters
-(the median of N runs each). A figure, not a test: tests/test_runtime_import.py checks what is imported.
+(the median of N runs each). A figure, not a test: tests/runtime/test_runtime_import.py checks what is imported.
 
     python bench/import_time.py [--runs 15]     -> a table, and bench/results/import_time.json
 """

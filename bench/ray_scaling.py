@@ -54,7 +54,7 @@ def free_port() -> int:
 class LocalCluster:
     """A Ray cluster on this machine, started with `ray start` (a head of `cpus` CPUs, and a worker node of `cpus`
     CPUs and the given resources for each entry of `workers`), under a temporary folder of its own; stop() kills
-    every process it started (no `ray stop`, which stops every Ray cluster of the machine). tests/test_ray.py's
+    every process it started (no `ray stop`, which stops every Ray cluster of the machine). tests/runtime/ray/test_ray.py's
     cluster too."""
 
     def __init__(self, cpus: int = 1, workers: Sequence[Dict[str, float]] = (), object_store_mib: int = 150):

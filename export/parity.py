@@ -13,7 +13,7 @@ random pieces (fixed seed) in batches of 1, 3 and 4, right-padded, 1 to 64 token
     and where the graph takes a past_length per row (contract 3), RAGGED_STEPS chained steps whose rows stand
     at different lengths (row r joins at step r % RAGGED_SPREAD, at length 0 until then, as a server adds
     sentences to a running batch), against training/model.py decode_step_fixed at the same lengths
-    (tests/test_row_lengths.py checks that against decode_step per row)  -> the same two figures
+    (tests/export/test_row_lengths.py checks that against decode_step per row)  -> the same two figures
   * decoding: greedy and beam-4 (4 hypotheses) by the runtime's own decoding loop (runtime/decode/decoding.py,
     over an engine on the graphs just written) versus training/reference.py's greedy_search / beam_search,
     the independent PyTorch oracle                                      -> greedy_token_match, beam4_token_match

@@ -3,7 +3,7 @@ retired two-letter one, that names a language with an ISO 639-1 code -> that cod
 the macrolanguage (cmn, the code of OPUS-MT's Chinese tags, -> zh), as langcodes' standardize_tag(macro=True) does;
 Tagalog stays tl (langcodes follows CLDR, which writes it fil, a code no model or LibreTranslate client uses).
 
-    .venv/bin/python scripts/language_codes.py     # prints the table; tests/test_languages.py checks it is current
+    .venv/bin/python scripts/language_codes.py     # prints the table; tests/runtime/package/test_languages.py checks it is current
 """
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from hypothesis import settings  # noqa: E402 - after OMP_NUM_THREADS
 
-pytest_plugins = ["fixtures_training", "fixtures_export"]
+pytest_plugins = ["tests.fixtures_training", "tests.fixtures_export"]
 
 settings.register_profile("ci", derandomize=True, database=None)
 if os.environ.get("CI"):

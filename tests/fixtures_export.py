@@ -7,8 +7,8 @@ sentences as real parity inputs. Treat it as read-only.
 `package_graphs` stands in for the trace (export/onnx_export.py export_graphs) in the export tests whose
 subject comes after it: a failing parity check, the write stage killed, another variant, external data. Each
 trace of the tiny model costs 5-10 s of CPU (tens of seconds on 2 busy cores); the package's own export
-(tiny_run) traces for real, and so do a random kill in test_export.py, the int8 variants' fused decoder steps,
-test_checkpoint_from_package.py and test_row_lengths.py.
+(tiny_run) traces for real, and so do a random kill in export/test_export.py, the int8 variants' fused decoder steps,
+scripts/test_checkpoint_from_package.py and export/test_row_lengths.py.
 """
 from __future__ import annotations
 

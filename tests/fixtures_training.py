@@ -52,7 +52,7 @@ def toy_pairs(n: int, seed: int, min_words: int = 2, max_words: int = 5) -> List
 
 def toy_constraints(pairs: List[Tuple[str, str]], rng: random.Random, most: int) -> List[List[str]]:
     """Terminology constraints for toy pairs: per pair 1..most phrases of 1-2 words, a run of its reference
-    translation or random German digit words (tests/test_constraints.py, bench/constraints.py)."""
+    translation or random German digit words (tests/runtime/decode/test_constraints.py, bench/constraints.py)."""
     out = []
     for _, target in pairs:
         words, phrases = target.split(), []

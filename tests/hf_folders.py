@@ -20,7 +20,7 @@ depend on the input (a larger init std than transformers' 0.02), and most greedy
 after 3-30 tokens (_length_signal; `greedy_lengths` measures it). Everything is seeded: a build is the same
 every run.
 
-Tests take the session fixture `hf_folders` (import it: `from hf_folders import hf_folders`) and call
+Tests take the session fixture `hf_folders` (import it: `from tests.hf_folders import hf_folders`) and call
 `hf_folders.get(kind)`; scripts call build_marian / build_m2m100 / build_nllb, or
 `python -m tests.hf_folders OUT_DIR` from the repository root (every kind into OUT_DIR/<kind>).
 """
@@ -40,7 +40,7 @@ try:
 except ImportError:     # `python -m tests.hf_folders OUT_DIR` needs no pytest: only the fixture does
     pytest = None
 
-if __package__ in (None, ""):          # imported by pytest from tests/, or run as a script
+if __package__ in (None, ""):          # imported with tests/ on sys.path (web/test/python_reference.py), or run as a script
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 SEED = 0
@@ -410,7 +410,7 @@ BUILDERS: Dict[str, Callable[..., Path]] = {           # kind -> builder(folder,
 }
 
 
-# --- texts for the tokenizer tests (tests/test_hf_tokenizers.py; write_converted for the JS tests) --------------
+# --- texts for the tokenizer tests (tests/export/test_hf_tokenizers.py; write_converted for the JS tests) --------
 TEXTS = 5000
 RANDOM_ID_SEQUENCES = 500
 RANDOM_SEED = 32

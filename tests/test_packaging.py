@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests import REPO
 CODE_FOLDERS = {"training": "seq2onnx.training", "export": "seq2onnx.export", "runtime": "seq2onnx.runtime"}
 SHIPPED = sorted(m.parent for m in (REPO / "models").glob("*/manifest.json"))
 

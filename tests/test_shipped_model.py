@@ -12,8 +12,8 @@ from seq2onnx.runtime import Translator
 from seq2onnx.runtime.errors import ModelPackageError
 from seq2onnx.runtime.package.manifest import read_package
 from seq2onnx.runtime.package.shipped_models import available_models, resolve_model_dir
+from tests import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 NAME = "numbers-en-de"
 FOLDER = REPO / "models" / NAME
 

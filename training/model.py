@@ -11,7 +11,7 @@ The model exposes the cut the ONNX export follows:
                                          row at its own past_length [R], and the cross-attention weights
                                          (the decoder step graphs of contracts 2 and 3)
 and the full teacher-forced forward() used in training. decode_step over a growing cache
-computes exactly what forward() computes for the last position (tests/test_model.py).
+computes exactly what forward() computes for the last position (tests/training/test_model.py).
 """
 from __future__ import annotations
 

@@ -245,7 +245,7 @@ def translate_rows(ds: "ray.data.Dataset", args: Any, decoding: Dict[str, Any], 
     args = copy.copy(args)
     args.model_dir = model_path(args.model_dir)
     # an actor that dies (its node lost, its process killed) is started again and its batches run again: Ray Data's
-    # actor pools have max_restarts=-1 and max_task_retries=-1 by default (tests/test_ray.py kills one mid-job)
+    # actor pools have max_restarts=-1 and max_task_retries=-1 by default (tests/runtime/ray/test_ray.py kills one mid-job)
     return ds.map_batches(
         Translate, fn_constructor_kwargs=dict(args=args, decoding=decoding, text_column=text_column, output=output,
                                               threads=max(1, int(cpus_per_actor))),

@@ -13,7 +13,7 @@ import { Translator } from "../src/index.js";
 import { assertSameTranslations } from "./compare.js";
 import { pythonOptions, runPython } from "./python.js";
 
-// the joint-vocabulary Marian and M2M100 are compared with transformers in tests/test_hf_convert.py; here the kinds
+// the joint-vocabulary Marian and M2M100 are compared with transformers in tests/export/test_hf_convert.py; here the kinds
 // whose JS paths differ (two tokenizers; a target tag; source and forced target language tokens), for CI's time
 const KINDS = ["marian_separate", "marian_multilingual", "nllb"];
 const TEXTS = 40; // English source lines per package (the text its tokenizers were trained on), and odd ones:

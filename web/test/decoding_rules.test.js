@@ -1,7 +1,7 @@
 // beamRules "transformers" and the generation filters (suppressIds, forcedBosId, forcedEos, renormalize,
 // earlyStopping) in Node against the Python runtime on the shipped model: the same tokens up to ties, scores within
 // the bound tests/agreement.py derives (compare.js). The Python side is checked against transformers' generate()
-// itself in tests/test_beam_rules.py; here JS must equal it.
+// itself in tests/runtime/decode/test_beam_rules.py; here JS must equal it.
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { normalize32, transformersDone } from "../src/decoding.js";

@@ -5,7 +5,7 @@
 // answer's translatedText (undefined for an error: it reads no status). Its key travels as "apiKey", which
 // LibreTranslate's server ignores; ours takes it when api_key is absent (runtime/serve/libretranslate.py), so the
 // package works against a server that needs a key. The translations are compared with the same server's
-// /v1/translate (tests/test_serve.py holds /v1 equal to Translator.translate_batch).
+// /v1/translate (tests/runtime/serve/test_serve.py holds /v1 equal to Translator.translate_batch).
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";

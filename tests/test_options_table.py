@@ -15,6 +15,7 @@ from seq2onnx.runtime.errors import Seq2OnnxError
 from seq2onnx.runtime.option_table import (BY_NAME, OPTIONS, SERVED, form_options, json_schema, request_options)
 from seq2onnx.runtime.options import (BATCH_TYPES, BEAM_RULES, DecodingOptions, OptionError, OptionTypeError,
                                       TranslationOptions)
+from seq2onnx.runtime.serve.scheduler import TRANSLATE, Job, RequestScheduler, batch_key
 from seq2onnx.runtime.translator import Translator
 
 SHIPPED = "numbers-en-de"
@@ -81,6 +82,27 @@ def test_check_options_makes_the_records_that_translate_batch_decodes_with():
     assert tr.run_batch(texts, call, decoding) == tr.translate_batch(texts, **kwargs)
     with pytest.raises(OptionError, match="^unknown decoding option.*; and translate_batch's own: batch_type, "):
         tr.check_options(1, beam=2)
+
+
+def test_the_servers_jobs_hold_the_records_and_jobs_of_equal_records_share_a_batch():
+    tr = Translator(SHIPPED, device="cpu")
+    kwargs = {"beam_size": 2, "target_prefix": ["drei", None]}
+    scheduler = RequestScheduler(tr).start()
+    try:
+        job = scheduler.submit(TRANSLATE, ["three", "seven"], kwargs)
+        results = job.future.result(timeout=120)
+    finally:
+        scheduler.close()
+    assert (job.call, job.decoding) == tr.check_options(2, **kwargs)
+    assert results == tr.translate_batch(["three", "seven"], **kwargs)
+    # the dynamic policy's groups: equal records, whatever a request spelled out (its per-text lists aside); a
+    # sampling job alone
+    jobs = [Job(TRANSLATE, ["three"], o) for o in ({}, {"beam_size": 4}, {"target_prefix": ["drei"]},
+                                                   {"sampling_topk": 5}, {"beam_size": 2})]
+    for j in jobs:
+        j.call, j.decoding = tr.check_options(1, **j.options)
+    keys = [batch_key(j) for j in jobs]
+    assert keys[0] == keys[1] == keys[2] and keys[3] is None and keys[4] not in (keys[0], None)
 
 
 def test_each_line_is_complete():

@@ -1,21 +1,25 @@
-"""translate_batch's options, each written once: its name (the Python API's, a JSON field's), kind, default, one-line
-help, range in words, command-line flag, and whether a server request may set it.
+"""translate_batch's options, each written once. Their names, types and defaults are the records' (options.py:
+DecodingOptions' fields, then TranslationOptions', translate_batch's own keywords); this table adds only their words:
+one-line help, range in words, command-line flag (and where the flag differs from the keyword: its help, value name,
+range, default), and whether a server request may set it.
 
 From this table come the command line's flags (commands.py), a request's keyword arguments for translate_batch
 (`request_options` from a JSON object, `form_options` from form or query fields) and the schema a server publishes
-(`json_schema`). The values are checked where they always are: DecodingOptions (options.py, the ranges' one place)
-and translate_batch; here only how each is spelled. Adding a decoding option: its DecodingOptions field (default and
-check), then one line in OPTIONS (tests/test_options_table.py fails until it is there).
+(`json_schema`). The values are checked where they always are: the records (options.py, the ranges' one place) and the
+Translator; here only how each is spelled. Adding an option: its field in DecodingOptions or TranslationOptions
+(type, default and check), then its line in TEXTS (importing this module fails until it is there).
 """
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, fields, replace
-from typing import Any, Callable, Collection, Dict, List, Mapping, Optional, Tuple
+from typing import (Any, Callable, Collection, Dict, List, Literal, Mapping, Optional, Tuple, Union, get_args,
+                    get_origin, get_type_hints)
 
-from .options import (BATCH_TYPES, BEAM_RULES, DEFAULT_MAX_BATCH_SIZE, EARLY_STOPPING, LENGTH_PENALTY_RANGE,
-                      MAX_BEAM_SIZE, MAX_LENGTH_A, MAX_LENGTH_B, MAX_SUPPRESS_IDS, MIN_TOPP, REPETITION_PENALTY_RANGE,
-                      TEMPERATURE_RANGE, Arg, DecodingOptions, OptionError, OptionTypeError, shorten, with_defaults)
+from .options import (EARLY_STOPPING, LENGTH_PENALTY_RANGE, MAX_BEAM_SIZE, MAX_LENGTH_A, MAX_LENGTH_B,
+                      MAX_SUPPRESS_IDS, MIN_TOPP, REPETITION_PENALTY_RANGE, TEMPERATURE_RANGE, Arg, DecodingOptions,
+                      EarlyStopping, OptionError, OptionTypeError, Phrases, TargetPrefixes, TranslationOptions, shorten,
+                      with_defaults)
 
 
 # --- kinds: how a value is spelled in JSON, in text (a flag, a form field) and in a JSON Schema -----------------
@@ -96,92 +100,136 @@ PHRASES = Kind("a list of one list of phrases (or null) per text", (list,),
 
 # --- the table --------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Option:
-    name: str                       # the Python API's keyword, a JSON field's name
-    kind: Kind
-    default: Any                    # DecodingOptions' (read from it) or translate_batch's (its signature's)
+class Text:
+    """What the table adds to a field of DecodingOptions or TranslationOptions (their names, types and defaults are
+    read from the records): its words, and how the command line and a server spell it."""
     help: str                       # one line
-    range: str                      # the values allowed, in words ("" where the kind says it); DecodingOptions and
-                                    #   translate_batch check them
-    flag: Optional[str]             # the command line's (None: none of its own; commands.py says why)
-    group: str                      # the command line's help section (commands.SECTIONS)
-    served: bool                    # a server request may set it
-    decoding: bool                  # a DecodingOptions field (else translate_batch's own keyword)
+    range: str = ""                 # the values allowed, in words ("" where the kind says it); the records check them
+    flag: Optional[str] = None      # the command line's (None: none of its own)
+    group: str = "decoding"         # the command line's help section (commands.SECTIONS)
+    served: bool = True             # a server request may set it
+    # where the command line's flag differs from the API's keyword
+    flag_help: Optional[str] = None     # its --help line, instead of help and the default
+    metavar: Optional[str] = None       # its value's name in --help
+    flag_range: Optional[str] = None    # its range in --help, where the command line allows less
+    flag_unset: bool = False            # unset by default (None): the API's rule picks the value
+    repeated: bool = False              # given once per value, the values a list (--constraint)
 
 
-_DEFAULTS = {f.name: f.default for f in fields(DecodingOptions)}
+@dataclass(frozen=True)
+class Option(Text):
+    """An option as the table has it: its Text, and what the record's field says (_options sets every one; they have
+    defaults only because a dataclass's fields after Text's must)."""
+    name: str = ""                  # the Python API's keyword, a JSON field's name: the record's field
+    kind: Kind = TEXT               # from the field's type (kind_of)
+    default: Any = None             # the field's
+    decoding: bool = True           # a DecodingOptions field (else translate_batch's own keyword: TranslationOptions)
 
 
-def _decoding(name: str, kind: Kind, help: str, range: str, flag: Optional[str], group: str = "decoding",
-              served: bool = True) -> Option:
-    return Option(name, kind, _DEFAULTS[name], help, range, flag, group, served, True)
+# the kinds of the records' field types (Optional[X]: X's or null; Literal[...]: a choice of its words)
+KINDS: Dict[Any, Kind] = {int: INT, float: NUMBER, bool: BOOL, str: TEXT, EarlyStopping: EARLY, Tuple[int, ...]: IDS,
+                          TargetPrefixes: PREFIXES, Phrases: PHRASES}
 
 
-def _call(name: str, kind: Kind, default: Any, help: str, range: str, flag: Optional[str], group: str,
-          served: bool = True) -> Option:
-    return Option(name, kind, default, help, range, flag, group, served, False)
+def kind_of(hint: Any) -> Kind:
+    """How a value of a record field's type is spelled."""
+    args = get_args(hint)
+    if get_origin(hint) is Union and type(None) in args:
+        (rest,) = [a for a in args if a is not type(None)]
+        return kind_of(rest).or_null()
+    if get_origin(hint) is Literal:
+        return choice(args)
+    return KINDS[hint]
 
 
 _LP, _T, _RP = LENGTH_PENALTY_RANGE, TEMPERATURE_RANGE, REPETITION_PENALTY_RANGE
-OPTIONS: Tuple[Option, ...] = (
+TEXTS: Dict[str, Text] = {
     # DecodingOptions' fields (a converted package's manifest "generation" may set other defaults: `seq2onnx info`)
-    _decoding("beam_size", INT, "beams searched (1: greedy, or sampling)",
-              f"1..{MAX_BEAM_SIZE} (unset, when sampling: 1)", "--beam-size"),
-    _decoding("num_hypotheses", INT, "hypotheses per input, best first",
-              f"1..beam size (1..{MAX_BEAM_SIZE} when sampling)", "--n-best"),
-    _decoding("length_penalty", NUMBER, "hypotheses rank by score / length ** this", f"{_LP[0]:g}..{_LP[1]:g}",
-              "--length-penalty"),
-    _decoding("max_decoding_length", INT, "at most this many tokens per translation, EOS included",
-              ">= 0 (0: every output empty; capped by max_positions)", "--max-decoding-length"),
-    _decoding("min_decoding_length", INT, "EOS is forbidden before this many tokens", "0..max decoding length",
-              "--min-decoding-length"),
-    _decoding("max_length_a", NUMBER, "at most A * source tokens + B tokens per translation (A = 0 with B unset: off)",
-              f"0..{MAX_LENGTH_A:g}", "--max-length-a"),
-    _decoding("max_length_b", INT.or_null(), "B of that limit", f"0..{MAX_LENGTH_B}", "--max-length-b"),
-    _decoding("sampling_topk", INT, "1: argmax; 0: sample from the whole vocabulary; k: from the best k", ">= 0",
-              "--sampling-topk"),
-    _decoding("sampling_topp", NUMBER, "sample from the smallest set of tokens of probability >= this",
-              f"{MIN_TOPP:g}..1", "--sampling-topp"),
-    _decoding("sampling_temperature", NUMBER, "logits are divided by this before sampling (0: argmax)",
-              f"0 or {_T[0]:g}..{_T[1]:g}", "--sampling-temperature"),
-    _decoding("repetition_penalty", NUMBER, "the log-probs of tokens already generated are multiplied by this",
-              f"{_RP[0]:g}..{_RP[1]:g}", "--repetition-penalty"),
-    _decoding("no_repeat_ngram_size", INT, "no n-gram of this many tokens appears twice (0: off)", ">= 0",
-              "--no-repeat-ngram-size"),
-    _decoding("seed", INT.or_null(), "the sampling seed (unset: fresh entropy)", ">= 0", "--seed"),
-    _decoding("return_attention", BOOL, "each hypothesis's cross-attention (format-2 packages)", "", None),
-    _decoding("beam_rules", choice(BEAM_RULES), "how beam search ranks finished hypotheses and stops: "
-              "docs/CONTRACTS.md", "", "--beam-rules", "generation"),
-    _decoding("early_stopping", EARLY, "transformers rules: stop a sentence once it has beam size finished "
-              "hypotheses (true), by transformers' heuristic (false), or never early", "", "--early-stopping",
-              "generation"),
-    _decoding("suppress_ids", IDS.or_null(), "ids never generated (unset: PAD and BOS; empty: none)",
-              f"at most {MAX_SUPPRESS_IDS} ids of the vocabulary", "--suppress-ids", "generation"),
-    _decoding("forced_bos_id", INT.or_null(), "the first generated token (log-prob 0)", "an id of the vocabulary",
-              "--forced-bos-id", "generation"),
-    _decoding("forced_eos", BOOL, "the last step the length limit allows may only be EOS (log-prob 0)", "",
-              "--forced-eos", "generation"),
-    _decoding("renormalize", BOOL, "log-softmax again after the filters", "", "--renormalize", "generation"),
-    # translate_batch's own keywords. max_batch_size and batch_type bound the memory of a call: a server's to set
-    # (max_batch_size=0 is one batch of every text), not a request's
-    _call("max_batch_size", INT, DEFAULT_MAX_BATCH_SIZE, "examples (or padded source tokens) decoded at once",
-          ">= 0 (0: one batch)", "--max-batch-size", "batching", served=False),
-    _call("batch_type", choice(BATCH_TYPES), BATCH_TYPES[0], "what max_batch_size counts", "", "--batch-type",
-          "batching", served=False),
-    _call("max_input_length", INT.or_null(), None, "each source is cut to this many tokens, EOS included "
-          "(unset: the model's max_positions)", "1..max_positions", "--max-input-length", "batching"),
-    _call("return_scores", BOOL, False, "each hypothesis's score and normalized score", "", None, "decoding"),
-    _call("return_alignment", BOOL, False, "each hypothesis's word alignment (format-2 packages)", "",
-          "--alignment", "attention"),
-    _call("target_prefix", PREFIXES.or_null(), None, "per text, the start every translation of it has (or none)",
-          "", "--target-prefix", "decoding"),
-    _call("constraints", PHRASES.or_null(), None, "per text, phrases every translation of it holds (or none; "
-          "beam search)", "", "--constraint", "decoding"),
-    _call("source_lang", TEXT.or_null(), None, "the source language of a multilingual model (NLLB: eng_Latn); "
-          "`seq2onnx info MODEL_DIR` lists its languages", "", "--source-lang", "decoding"),
-    _call("target_lang", TEXT.or_null(), None, "the target language of a multilingual model (OPUS-MT en-ROMANCE: "
-          "fra; NLLB: deu_Latn)", "", "--target-lang", "decoding"),
-)
+    "beam_size": Text("beams searched (1: greedy, or sampling)", f"1..{MAX_BEAM_SIZE} (unset, when sampling: 1)",
+                      "--beam-size", flag_unset=True,
+                      flag_help=f"default {DecodingOptions.beam_size}; 1 when sampling (--sampling-topk other than 1), "
+                      "which draws each hypothesis on a row of its own"),
+    "num_hypotheses": Text("hypotheses per input, best first", f"1..beam size (1..{MAX_BEAM_SIZE} when sampling)",
+                           "--n-best"),
+    "length_penalty": Text("hypotheses rank by score / length ** this", f"{_LP[0]:g}..{_LP[1]:g}", "--length-penalty"),
+    "max_decoding_length": Text("at most this many tokens per translation, EOS included",
+                                ">= 0 (0: every output empty; capped by max_positions)", "--max-decoding-length"),
+    "min_decoding_length": Text("EOS is forbidden before this many tokens", "0..max decoding length",
+                                "--min-decoding-length"),
+    "max_length_a": Text("at most A * source tokens + B tokens per translation (A = 0 with B unset: off)",
+                         f"0..{MAX_LENGTH_A:g}", "--max-length-a"),
+    "max_length_b": Text("B of that limit", f"0..{MAX_LENGTH_B}", "--max-length-b"),
+    "sampling_topk": Text("1: argmax; 0: sample from the whole vocabulary; k: from the best k", ">= 0",
+                          "--sampling-topk"),
+    "sampling_topp": Text("sample from the smallest set of tokens of probability >= this", f"{MIN_TOPP:g}..1",
+                          "--sampling-topp"),
+    "sampling_temperature": Text("logits are divided by this before sampling (0: argmax)",
+                                 f"0 or {_T[0]:g}..{_T[1]:g}", "--sampling-temperature"),
+    "repetition_penalty": Text("the log-probs of tokens already generated are multiplied by this",
+                               f"{_RP[0]:g}..{_RP[1]:g}", "--repetition-penalty"),
+    "no_repeat_ngram_size": Text("no n-gram of this many tokens appears twice (0: off)", ">= 0",
+                                 "--no-repeat-ngram-size"),
+    "seed": Text("the sampling seed (unset: fresh entropy)", ">= 0", "--seed"),
+    # --plot-attention asks for it (commands.translate_texts)
+    "return_attention": Text("each hypothesis's cross-attention (format-2 packages)"),
+    "beam_rules": Text("how beam search ranks finished hypotheses and stops: docs/CONTRACTS.md", "", "--beam-rules",
+                       "generation"),
+    "early_stopping": Text("transformers rules: stop a sentence once it has beam size finished hypotheses (true), by "
+                           "transformers' heuristic (false), or never early", "", "--early-stopping", "generation",
+                           metavar="true|false|never"),
+    "suppress_ids": Text("ids never generated (unset: PAD and BOS; empty: none)",
+                         f"at most {MAX_SUPPRESS_IDS} ids of the vocabulary", "--suppress-ids", "generation",
+                         metavar="ID,ID,...", flag_help="ids never generated (default: PAD and BOS; '' none)"),
+    "forced_bos_id": Text("the first generated token (log-prob 0)", "an id of the vocabulary", "--forced-bos-id",
+                          "generation", metavar="ID"),
+    "forced_eos": Text("the last step the length limit allows may only be EOS (log-prob 0)", "", "--forced-eos",
+                       "generation"),
+    "renormalize": Text("log-softmax again after the filters", "", "--renormalize", "generation"),
+    # translate_batch's own keywords (TranslationOptions). max_batch_size and batch_type bound the memory of a call:
+    # a server's to set (max_batch_size=0 is one batch of every text), not a request's
+    "max_batch_size": Text("examples (or padded source tokens) decoded at once", ">= 0 (0: one batch)",
+                           "--max-batch-size", "batching", served=False,
+                           flag_help="examples (or tokens) per batch; lines are read in chunks of this many",
+                           flag_range=">= 1"),          # 0 (the API's one batch) would read no line
+    "batch_type": Text("what max_batch_size counts", "", "--batch-type", "batching", served=False),
+    "max_input_length": Text("each source is cut to this many tokens, EOS included (unset: the model's "
+                             "max_positions)", "1..max_positions", "--max-input-length", "batching",
+                             flag_help="default: the model's max_positions"),
+    # the command line asks for them (commands.translate_texts: every line's scores; --scores prints them)
+    "return_scores": Text("each hypothesis's score and normalized score"),
+    "return_alignment": Text("each hypothesis's word alignment (format-2 packages)", "", "--alignment", "attention",
+                             flag_help="append ' ||| ' and the word alignment to each translation (return_alignment)"),
+    "target_prefix": Text("per text, the start every translation of it has (or none)", "", "--target-prefix",
+                          metavar="TEXT", flag_help="every translation starts with TEXT (the API's target_prefix), "
+                          "e.g. a term to force"),
+    "constraints": Text("per text, phrases every translation of it holds (or none; beam search)", "", "--constraint",
+                        metavar="TEXT", repeated=True,
+                        flag_help="every translation holds TEXT, a term (repeatable: all of them; beam search; the "
+                        "API's constraints); a line where none within the length limit does gets the closest, with a "
+                        "warning"),
+    "source_lang": Text("the source language of a multilingual model (NLLB: eng_Latn); `seq2onnx info MODEL_DIR` "
+                        "lists its languages", "", "--source-lang", metavar="CODE"),
+    "target_lang": Text("the target language of a multilingual model (OPUS-MT en-ROMANCE: fra; NLLB: deu_Latn)", "",
+                        "--target-lang", metavar="CODE"),
+}
+
+
+def _options() -> Tuple[Option, ...]:
+    """One Option per field of DecodingOptions, then of TranslationOptions, in their order: the name, kind and
+    default the record's, the rest TEXTS'."""
+    out = []
+    for record in (DecodingOptions, TranslationOptions):
+        hints = get_type_hints(record)
+        for f in fields(record):
+            text = TEXTS[f.name]                        # a field without its line: a KeyError at import
+            out.append(Option(**{t.name: getattr(text, t.name) for t in fields(Text)}, name=f.name,
+                              kind=kind_of(hints[f.name]), default=f.default, decoding=record is DecodingOptions))
+    if len(out) != len(TEXTS):
+        raise KeyError(f"lines for no option: {sorted(set(TEXTS) - {o.name for o in out})}")
+    return tuple(out)
+
+
+OPTIONS: Tuple[Option, ...] = _options()
 BY_NAME: Dict[str, Option] = {o.name: o for o in OPTIONS}
 SERVED: Tuple[str, ...] = tuple(o.name for o in OPTIONS if o.served)
 

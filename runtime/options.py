@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 import math
 from dataclasses import dataclass, fields
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Literal, Mapping, Optional, Sequence, Tuple, Union, get_args
 
 import numpy as np
 
@@ -23,13 +23,19 @@ MAX_LENGTH_B = 2**31 - 1
 MIN_TOPP = 1e-6
 TEMPERATURE_RANGE = (1e-4, 1e4)         # or exactly 0 (argmax)
 REPETITION_PENALTY_RANGE = (1e-4, 1e4)
-BEAM_RULES = ("seq2onnx", "transformers")   # when beam search finishes hypotheses and stops (search.py)
-EARLY_STOPPING = (False, True, "never")      # transformers' early_stopping (beam_rules="transformers" only)
+BeamRules = Literal["seq2onnx", "transformers"]     # when beam search finishes hypotheses and stops (search.py)
+BEAM_RULES = get_args(BeamRules)
+EarlyStopping = Union[bool, Literal["never"]]       # transformers' early_stopping (beam_rules="transformers" only)
+EARLY_STOPPING = (False, True, "never")
 MAX_SUPPRESS_IDS = 1 << 24                   # suppress_ids: at most this many (the largest vocabulary, config.py)
 # examples per batch when the caller does not say (the Translator and the CLI): memory stays that of
 # one batch however many sentences (20,000 at beam 4 in one batch took 10 GB)
 DEFAULT_MAX_BATCH_SIZE = 32
-BATCH_TYPES = ("examples", "tokens")    # what max_batch_size counts: examples, or padded source tokens
+BatchType = Literal["examples", "tokens"]      # what max_batch_size counts: examples, or padded source tokens
+BATCH_TYPES = get_args(BatchType)
+# translate_batch's arguments of one entry per text: a target prefix (or None), phrases (or None)
+TargetPrefixes = Sequence[Optional[str]]
+Phrases = Sequence[Optional[Sequence[str]]]
 # A text is never tokenized whole, only a prefix that holds its first max_input_length tokens, of at most
 # max_input_length x MAX_CHARS_PER_TOKEN characters (translator.token_ids): tokenized whole, a 100 MB line
 # took 10 GB, a 5 MB line of U+FDFA (NFKC turns each into 18 characters) 6 GB.
@@ -123,6 +129,19 @@ def _check_int(name: str, value: Any, low: int, high: Optional[int] = None) -> N
         raise OptionError(Arg(name), f" must be an integer {allowed}, got {shorten(repr(value))}")
 
 
+def check_count(name: str, value: Any, low: int, high: Optional[int] = None) -> None:
+    """An integer argument of the API in [low, high] (high None: no bound), else a one-line error."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < low or (high is not None and value > high):
+        allowed = f">= {low}" if high is None else f"in [{low}, {high}]"
+        raise OptionError(Arg(name), f" must be an integer {allowed}, got {value!r}")
+
+
+def check_choice(name: str, value: Any, choices: Sequence[str]) -> None:
+    """A word argument of the API, one of `choices`, else a one-line error."""
+    if not isinstance(value, str) or value not in choices:
+        raise OptionError(Arg(name), f" must be one of {', '.join(choices)}, got {value!r}")
+
+
 def _finite(value: Any) -> bool:
     try:
         return math.isfinite(value)
@@ -156,8 +175,8 @@ class DecodingOptions:
     seed: Optional[int] = None            # sampling seed; None: fresh entropy
     return_attention: bool = False        # keep each hypothesis's cross-attention rows (format-2 packages)
     # --- generation as transformers' generate() does it (a converted package's manifest "generation") ---
-    beam_rules: str = "seq2onnx"          # "transformers": its _beam_search's finished set and stopping rule
-    early_stopping: Union[bool, str] = False   # transformers rules: False (heuristic), True (K finished), "never"
+    beam_rules: BeamRules = "seq2onnx"    # "transformers": its _beam_search's finished set and stopping rule
+    early_stopping: EarlyStopping = False  # transformers rules: False (heuristic), True (K finished), "never"
     suppress_ids: Optional[Tuple[int, ...]] = None   # ids never generated; None: PAD and BOS
     forced_bos_id: Optional[int] = None   # the first generated token, log-prob 0 (M2M100/NLLB target language)
     forced_eos: bool = False              # at the last step the length limit allows, EOS only, log-prob 0
@@ -249,6 +268,41 @@ class DecodingOptions:
             raise OptionError(f"unknown decoding option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
                               + also)
         return cls(**kwargs)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class TranslationOptions:
+    """translate_batch's own keywords (CTranslate2's names), beside DecodingOptions: how the texts are cut, batched
+    and answered, and what the model is told about them. The constructor checks what needs no model (the batching,
+    return_alignment); the Translator checks the rest against its model (Translator.check_options: max_input_length
+    against max_positions, the per-text lists against the texts, the languages against the package's)."""
+
+    max_batch_size: int = DEFAULT_MAX_BATCH_SIZE    # examples (or padded source tokens) decoded at once; 0: one batch
+    batch_type: BatchType = "examples"              # what max_batch_size counts
+    max_input_length: Optional[int] = None          # source tokens kept, EOS included; None: the model's max_positions
+    return_scores: bool = False                     # each hypothesis's score and normalized score
+    return_alignment: bool = False                  # each hypothesis's word alignment (decodes with return_attention)
+    target_prefix: Optional[TargetPrefixes] = None  # per text, the start of every translation of it (or None)
+    constraints: Optional[Phrases] = None           # per text, phrases every translation of it holds (or None)
+    source_lang: Optional[str] = None               # a multilingual model's languages (the package's codes)
+    target_lang: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        check_count("max_batch_size", self.max_batch_size, 0)
+        check_choice("batch_type", self.batch_type, BATCH_TYPES)
+        if not isinstance(self.return_alignment, bool):
+            raise OptionError(Arg("return_alignment"), f" must be True or False, got {self.return_alignment!r}")
+
+    @classmethod
+    def split(cls, keywords: Mapping[str, Any]) -> Tuple["TranslationOptions", Dict[str, Any]]:
+        """translate_batch's keyword arguments -> its own record (checked), and the rest: the decoding keywords as
+        given, which the Translator turns into DecodingOptions over its package's defaults."""
+        own = {f.name for f in fields(cls)}
+        return (cls(**{k: v for k, v in keywords.items() if k in own}),
+                {k: v for k, v in keywords.items() if k not in own})
 
     def to_dict(self) -> Dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

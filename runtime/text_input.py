@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
-from .options import MAX_CHARS_PER_TOKEN, DecodingOptions
+from .options import MAX_CHARS_PER_TOKEN, DecodingOptions, TranslationOptions
 
 ENCODE_CHUNK = 1024             # texts tokenized at once: their Encodings (~2 kB each) are never all held
 
@@ -65,16 +65,14 @@ class TranslateRequest:
     """translate_batch's arguments checked and its texts tokenized (Translator.prepare_batch): what decoding needs,
     and what Translator.batch_results needs to turn the hypotheses into TranslationResults."""
     texts: List[str]
+    call: TranslationOptions                 # translate_batch's own keywords
     options: DecodingOptions                 # as given (with the package's defaults): what the results show
     decode_options: DecodingOptions          # as decoded (return_alignment needs the attention)
-    decoding: Dict[str, Any]                 # the keyword options as given (translate_ids merges the defaults)
     todo: List[int]                          # the texts decoded (not blank), in order
     sources: List[List[int]]                 # their source ids (EOS last)
     truncated: List[bool]                    # cut to max_input_length
     prefixes: Optional[List[List[int]]]      # per source, its target prefix ids
     phrases: Optional[List[List[List[int]]]]     # per text, its constraint phrases' ids
-    return_scores: bool = False
-    return_alignment: bool = False
 
     @property
     def source_phrases(self) -> Optional[List[List[List[int]]]]:

@@ -22,7 +22,8 @@ import logging
 import os
 import re
 import warnings
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from dataclasses import replace
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -33,8 +34,9 @@ from .decode.search import Hypothesis
 from .errors import ModelPackageError
 from .package.manifest import UNCHECKED, ModelPackage, read_package
 from .results import ScoringResult, TranslationResult
-from .options import (BATCH_TYPES, DEFAULT_MAX_BATCH_SIZE, MAX_CHARS_PER_TOKEN, Arg, DecodingOptions, OptionError,
-                      OptionTypeError, OptionWarning, check_ids, check_text, with_defaults)
+from .options import (DEFAULT_MAX_BATCH_SIZE, MAX_CHARS_PER_TOKEN, Arg, DecodingOptions, OptionError, OptionTypeError,
+                      OptionWarning, TranslationOptions, check_choice, check_count, check_ids, check_text,
+                      with_defaults)
 from .engine.loader import open_engine
 from .engine.session import SessionConfig, check_onnxruntime, onnxruntime_version, resolve_device
 from .text_input import TranslateRequest, is_blank, max_source_chars, split_batches, token_ids  # noqa: F401 (callers import them here)
@@ -48,7 +50,7 @@ SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def pick_variant(package: ModelPackage, compute_type: str, device: str) -> str:
-    _check_choice("compute_type", compute_type, COMPUTE_TYPES)
+    check_choice("compute_type", compute_type, COMPUTE_TYPES)
     name = COMPUTE_TYPES[compute_type]
     if name is None:
         name = "fp16" if device == "cuda" and "fp16" in package.variants else "fp32"
@@ -63,17 +65,6 @@ def pick_variant(package: ModelPackage, compute_type: str, device: str) -> str:
         raise ModelPackageError(f"{package.root} has no {compute_type} variant; it has {available} "
                                 f"(export with --int8 / --fp16 to add one)")
     return name
-
-
-def _check_count(name: str, value: Any, low: int, high: Optional[int] = None) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < low or (high is not None and value > high):
-        allowed = f">= {low}" if high is None else f"in [{low}, {high}]"
-        raise OptionError(Arg(name), f" must be an integer {allowed}, got {value!r}")
-
-
-def _check_choice(name: str, value: Any, choices: Sequence[str]) -> None:
-    if not isinstance(value, str) or value not in choices:
-        raise OptionError(Arg(name), f" must be one of {', '.join(choices)}, got {value!r}")
 
 
 def _check_per_source(name: str, value: Any, n: int, entry: str, per: str = "source") -> None:
@@ -97,11 +88,11 @@ class Translator:
         verify: check the SHA-256 of the files loaded against the manifest.
         optimization: onnxruntime graph optimisation level (disable, basic, extended, all).
         """
-        _check_count("intra_threads", intra_threads, 0, MAX_THREADS)
-        _check_count("inter_threads", inter_threads, 1, MAX_THREADS)
-        _check_count("device_id", device_id, 0)
-        _check_choice("optimization", optimization, ("disable", "basic", "extended", "all"))
-        _check_choice("compute_type", compute_type, tuple(COMPUTE_TYPES))
+        check_count("intra_threads", intra_threads, 0, MAX_THREADS)
+        check_count("inter_threads", inter_threads, 1, MAX_THREADS)
+        check_count("device_id", device_id, 0)
+        check_choice("optimization", optimization, ("disable", "basic", "extended", "all"))
+        check_choice("compute_type", compute_type, tuple(COMPUTE_TYPES))
         self.package = read_package(model_dir, verify=verify)
         self.config = self.package.config
         self.device = "cpu" if device == "auto" and compute_type == "int8" else resolve_device(device, device_id)
@@ -240,11 +231,8 @@ class Translator:
         return check_phrase_ids(name, constraint_ids, n, cfg.vocab_size, (cfg.pad_id, cfg.bos_id, cfg.eos_id),
                                 cfg.max_positions)
 
-    def _check_id_batch(self, sources: Sequence[Sequence[int]], max_batch_size: int,
-                        batch_type: str) -> List[List[int]]:
-        """What translate_ids and score_ids take alike: the batching options and the source id lists (-> as lists)."""
-        _check_count("max_batch_size", max_batch_size, 0)
-        _check_choice("batch_type", batch_type, BATCH_TYPES)
+    def _check_id_batch(self, sources: Sequence[Sequence[int]]) -> List[List[int]]:
+        """What translate_ids and score_ids take alike: the source id lists (-> as lists)."""
         if isinstance(sources, (str, bytes)) or not isinstance(sources, (list, tuple)):
             raise OptionTypeError(Arg("sources"), f" must be a list of id lists, got {type(sources).__name__}")
         return [check_ids(Arg("sources", f"[{i}]"), s, self.config.source_vocab_size, self.config.max_positions, 1)
@@ -329,7 +317,15 @@ class Translator:
         constraint_ids: per source its phrases (id lists, or None), which every hypothesis must hold
         (translate_batch's constraints; Hypothesis.missing_constraints counts those it does not)."""
         options = self._decoding_options(self.translate_ids, decoding)
-        sources = self._check_id_batch(sources, max_batch_size, batch_type)
+        call = TranslationOptions(max_batch_size=max_batch_size, batch_type=batch_type)
+        return self._translate_ids(sources, call, target_prefix_ids, constraint_ids, options)
+
+    def _translate_ids(self, sources: Sequence[Sequence[int]], call: TranslationOptions,
+                       target_prefix_ids: Optional[Sequence[Sequence[int]]],
+                       constraint_ids: Optional[Sequence[Optional[Sequence[Sequence[int]]]]],
+                       options: DecodingOptions) -> List[List[Hypothesis]]:
+        """translate_ids with its records: the ids checked, decoded in batches of call's batching."""
+        sources = self._check_id_batch(sources)
         cfg = self.config
         if target_prefix_ids is not None:
             _check_per_source("target_prefix_ids", target_prefix_ids, len(sources), "id list")
@@ -344,7 +340,7 @@ class Translator:
                 require_beam(options.beam_size)
                 check_work("constraint_ids", phrases, options.beam_size)
         results: List[List[Hypothesis]] = [[] for _ in sources]
-        for batch in split_batches([len(s) for s in sources], max_batch_size, batch_type):
+        for batch in split_batches([len(s) for s in sources], call.max_batch_size, call.batch_type):
             # a batch whose constrained steps would pass MAX_CONSTRAINT_WORK is decoded a few sentences at a time
             for group in [batch] if phrases is None else split_work(batch, phrases, options.beam_size):
                 prefixes = None if target_prefix_ids is None else [target_prefix_ids[i] for i in group]
@@ -379,76 +375,74 @@ class Translator:
         target_lang="deu_Latn" for NLLB; a model of one language pair needs neither.
         With no decoding options, a converted model decodes as its transformers generate() does (its generation
         defaults: `seq2onnx info`)."""
-        request = self.prepare_batch(texts, max_input_length, return_scores, target_prefix, return_alignment,
-                                     constraints, source_lang, target_lang, **decoding)
-        hyps = self.translate_ids(request.sources, max_batch_size, batch_type, request.prefixes,
-                                  request.source_phrases, **request.decoding)
+        texts = self._check_texts(texts)
+        call, options = self.check_options(
+            len(texts), max_batch_size=max_batch_size, batch_type=batch_type, max_input_length=max_input_length,
+            return_scores=return_scores, return_alignment=return_alignment, target_prefix=target_prefix,
+            constraints=constraints, source_lang=source_lang, target_lang=target_lang, **decoding)
+        return self.run_batch(texts, call, options)
+
+    def run_batch(self, texts: Sequence[str], call: TranslationOptions,
+                  options: DecodingOptions) -> List[TranslationResult]:
+        """translate_batch with the records check_options made of its keywords (the server's batches)."""
+        request = self.prepare_batch(texts, call, options)
+        hyps = self._translate_ids(request.sources, call, request.prefixes, request.source_phrases,
+                                   request.decode_options)
         return self.batch_results(request, hyps)
 
-    def check_options(self, n_texts: int, max_batch_size: int = DEFAULT_MAX_BATCH_SIZE, batch_type: str = "examples",
-                      **options: Any) -> None:
-        """translate_batch's options for `n_texts` texts checked against this model as translate_batch checks them,
-        short of tokenizing: the decoding options over the package's defaults (the ids they name within the
-        vocabulary), max_input_length, the languages, the attention the package can give, and the shape and text of
-        target_prefix and constraints (what only their tokens tell, such as a character the tokenizer lacks, is
-        translate_batch's to find). One line naming the option, as translate_batch says it. The server checks each
-        request with it before it is queued, so that no batch holds a request whose options fail its step."""
-        _check_count("max_batch_size", max_batch_size, 0)
-        _check_choice("batch_type", batch_type, BATCH_TYPES)
-        self._check_request(n_texts, **options)
+    def check_options(self, n_texts: int, **options: Any) -> Tuple[TranslationOptions, DecodingOptions]:
+        """translate_batch's keyword arguments for `n_texts` texts -> the records it works with, checked against this
+        model as translate_batch checks them, short of tokenizing: its own keywords (TranslationOptions: the batching,
+        max_input_length, the languages, the attention the package can give, the shape and text of target_prefix and
+        constraints; what only their tokens tell, such as a character the tokenizer lacks, is prepare_batch's to find)
+        and the DecodingOptions it decodes with (the package's generation defaults, then the target language's, then
+        the call's; the ids they name within the vocabulary). The one place that turns translate_batch's keywords
+        into its records; a bad one: one line naming it, as translate_batch says it. The server checks each request
+        with it before it is queued, so that no batch holds a request whose options fail its step, and its jobs hold
+        the records."""
+        call, decoding = TranslationOptions.split(options)
+        return call, self._check_call(n_texts, call, decoding, self.translate_batch)
 
-    def _check_request(self, n: int, max_input_length: Optional[int] = None, return_scores: bool = False,
-                       target_prefix: Optional[Sequence[Optional[str]]] = None, return_alignment: bool = False,
-                       constraints: Optional[Sequence[Optional[Sequence[str]]]] = None,
-                       source_lang: Optional[str] = None, target_lang: Optional[str] = None,
-                       **decoding: Any) -> Tuple[List[int], Dict[str, Any], DecodingOptions]:
-        """check_options' checks (but the batching ones) -> the ids that start every source (its languages'), the
-        decoding keywords as given (the target language's forced_bos_id and return_alignment's attention added), and
-        their DecodingOptions as given."""
-        lang_prefix, lang_options = self._languages(source_lang, target_lang)
-        decoding = {**lang_options, **decoding}
-        options = self._decoding_options(self.translate_batch, decoding)
-        if not isinstance(return_alignment, bool):
-            raise OptionError(Arg("return_alignment"), f" must be True or False, got {return_alignment!r}")
-        if (options.return_attention or return_alignment) and not self.engine.has_attention:
+    def _check_call(self, n: int, call: TranslationOptions, decoding: Mapping[str, Any],
+                    accepts: Any) -> DecodingOptions:
+        """check_options' checks of `call` for n texts -> the DecodingOptions of `decoding`, the decoding keywords as
+        given, over the package's defaults and the target language's (accepts: the API method, named in an unknown
+        option's error)."""
+        _, implied = self._languages(call.source_lang, call.target_lang)
+        options = self._decoding_options(accepts, {**implied, **decoding})
+        if (options.return_attention or call.return_alignment) and not self.engine.has_attention:
             raise self.engine.no_attention_error()
-        self._input_limit(max_input_length)
-        if target_prefix is not None:
-            self._prefix_texts(target_prefix, n)
-        if constraints is not None:
+        self._input_limit(call.max_input_length)
+        if call.target_prefix is not None:
+            self._prefix_texts(call.target_prefix, n)
+        if call.constraints is not None:
             limit = self.config.max_positions
-            if any(normalize_phrases(constraints, n, limit, max_source_chars(limit))):
+            if any(normalize_phrases(call.constraints, n, limit, max_source_chars(limit))):
                 require_beam(options.beam_size)
-        if return_alignment:
-            decoding = dict(decoding, return_attention=True)
-        return lang_prefix, decoding, options
+        return options
 
-    def prepare_batch(self, texts: Sequence[str], max_input_length: Optional[int] = None, return_scores: bool = False,
-                      target_prefix: Optional[Sequence[Optional[str]]] = None, return_alignment: bool = False,
-                      constraints: Optional[Sequence[Optional[Sequence[str]]]] = None,
-                      source_lang: Optional[str] = None, target_lang: Optional[str] = None,
-                      **decoding: Any) -> TranslateRequest:
-        """translate_batch's arguments checked (every error before any work) and its texts tokenized: what
-        decoding needs (TranslateRequest), for translate_batch and for the server's continuous batching alike."""
+    def prepare_batch(self, texts: Sequence[str], call: TranslationOptions,
+                      options: DecodingOptions) -> TranslateRequest:
+        """Texts and the records check_options made of translate_batch's keywords -> what decoding needs
+        (TranslateRequest): the texts checked and tokenized, every error before any work, for translate_batch and
+        for the server's continuous batching alike."""
         texts = self._check_texts(texts)
-        lang_prefix, decoding, options = self._check_request(          # every option, before any work
-            len(texts), max_input_length, return_scores, target_prefix, return_alignment, constraints, source_lang,
-            target_lang, **decoding)
-        prefixes = self.prefix_ids(target_prefix, len(texts))
-        phrases = self.constraint_ids(constraints, len(texts))
+        lang_prefix, _ = self._languages(call.source_lang, call.target_lang)
+        prefixes = self.prefix_ids(call.target_prefix, len(texts))
+        phrases = self.constraint_ids(call.constraints, len(texts))
         if phrases is not None and any(phrases):
             check_work("constraints", phrases, options.beam_size)
         todo = [i for i, t in enumerate(texts) if not is_blank(t)]   # blank texts: the empty hypothesis
-        sources, truncated = self._sources([texts[i] for i in todo], max_input_length, todo, lang_prefix)
-        return TranslateRequest(texts, options, DecodingOptions.from_kwargs(None, **self._decoding(decoding)),
-                                decoding, todo, sources, truncated,
-                                None if prefixes is None else [prefixes[i] for i in todo],
-                                phrases, return_scores, return_alignment)
+        sources, truncated = self._sources([texts[i] for i in todo], call.max_input_length, todo, lang_prefix)
+        # return_alignment is read from the attention
+        decode_options = replace(options, return_attention=True) if call.return_alignment else options
+        return TranslateRequest(texts, call, options, decode_options, todo, sources, truncated,
+                                None if prefixes is None else [prefixes[i] for i in todo], phrases)
 
     def batch_results(self, request: TranslateRequest, hyps: List[List[Hypothesis]]) -> List[TranslationResult]:
         """The TranslationResults of a prepared request from its sources' hypotheses (in request.todo's order)."""
         texts, options, phrases = request.texts, request.options, request.phrases
-        return_scores, return_alignment = request.return_scores, request.return_alignment
+        return_scores, return_alignment = request.call.return_scores, request.call.return_alignment
         todo, sources, truncated = request.todo, request.sources, request.truncated
         zero = [0.0] if return_scores else None
         results = [TranslationResult([""], [[]], zero and [0.0], zero and [0.0], finished=[True]) if is_blank(t)
@@ -486,12 +480,13 @@ class Translator:
                   max_batch_size: int = DEFAULT_MAX_BATCH_SIZE, batch_type: str = "examples") -> List[List[float]]:
         """Id-level scoring: sources end with EOS, targets do not (EOS is scored after them).
         -> per pair, the log-prob of each target id and of EOS (decoding.score)."""
-        sources = self._check_id_batch(sources, max_batch_size, batch_type)
+        call = TranslationOptions(max_batch_size=max_batch_size, batch_type=batch_type)
+        sources = self._check_id_batch(sources)
         _check_per_source("targets", targets, len(sources), "id list")
         targets = [check_ids(Arg("targets", f"[{i}]"), t, self.config.vocab_size,   # - 1: the EOS scored after it
                              self.config.max_positions - 1) for i, t in enumerate(targets)]
         results: List[List[float]] = [[] for _ in sources]
-        for batch in split_batches([len(s) for s in sources], max_batch_size, batch_type):
+        for batch in split_batches([len(s) for s in sources], call.max_batch_size, call.batch_type):
             for i, log_probs in zip(batch, score(self.engine, self.config, [sources[i] for i in batch],
                                                  [targets[i] for i in batch])):
                 results[i] = log_probs
@@ -540,17 +535,27 @@ class Translator:
         """
         if decoding.get("num_hypotheses", 1) != 1:
             raise OptionError("generate_tokens streams one hypothesis: ", Arg("num_hypotheses"), " must be 1")
-        lang_prefix, lang_options = self._languages(source_lang, target_lang)
-        options = self._decoding_options(self.generate_tokens, {**lang_options, **decoding})
+        call = TranslationOptions(max_input_length=max_input_length,
+                                  target_prefix=None if target_prefix is None else [target_prefix],
+                                  constraints=None if constraints is None else [constraints],
+                                  source_lang=source_lang, target_lang=target_lang)
+        _, implied = self._languages(source_lang, target_lang)
+        options = self._decoding_options(self.generate_tokens, {**implied, **decoding})
+        return (yield from self.stream(text, call, options))
+
+    def stream(self, text: str, call: TranslationOptions, options: DecodingOptions) -> Iterator[str]:
+        """generate_tokens with its records (check_options' for one text; the server's streams): its target_prefix
+        and constraints one entry, for the text."""
+        lang_prefix, _ = self._languages(call.source_lang, call.target_lang)
         (text,) = self._check_texts([text])
-        phrases = self.constraint_ids(None if constraints is None else [constraints], 1)
+        phrases = self.constraint_ids(call.constraints, 1)
         if phrases is not None and any(phrases):
             require_beam(options.beam_size)
             check_work("constraints", phrases, options.beam_size)
-        prefixes = None if target_prefix is None else self.prefix_ids([target_prefix], 1)
+        prefixes = self.prefix_ids(call.target_prefix, 1)
         if is_blank(text):                                      # as translate(): the empty translation
-            return
-        sources, _ = self._sources([text], max_input_length, prefix=lang_prefix)
+            return None
+        sources, _ = self._sources([text], call.max_input_length, prefix=lang_prefix)
         steps = decode_steps(self.engine, self.config, sources, options, prefixes, constraints=phrases)
         stream = TextStream(self.detokenize)
         while True:

@@ -20,34 +20,11 @@ from ..decode.constraints import check_work, normalize_phrases, require_beam
 from ..options import MAX_CHARS_PER_TOKEN, Arg, DecodingOptions, NamesArgs, check_text, with_defaults
 from ..option_table import BOOL, OPTIONS
 
-DEFAULTS = DecodingOptions()            # the API's defaults are the CLI's
-
 # the help sections of option_table's groups
 SECTIONS = {"batching": "input and batching", "decoding": "decoding (as the Python API, with dashes)",
             "generation": "generation as transformers' generate() does it (a converted model's defaults: "
                           "`seq2onnx info`)",
             "attention": "attention (format-2 packages)"}
-# where a flag differs from the API's keyword (argparse's arguments over option_table's)
-_FLAG_ARGS: Dict[str, Dict[str, Any]] = {
-    "beam_size": dict(default=None, help=f"default {DEFAULTS.beam_size}; 1 when sampling (--sampling-topk other "
-                      "than 1), which draws each hypothesis on a row of its own"),
-    "max_input_length": dict(help="default: the model's max_positions"),
-    "max_batch_size": dict(help="examples (or tokens) per batch; lines are read in chunks of this many"),
-    "early_stopping": dict(metavar="true|false|never"),
-    "suppress_ids": dict(metavar="ID,ID,...", help="ids never generated (default: PAD and BOS; '' none)"),
-    "forced_bos_id": dict(metavar="ID"),
-    "source_lang": dict(metavar="CODE"),
-    "target_lang": dict(metavar="CODE"),
-    "target_prefix": dict(metavar="TEXT", help="every translation starts with TEXT (the API's target_prefix), e.g. "
-                          "a term to force"),
-    "constraints": dict(metavar="TEXT", action="append", help="every translation holds TEXT, a term (repeatable: "
-                        "all of them; beam search; the API's constraints); a line where none within the length "
-                        "limit does gets the closest, with a warning"),
-    "return_alignment": dict(help="append ' ||| ' and the word alignment to each translation (return_alignment)"),
-}
-_FLAG_RANGES = {"max_batch_size": ">= 1"}                # 0 (the API's one batch) would read no line
-
-
 def _ranges(parts: List[str], width: int = 100) -> str:
     """Parts joined by "; " into indented lines of at most `width` characters, none broken inside."""
     lines = [""]
@@ -58,7 +35,7 @@ def _ranges(parts: List[str], width: int = 100) -> str:
     return "\n".join("  " + line.rstrip() for line in lines)[:-1] + "."
 
 
-RANGES = _ranges([f"{o.flag} {_FLAG_RANGES.get(o.name, o.range)}" for o in OPTIONS if o.flag is not None and o.range]
+RANGES = _ranges([f"{o.flag} {o.flag_range or o.range}" for o in OPTIONS if o.flag is not None and o.range]
                  + ["--intra-threads 0..4 x CPU cores", "--inter-threads 1..4 x CPU cores"])
 
 TRANSLATE_FORMAT = f"""\
@@ -144,7 +121,8 @@ def command_parser(prog: str, description: str, epilog: str, hidden: Iterable[st
 
 def _add_flags(p: argparse.ArgumentParser, groups: List[str]) -> Dict[str, Any]:
     """option_table's flags of these groups, in its order, each in its help section (-> the sections): dest the
-    API's name, type from its kind, default the API's, help the table's (or _FLAG_ARGS', where the flag differs)."""
+    API's name, type from its kind, default the API's (none where the table says flag_unset), help, value name and
+    repetition the table's."""
     sections = {g: p.add_argument_group(SECTIONS[g]) for g in groups}
     for o in OPTIONS:
         if o.flag is None or o.group not in sections:
@@ -160,12 +138,16 @@ def _add_flags(p: argparse.ArgumentParser, groups: List[str]) -> Dict[str, Any]:
             spelled = dict(type=str)
         else:
             spelled = dict(type=_flag_type(kind.parse))
+        if o.repeated:
+            spelled["action"] = "append"
+        if o.metavar is not None:
+            spelled["metavar"] = o.metavar
         shown = str(o.default).lower() if isinstance(o.default, bool) else o.default      # as the flag spells it
         notes = ([o.name] if o.flag != "--" + o.name.replace("_", "-") else []) + (
             [] if o.default is None or kind is BOOL else [f"default {shown}"])
-        help = o.help + (f" ({'; '.join(notes)})" if notes else "")
-        kwargs = dict(dest=o.name, default=o.default, **spelled, help=help.replace("%", "%%"))
-        sections[o.group].add_argument(o.flag, **{**kwargs, **_FLAG_ARGS.get(o.name, {})})
+        help = o.flag_help or o.help + (f" ({'; '.join(notes)})" if notes else "")
+        sections[o.group].add_argument(o.flag, dest=o.name, default=None if o.flag_unset else o.default, **spelled,
+                                       help=help.replace("%", "%%"))
     return sections
 
 
@@ -267,17 +249,26 @@ def translate_options(argv: List[str], parser: Callable[[], argparse.ArgumentPar
     more arguments: `translate-dataset`'s, runtime/ray/cli.py) and checked: its arguments, and the translate_batch
     keywords of the decoding flags it names."""
     args = parser().parse_args(argv)
-    relative = (0.0, None) if args.max_length_a is None else (args.max_length_a, args.max_length_b)
-    decoding = {o.name: getattr(args, o.name) for o in OPTIONS if o.decoding and o.flag is not None}
-    decoding.update(beam_size=_beam_size(args), max_length_a=relative[0], max_length_b=relative[1])
-    _check_options(args, **decoding)
+    decoding = flag_decoding(args)
+    _check_options(args, **with_defaults(decoding))
     # only the options the command line names: the package's generation defaults (a converted model's) apply
     # to the others, as in the API (--no-relative-length names max_length_a and max_length_b)
     given = _given(argv, parser)
-    decoding = {k: v for k, v in decoding.items() if k in given or (k == "beam_size" and v != DEFAULTS.beam_size)
-                or (k == "max_length_b" and "max_length_a" in given and args.max_length_a is None)}
+    decoding = {k: v for k, v in decoding.items()
+                if k in given or (k == "max_length_b" and "max_length_a" in given and args.max_length_a is None)}
     decoding.update({k: getattr(args, k) for k in ("source_lang", "target_lang") if getattr(args, k) is not None})
     return args, decoding
+
+
+def flag_decoding(args: Any) -> Dict[str, Any]:
+    """The decoding options the flags say, as the API's keywords: a flag unset by default (option_table's flag_unset:
+    --beam-size, whose value the API's rule picks when sampling) only when given; --no-relative-length as
+    max_length_a=0, max_length_b=None."""
+    decoding = {o.name: getattr(args, o.name) for o in OPTIONS if o.decoding and o.flag is not None
+                and not (o.flag_unset and getattr(args, o.name) is None)}
+    if args.max_length_a is None:
+        decoding.update(max_length_a=0.0, max_length_b=None)
+    return decoding
 
 
 def source_line_bytes(limit: int) -> int:
@@ -292,18 +283,6 @@ def _given(argv: List[str], parser: Callable[[], argparse.ArgumentParser] = tran
     for action in p._actions:
         action.default = argparse.SUPPRESS
     return set(vars(p.parse_args(argv)))
-
-
-def _beam_size(args: Any) -> int:
-    """--beam-size, or when it is not given, the API's (options.with_defaults): 1 where the options sample, its
-    default otherwise; `--sampling-topk 5` alone samples, as `translate_batch(sampling_topk=5)` does (a --beam-size
-    above 1 given with sampling is refused: this runtime samples with one row per hypothesis)."""
-    sampling = DecodingOptions.sampling.fget(args)                  # the API's test of "sampling"
-    if sampling and args.constraints:
-        raise Seq2OnnxError(f"--constraint needs beam search, and --sampling-topk {args.sampling_topk} samples: "
-                            "drop one of them")
-    given = {"sampling_topk": args.sampling_topk, **({} if args.beam_size is None else {"beam_size": args.beam_size})}
-    return with_defaults(given).get("beam_size", DEFAULTS.beam_size)         # the API's rule
 
 
 def check_attention(tr: Any, args: Any) -> None:
@@ -329,13 +308,17 @@ def _translate_and_plot(tr: Any, block: List[Tuple[int, str]], decoding: Dict[st
 
 
 def _check_options(args: Any, **decoding: Any) -> None:
-    """Options the API would refuse, refused before anything is opened or read."""
+    """Options the API would refuse, refused before anything is opened or read (decoding: the API's keywords, its
+    defaults applied: options.with_defaults)."""
+    if getattr(args, "constraints", None) and DecodingOptions.sampling.fget(args):   # the API's test of "sampling"
+        raise Seq2OnnxError(f"--constraint needs beam search, and --sampling-topk {args.sampling_topk} samples: "
+                            "drop one of them")
     if args.max_batch_size < 1:
         raise Seq2OnnxError(f"--max-batch-size must be >= 1, got {args.max_batch_size}")
     try:
         if getattr(args, "constraints", None):                  # what needs no model: the rest, once it is loaded
             normalize_phrases([args.constraints], 1)
-            require_beam(decoding["beam_size"])
+            require_beam(decoding.get("beam_size", DecodingOptions.beam_size))
         if getattr(args, "target_prefix", None) is not None:
             check_text(Arg("target_prefix"), args.target_prefix)
         DecodingOptions.from_kwargs(**decoding)
@@ -475,7 +458,8 @@ def load_translator(args: Any) -> Tuple[Any, int]:
     try:                                # what the vocabulary cannot spell, or too much work, before any line is read
         tr.prefix_ids(None if getattr(args, "target_prefix", None) is None else [args.target_prefix], 1)
         if getattr(args, "constraints", None):
-            check_work("constraints", tr.constraint_ids([args.constraints], 1), _beam_size(args))
+            beam_size = DecodingOptions.from_kwargs(**with_defaults(flag_decoding(args))).beam_size
+            check_work("constraints", tr.constraint_ids([args.constraints], 1), beam_size)
     except ValueError as e:
         raise Seq2OnnxError(cli_message(e)) from e
     limit = tr.config.max_positions if args.max_input_length is None else args.max_input_length
@@ -558,7 +542,7 @@ def score_main(argv: List[str]) -> int:
     p = _model_parser("seq2onnx score", "Score given translations with a model package: the log-probability "
                       "of each target given its source.", SCORE_FORMAT, "SOURCE<TAB>TARGET lines", "scores")
     g = p.add_argument_group("scoring")
-    g.add_argument("--length-penalty", type=float, default=DEFAULTS.length_penalty,
+    g.add_argument("--length-penalty", type=float, default=DecodingOptions.length_penalty,
                    help="SCORE = sum / tokens ** this (default %(default)s: the mean; 0: the sum)")
     g.add_argument("--tokens", action="store_true", help="also print each target piece and its log-prob")
     args = p.parse_args(argv)

@@ -35,7 +35,7 @@ from ..decode.constraints import split_work
 from ..decode.decoding import Decoding, RunningBatch, TextStream, step_limits
 from ..decode.search import BeamSearch
 from ..results import TranslationResult
-from .scheduler import BATCHING_KEYWORDS, SCORE, STREAM, TRANSLATE, Job, Scheduler, stream_options
+from .scheduler import SCORE, STREAM, TRANSLATE, Job, Scheduler
 
 # the shortest length class, in cache positions: jobs that can run at most this many steps share a batch
 MIN_LENGTH_CLASS = 16
@@ -168,10 +168,7 @@ class ContinuousScheduler(Scheduler):
         return max(self.min_length_class, self.translator.engine.capacity_for(steps - 1, 0))
 
     def _request(self, job: Job) -> Any:
-        options = {k: v for k, v in job.options.items() if k not in BATCHING_KEYWORDS}
-        if job.kind == STREAM:
-            options = stream_options(options)
-        return self.translator.prepare_batch(job.texts, **options)
+        return self.translator.prepare_batch(job.texts, job.call, job.decoding)
 
     def _merge_key(self, job: Job, request: Any) -> Any:
         """Jobs with equal keys share one Decoding: translations (not streams) without constraints or sampling

@@ -25,16 +25,16 @@ same, the worker fails the jobs it holds (`self.held`) and starts `run()` again.
 """
 from __future__ import annotations
 
-import json
 import logging
 import math
 import threading
 import time
 from collections import deque
 from concurrent.futures import Future, InvalidStateError
-from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
+from dataclasses import replace
+from typing import Any, Callable, Deque, Dict, Hashable, List, Optional, Sequence, Tuple
 
-from ..options import MAX_BEAM_SIZE, Arg, DecodingOptions, OptionError, with_defaults
+from ..options import MAX_BEAM_SIZE, Arg, DecodingOptions, OptionError, TranslationOptions, with_defaults
 from ..results import TranslationResult
 
 log = logging.getLogger("seq2onnx.serve")
@@ -45,8 +45,6 @@ TRANSLATE, SCORE, STREAM = "translate", "score", "stream"
 PER_TEXT = ("target_prefix", "constraints")
 # translate_batch's keywords that generate_tokens (a stream) does not take; a stream always returns its scores
 NOT_STREAMED = ("return_scores", "max_batch_size", "batch_type")
-# translate_batch's keywords the continuous scheduler sets itself (it batches), for a job's prepare_batch
-BATCHING_KEYWORDS = ("max_batch_size", "batch_type")
 # how a job ended: results, an error (its own fault, or a bug), its client gone, its deadline passed
 OUTCOMES = ("done", "failed", "cancelled", "expired")
 RETRY_AFTER_RANGE = (1, 60)                 # seconds a full queue tells a client to wait (Retry-After)
@@ -74,12 +72,16 @@ class DeadlineExceeded(Exception):
 
 class Job:
     """One request's work: translate `texts` (TRANSLATE, or STREAM: one text, pieces to `on_text`) or score
-    `texts` against `targets` (SCORE), with `options` (translate_batch / score_batch keyword arguments).
+    `texts` against `targets` (SCORE), with `options` (translate_batch / score_batch keyword arguments, as the request
+    gave them). A translation's or a stream's options are decoded as their records say (`call`, `decoding`:
+    Translator.check_options', set by Scheduler.check before the job is queued).
     `future` resolves to List[TranslationResult] (List[ScoringResult] for SCORE), or to an exception."""
 
     def __init__(self, kind: str, texts: List[str], options: Dict[str, Any], *, targets: Optional[List[str]] = None,
                  on_text: Optional[Callable[[str], None]] = None, deadline: Optional[float] = None, rows: int = 0):
         self.kind, self.texts, self.options, self.targets = kind, texts, options, targets
+        self.call: Optional[TranslationOptions] = None      # translate_batch's own keywords
+        self.decoding: Optional[DecodingOptions] = None     # and the options it decodes with
         self.on_text = on_text
         self.deadline = deadline                    # time.monotonic() value, or None
         self.rows = rows                            # decoder rows it takes: texts x max(beam, n-best)
@@ -184,14 +186,14 @@ class Scheduler:
 
     def check(self, job: Job) -> None:
         """A translation's or a stream's options checked against the model as translate_batch checks them before
-        any work but tokenizing (Translator.check_options): every policy refuses a bad option before the job is
-        queued, so that no batch holds a job that would fail its step. What only tokenizing finds (a target prefix
-        the tokenizer cannot spell) fails the job when it is prepared: alone (continuous), or when its batch is
-        retried job by job (run_translate)."""
+        any work but tokenizing (Translator.check_options), and its records set: every policy refuses a bad option
+        before the job is queued, so that no batch holds a job that would fail its step. What only tokenizing finds
+        (a target prefix the tokenizer cannot spell) fails the job when it is prepared: alone (continuous), or when
+        its batch is retried job by job (run_translate)."""
         if job.kind == SCORE:
             return
         options = stream_options(job.options) if job.kind == STREAM else job.options
-        self.translator.check_options(len(job.texts), **options)
+        job.call, job.decoding = self.translator.check_options(len(job.texts), **options)
 
     def rows_of(self, texts: Sequence[str], options: Dict[str, Any]) -> int:
         """Decoder rows the texts take: one per beam (or per sample) each."""
@@ -329,8 +331,7 @@ class Scheduler:
         """A STREAM job on its own: translator.generate_tokens' pieces to emit(), stopped at the next piece once
         the job is not live; its result: the text, token ids, scores and finished of the Hypothesis streamed."""
         try:
-            options = stream_options(job.options)
-            steps = self.translator.generate_tokens(job.texts[0], **_one_text(options))
+            steps = self.translator.stream(job.texts[0], job.call, job.decoding)
             pieces = []
             while True:
                 try:
@@ -353,26 +354,25 @@ class Scheduler:
         except Exception as e:  # noqa: BLE001
             self.fail(job, e)
 
-    def run_translate(self, jobs: List[Job], options: Dict[str, Any]) -> None:
-        """Jobs of equal `options` (PER_TEXT aside) in one translate_batch; its results split back. A batch that
-        fails is retried job by job, so that only the job at fault gets the error."""
+    def run_translate(self, jobs: List[Job]) -> None:
+        """Jobs of equal options (PER_TEXT aside: batch_key) in one translate_batch; its results split back. A batch
+        that fails is retried job by job, so that only the job at fault gets the error."""
         jobs = [j for j in jobs if j.live or self._drop(j)]
         if not jobs:
             return
         texts = [t for j in jobs for t in j.texts]
-        merged = dict(options)
-        for key in PER_TEXT:
-            if any(key in j.options for j in jobs):
-                merged[key] = [x for j in jobs for x in j.options.get(key) or [None] * len(j.texts)]
+        joined = {key: [x for j in jobs for x in getattr(j.call, key) or [None] * len(j.texts)] for key in PER_TEXT
+                  if any(getattr(j.call, key) is not None for j in jobs)}
+        call = replace(jobs[0].call, **joined) if len(jobs) > 1 else jobs[0].call
         self.running_rows = sum(j.rows for j in jobs)
         try:
-            results = self.translator.translate_batch(texts, **merged)
+            results = self.translator.run_batch(texts, call, jobs[0].decoding)
         except Exception as e:  # noqa: BLE001
             if len(jobs) == 1:
                 self.fail(jobs[0], e)
             else:
                 for job in jobs:
-                    self.run_translate([job], options)
+                    self.run_translate([job])
             return
         finally:
             self.running_rows = 0
@@ -400,7 +400,7 @@ class Scheduler:
         elif job.kind == STREAM:
             self.run_stream(job)
         else:
-            self.run_translate([job], job.options)
+            self.run_translate([job])
 
     def run(self) -> None:
         """The policy's loop (see the module docstring)."""
@@ -427,18 +427,6 @@ def stream_options(options: Dict[str, Any]) -> Dict[str, Any]:
     return {k: v for k, v in options.items() if k not in NOT_STREAMED}
 
 
-def _one_text(options: Dict[str, Any]) -> Dict[str, Any]:
-    """A stream's options: PER_TEXT lists (of one entry) as generate_tokens' single values."""
-    out = dict(options)
-    for key in PER_TEXT:
-        if out.get(key) is not None:
-            value = out[key]
-            if not isinstance(value, list) or len(value) != 1:
-                raise OptionError(Arg(key), " must hold one entry: a stream translates one text")
-            out[key] = value[0]
-    return out
-
-
 class RequestScheduler(Scheduler):
     """One translate_batch per request, in arrival order: what a server without batching does."""
 
@@ -454,17 +442,17 @@ class RequestScheduler(Scheduler):
             self.run_one(jobs[0])
 
 
-def batch_key(options: Dict[str, Any], defaults: Dict[str, Any]) -> Optional[str]:
-    """Jobs with equal keys may share one translate_batch: their options, PER_TEXT aside. None: the job runs
-    alone (options JSON cannot spell, or sampling, whose random draws depend on the batch). defaults: the
-    package's generation defaults, under the options."""
-    rest = {k: v for k, v in options.items() if k not in PER_TEXT}
-    if {**defaults, **rest}.get("sampling_topk", 1) != 1:
+def batch_key(job: Job) -> Optional[Hashable]:
+    """Jobs with equal keys may share one translate_batch: their records, PER_TEXT aside. None: the job runs alone
+    (a stream, a score; or sampling, whose random draws depend on the batch)."""
+    if job.kind != TRANSLATE or job.call is None or job.decoding is None or job.decoding.sampling:
         return None
+    key = replace(job.call, **dict.fromkeys(PER_TEXT)), job.decoding
     try:
-        return json.dumps(rest, sort_keys=True)
-    except (TypeError, ValueError):
+        hash(key)
+    except TypeError:                   # a value of its own type (a Python caller's): alone
         return None
+    return key
 
 
 class DynamicScheduler(Scheduler):
@@ -501,16 +489,11 @@ class DynamicScheduler(Scheduler):
             self.run_jobs(jobs)
 
     def run_jobs(self, jobs: List[Job]) -> None:
-        groups: Dict[str, List[Job]] = {}
-        alone: List[Job] = []
+        groups: Dict[Hashable, List[Job]] = {}
         order: List[Tuple[str, Any]] = []
         for job in jobs:
-            key = batch_key(job.options, self.translator.package.generation) if job.kind == TRANSLATE else None
-            if any(k in job.options and not (isinstance(job.options[k], list) and len(job.options[k]) == len(job.texts))
-                   for k in PER_TEXT):
-                key = None                      # not one entry per text: alone, so its error is its own
+            key = batch_key(job)
             if key is None:
-                alone.append(job)
                 order.append(("alone", job))
             else:
                 if key not in groups:
@@ -520,8 +503,7 @@ class DynamicScheduler(Scheduler):
             if what == "alone":
                 self.run_one(item)
             else:
-                group = groups[item]
-                self.run_translate(group, {k: v for k, v in group[0].options.items() if k not in PER_TEXT})
+                self.run_translate(groups[item])
 
 
 POLICIES = {"request": RequestScheduler, "dynamic": DynamicScheduler}

@@ -13,7 +13,9 @@ import pytest
 from seq2onnx.runtime.cli import commands
 from seq2onnx.runtime.errors import Seq2OnnxError
 from seq2onnx.runtime.option_table import (BY_NAME, OPTIONS, SERVED, form_options, json_schema, request_options)
-from seq2onnx.runtime.options import DecodingOptions, OptionError, OptionTypeError
+from seq2onnx.runtime.options import (BATCH_TYPES, BEAM_RULES, DecodingOptions, OptionError, OptionTypeError,
+                                      TranslationOptions)
+from seq2onnx.runtime.serve.scheduler import TRANSLATE, Job, RequestScheduler, batch_key
 from seq2onnx.runtime.translator import Translator
 
 SHIPPED = "numbers-en-de"
@@ -39,6 +41,68 @@ def test_the_table_holds_every_decoding_option_and_every_keyword_of_translate_ba
         assert o.kind.accepts(o.default) or isinstance(o.default, tuple), o.name     # a default is a value it spells
     for name, default in keywords(Translator.score_batch).items():   # `score` shares the batching flags
         assert BY_NAME[name].default == default, name
+
+
+def test_the_table_is_read_from_the_two_records_and_translate_batch_keeps_their_keywords():
+    """Names, kinds and defaults come from DecodingOptions' and TranslationOptions' fields; translate_batch's own
+    keywords are TranslationOptions' fields, with its defaults (its signature cannot drift from the record)."""
+    assert [o.name for o in OPTIONS] == [f.name for f in (*fields(DecodingOptions), *fields(TranslationOptions))]
+    assert keywords(Translator.translate_batch) == TranslationOptions().to_dict()
+    assert {o.name: o.default for o in OPTIONS if not o.decoding} == TranslationOptions().to_dict()
+    assert BY_NAME["batch_type"].kind.choices == BATCH_TYPES and BY_NAME["beam_rules"].kind.choices == BEAM_RULES
+    assert [BY_NAME[n].kind.nullable for n in ("seed", "max_input_length", "beam_size", "return_scores")] == \
+        [True, True, False, False]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"max_batch_size": -1}, "max_batch_size must be an integer >= 0, got -1"),
+    ({"max_batch_size": 2.0}, "max_batch_size must be an integer >= 0, got 2.0"),
+    ({"batch_type": "rows"}, "batch_type must be one of examples, tokens, got 'rows'"),
+    ({"return_alignment": "yes"}, "return_alignment must be True or False, got 'yes'"),
+])
+def test_translate_batchs_own_keywords_are_checked_by_their_record_in_translate_batchs_words(kwargs, message):
+    with pytest.raises(OptionError) as e:
+        TranslationOptions(**kwargs)
+    assert str(e.value) == message
+    with pytest.raises(OptionError) as e:
+        Translator(SHIPPED, device="cpu").translate_batch(["three"], **kwargs)
+    assert str(e.value) == message
+
+
+def test_check_options_makes_the_records_that_translate_batch_decodes_with():
+    """The one place that turns translate_batch's keywords into records: each record as its keywords say, over the
+    package's defaults; the server's jobs hold them, and run_batch with them is translate_batch."""
+    tr = Translator(SHIPPED, device="cpu")
+    kwargs = dict(beam_size=2, num_hypotheses=2, return_scores=True, max_batch_size=1, target_prefix=[None, None])
+    call, decoding = tr.check_options(2, **kwargs)
+    assert call == TranslationOptions(max_batch_size=1, return_scores=True, target_prefix=[None, None])
+    assert decoding == DecodingOptions.from_kwargs(**{**tr.package.generation, "beam_size": 2, "num_hypotheses": 2})
+    assert tr.check_options(1, sampling_topk=5)[1].beam_size == 1              # options.with_defaults' rule
+    texts = ["three hundred and one", "seven"]
+    assert tr.run_batch(texts, call, decoding) == tr.translate_batch(texts, **kwargs)
+    with pytest.raises(OptionError, match="^unknown decoding option.*; and translate_batch's own: batch_type, "):
+        tr.check_options(1, beam=2)
+
+
+def test_the_servers_jobs_hold_the_records_and_jobs_of_equal_records_share_a_batch():
+    tr = Translator(SHIPPED, device="cpu")
+    kwargs = {"beam_size": 2, "target_prefix": ["drei", None]}
+    scheduler = RequestScheduler(tr).start()
+    try:
+        job = scheduler.submit(TRANSLATE, ["three", "seven"], kwargs)
+        results = job.future.result(timeout=120)
+    finally:
+        scheduler.close()
+    assert (job.call, job.decoding) == tr.check_options(2, **kwargs)
+    assert results == tr.translate_batch(["three", "seven"], **kwargs)
+    # the dynamic policy's groups: equal records, whatever a request spelled out (its per-text lists aside); a
+    # sampling job alone
+    jobs = [Job(TRANSLATE, ["three"], o) for o in ({}, {"beam_size": 4}, {"target_prefix": ["drei"]},
+                                                   {"sampling_topk": 5}, {"beam_size": 2})]
+    for j in jobs:
+        j.call, j.decoding = tr.check_options(1, **j.options)
+    keys = [batch_key(j) for j in jobs]
+    assert keys[0] == keys[1] == keys[2] and keys[3] is None and keys[4] not in (keys[0], None)
 
 
 def test_each_line_is_complete():

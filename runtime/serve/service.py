@@ -20,7 +20,7 @@ from starlette.types import Receive, Scope, Send
 
 from ..decode.decoding import step_limits
 from ..errors import Seq2OnnxError, printable
-from ..options import DecodingOptions, OptionError
+from ..options import DecodingOptions, OptionError, with_defaults
 from ..text_input import token_ids
 from ..translator import SURROGATE
 from .metrics import Metrics
@@ -119,7 +119,7 @@ def request_cost(translator: Any, kind: str, texts: Sequence[str], options: Dict
     config = translator.config
     if kind == SCORE:
         return Cost(0, 0, len(texts) * (config.max_positions * ANSWER_BYTES_PER_TOKEN + ANSWER_BYTES_PER_HYPOTHESIS))
-    given = {**translator.package.generation, **options}
+    given = with_defaults(options, translator.package.generation)     # the options translate_batch decodes with
     try:
         decoding = DecodingOptions.from_kwargs(**{k: v for k, v in given.items() if k in DECODING_FIELDS})
     except (OptionError, TypeError, ValueError):

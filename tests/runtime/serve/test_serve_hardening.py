@@ -82,6 +82,15 @@ def test_costly_requests_are_400_naming_the_flag(server, body, message):
     assert message in one_line_error(post(server, "/v1/translate", body), 400)
 
 
+def test_sampling_without_a_beam_size_has_the_budget_of_beam_1(server):
+    """Sampling with no beam_size decodes at beam 1 whatever the package's default beam (options.with_defaults): the
+    request's cost is reckoned with the same rule, not skipped as an option translate_batch would refuse."""
+    body = {"texts": ["seven"], "sampling_topk": 0, "num_hypotheses": 256, "max_decoding_length": 100000,
+            "max_length_a": 0, "max_length_b": None}
+    assert "(--max-request-tokens)" in one_line_error(post(server, "/v1/translate", body), 400)
+    assert "(--max-request-tokens)" in one_line_error(post(server, "/v1/translate", {**body, "beam_size": 1}), 400)
+
+
 def test_a_stream_has_the_same_budgets(server):
     body = {"text": "seven", "beam_size": 64, "max_decoding_length": 100, "max_length_a": 0, "max_length_b": None}
     assert "(--max-request-tokens)" in one_line_error(post(server, "/v1/translate/stream", body), 400)

@@ -34,7 +34,7 @@ from .decode.search import Hypothesis
 from .errors import ModelPackageError
 from .package.manifest import UNCHECKED, ModelPackage, read_package
 from .results import ScoringResult, TranslationResult
-from .options import (DEFAULT_MAX_BATCH_SIZE, MAX_CHARS_PER_TOKEN, Arg, DecodingOptions, OptionError, OptionTypeError,
+from .options import (DEFAULT_MAX_BATCH_SIZE, MAX_CHARS_PER_TOKEN, Arg, BatchType, DecodingOptions, OptionError, OptionTypeError,
                       OptionWarning, TranslationOptions, check_choice, check_count, check_ids, check_text,
                       with_defaults)
 from .engine.loader import open_engine
@@ -283,7 +283,9 @@ class Translator:
             return [], {}
         source = langs.pick("source", source_lang, "source_lang")
         target = langs.pick("target", target_lang, "target_lang")
-        prefix = [ids[source]] if langs.source_token else []
+        prefix = [ids[source]] if langs.source_token and source is not None else []
+        if target is None:                  # the model needs no target language (pick raises where it does)
+            return prefix, {}
         if langs.target_token == "source_prefix":
             prefix.append(ids[target])
         return prefix, ({"forced_bos_id": ids[target]} if langs.target_token == "forced_bos" else {})
@@ -306,7 +308,7 @@ class Translator:
 
     # --- the API ---------------------------------------------------------------------------------
     def translate_ids(self, sources: Sequence[Sequence[int]], max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
-                      batch_type: str = "examples",
+                      batch_type: BatchType = "examples",
                       target_prefix_ids: Optional[Sequence[Sequence[int]]] = None,
                       constraint_ids: Optional[Sequence[Optional[Sequence[Sequence[int]]]]] = None,
                       **decoding: Any) -> List[List[Hypothesis]]:
@@ -351,7 +353,7 @@ class Translator:
         return results
 
     def translate_batch(self, texts: Sequence[str], max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
-                        batch_type: str = "examples",
+                        batch_type: BatchType = "examples",
                         max_input_length: Optional[int] = None, return_scores: bool = False,
                         target_prefix: Optional[Sequence[Optional[str]]] = None, return_alignment: bool = False,
                         constraints: Optional[Sequence[Optional[Sequence[str]]]] = None,
@@ -445,19 +447,22 @@ class Translator:
         return_scores, return_alignment = request.call.return_scores, request.call.return_alignment
         todo, sources, truncated = request.todo, request.sources, request.truncated
         zero = [0.0] if return_scores else None
-        results = [TranslationResult([""], [[]], zero and [0.0], zero and [0.0], finished=[True]) if is_blank(t)
-                   else None for t in texts]
+        translated: Dict[int, TranslationResult] = {}
         for i, h, cut, source in zip(todo, hyps, truncated, sources):
             ids = [x.tokens for x in h]
-            results[i] = TranslationResult(
+            translated[i] = TranslationResult(
                 self.detokenizer.decode_batch(ids), ids,
                 [x.score for x in h] if return_scores else None,
                 [x.normalized_score for x in h] if return_scores else None, cut, [x.finished for x in h],
                 source_unknown_tokens=source.count(self.config.unk_id))
             if phrases is not None:
-                results[i].constraints_met = [x.missing_constraints == 0 for x in h]
-        for i in (i for i, t in enumerate(texts) if is_blank(t) and phrases is not None):   # not translated
-            results[i].constraints_met = [not phrases[i]]
+                translated[i].constraints_met = [x.missing_constraints == 0 for x in h]
+        # request.todo holds every text that is not blank
+        results = [TranslationResult([""], [[]], zero and [0.0], zero and [0.0], finished=[True]) if is_blank(t)
+                   else translated[i] for i, t in enumerate(texts)]
+        if phrases is not None:
+            for i in (i for i, t in enumerate(texts) if is_blank(t)):           # not translated
+                results[i].constraints_met = [not phrases[i]]
         if options.return_attention or return_alignment:
             for i, h, source in zip(todo, hyps, sources):
                 self._attach_attention(results[i], h, source, options.return_attention, return_alignment)
@@ -477,7 +482,7 @@ class Translator:
             result.alignment = [hard_alignment(r, src, self.pieces(h.tokens)) for r, h in zip(rows, hyps)]
 
     def score_ids(self, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]],
-                  max_batch_size: int = DEFAULT_MAX_BATCH_SIZE, batch_type: str = "examples") -> List[List[float]]:
+                  max_batch_size: int = DEFAULT_MAX_BATCH_SIZE, batch_type: BatchType = "examples") -> List[List[float]]:
         """Id-level scoring: sources end with EOS, targets do not (EOS is scored after them).
         -> per pair, the log-prob of each target id and of EOS (decoding.score)."""
         call = TranslationOptions(max_batch_size=max_batch_size, batch_type=batch_type)
@@ -493,7 +498,7 @@ class Translator:
         return results
 
     def score_batch(self, sources: Sequence[str], targets: Sequence[str],
-                    max_batch_size: int = DEFAULT_MAX_BATCH_SIZE, batch_type: str = "examples",
+                    max_batch_size: int = DEFAULT_MAX_BATCH_SIZE, batch_type: BatchType = "examples",
                     max_input_length: Optional[int] = None) -> List[ScoringResult]:
         """The model's log-probability of each target given its source, token by token (CTranslate2's
         score_batch): one ScoringResult(tokens, log_probs) per pair, EOS last; sum(log_probs) is the score

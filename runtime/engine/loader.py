@@ -8,14 +8,13 @@ import onnxruntime as ort
 
 from ..package.config import ModelConfig
 from ..package.external_data import ExternalGraph
-from .base import Engine
 from .cpu import ArrayEngine
-from .session import SPINNING, SessionConfig, open_session, return_free_heap
+from .session import SPINNING, GraphEngine, SessionConfig, open_session, return_free_heap
 
 
 def open_engine(encoder_path: Any, decoder_path: Any, config: ModelConfig, sc: SessionConfig,
                 cross_per_sentence: bool = False, read: Optional[Callable[[Any], Union[bytes, ExternalGraph]]] = None,
-                format_version: Optional[int] = None, few_rows: Optional[Tuple[Any, int]] = None) -> Engine:
+                format_version: Optional[int] = None, few_rows: Optional[Tuple[Any, int]] = None) -> GraphEngine:
     """The engine for a resolved device: ArrayEngine on CPU, IoBindingEngine on CUDA. read: the package's reader of a
     graph's checked bytes (ModelPackage.read_graph), called for each graph right before its session is built, so that
     one graph's bytes at a time are in memory (open_session lets go of them); None: onnxruntime reads the paths.

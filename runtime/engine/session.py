@@ -131,9 +131,9 @@ def open_session(path: Any, graph: str, config: ModelConfig, sc: SessionConfig,
     checked against the contract of `format_version` (the package's; None: the decoder contract the graph's inputs
     show). spinning: SPINNING's mode for it (None: the graph's)."""
     options = sc.session_options(spinning or SPINNING[graph])
-    weights = data if isinstance(data, ExternalGraph) else None
-    if weights is not None:
-        data = weights.model
+    weights: Optional[ExternalGraph] = None
+    if isinstance(data, ExternalGraph):
+        weights, data = data, data.model
         weights.session_options(options, sc.device)
     # On CUDA, onnxruntime warns at load for each ScatterND without reduction (a format-2 step's cache write, 2 per
     # layer) that repeated indices are unsafe: ours never repeat (one position per row and head).
@@ -199,6 +199,8 @@ def check_graph_io(sess: ort.InferenceSession, path: Any, graph: str, config: Mo
         raise ModelPackageError(f"{path}: graph inputs/outputs {got_in} -> {got_out} do not match the "
                                 f"{graph} contract of format_version {format_version} for {config.decoder_layers} "
                                 f"decoder layers; re-export the model")
+    types: Tuple[str, ...]
+    want: List[Optional[int]]
     for arg in sess.get_inputs() + sess.get_outputs():
         if arg.name in ID_INPUTS:
             types, want = ("tensor(int64)",), [None, None]

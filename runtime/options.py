@@ -155,6 +155,11 @@ def _check_float(name: str, value: Any, allowed: str, test) -> None:
         raise OptionError(Arg(name), f" must be a number {allowed}, got {shorten(repr(value))}")
 
 
+def samples(sampling_topk: object) -> bool:
+    """Whether these options sample: sampling_topk other than 1 (CTranslate2's convention)."""
+    return sampling_topk != 1
+
+
 @dataclass(frozen=True)
 class DecodingOptions:
     """How to decode. Sampling is on when sampling_topk != 1 (CTranslate2's convention)."""
@@ -238,7 +243,7 @@ class DecodingOptions:
 
     @property
     def sampling(self) -> bool:
-        return self.sampling_topk != 1
+        return samples(self.sampling_topk)
 
     def check_vocabulary(self, vocab_size: int) -> "DecodingOptions":
         """The token ids these options name (suppress_ids, forced_bos_id) checked against a model's vocabulary
@@ -316,6 +321,6 @@ def with_defaults(given: Mapping[str, Any], defaults: Optional[Mapping[str, Any]
     `translate_batch(texts, sampling_topk=5)` samples as it does in CTranslate2 instead of failing on a default beam
     size. A beam_size above 1 given with sampling stays an error (DecodingOptions)."""
     options = {**(defaults or {}), **given}
-    if "beam_size" not in given and options.get("sampling_topk", DecodingOptions.sampling_topk) != 1:
+    if "beam_size" not in given and samples(options.get("sampling_topk", DecodingOptions.sampling_topk)):
         options["beam_size"] = 1
     return options

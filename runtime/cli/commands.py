@@ -9,7 +9,7 @@ import itertools
 import re
 import warnings
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import Any, BinaryIO, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 from .main import OneLineParser, terminate_raises
 from .cli_io import (PROG, UTF8_MAX_BYTES, Progress, decode_line, open_output, open_path, read_lines, stdin_bytes,
@@ -17,7 +17,7 @@ from .cli_io import (PROG, UTF8_MAX_BYTES, Progress, decode_line, open_output, o
 from ..decode.alignment import format_alignment
 from ..errors import Seq2OnnxError, printable
 from ..decode.constraints import check_work, normalize_phrases, require_beam
-from ..options import MAX_CHARS_PER_TOKEN, Arg, DecodingOptions, NamesArgs, check_text, with_defaults
+from ..options import MAX_CHARS_PER_TOKEN, Arg, DecodingOptions, NamesArgs, check_text, samples, with_defaults
 from ..option_table import BOOL, OPTIONS
 
 # the help sections of option_table's groups
@@ -173,7 +173,7 @@ def _flags() -> Dict[str, str]:
     return flags
 
 
-def cli_message(error: Exception) -> str:
+def cli_message(error: Union[Exception, str]) -> str:
     """An error or warning of the Python API as the command line says it: the arguments an options.OptionError or
     OptionWarning names, named by their flags."""
     if isinstance(error, NamesArgs):
@@ -310,7 +310,7 @@ def _translate_and_plot(tr: Any, block: List[Tuple[int, str]], decoding: Dict[st
 def _check_options(args: Any, **decoding: Any) -> None:
     """Options the API would refuse, refused before anything is opened or read (decoding: the API's keywords, its
     defaults applied: options.with_defaults)."""
-    if getattr(args, "constraints", None) and DecodingOptions.sampling.fget(args):   # the API's test of "sampling"
+    if getattr(args, "constraints", None) and samples(args.sampling_topk):   # the API's test of "sampling"
         raise Seq2OnnxError(f"--constraint needs beam search, and --sampling-topk {args.sampling_topk} samples: "
                             "drop one of them")
     if args.max_batch_size < 1:
@@ -459,7 +459,9 @@ def load_translator(args: Any) -> Tuple[Any, int]:
         tr.prefix_ids(None if getattr(args, "target_prefix", None) is None else [args.target_prefix], 1)
         if getattr(args, "constraints", None):
             beam_size = DecodingOptions.from_kwargs(**with_defaults(flag_decoding(args))).beam_size
-            check_work("constraints", tr.constraint_ids([args.constraints], 1), beam_size)
+            phrases = tr.constraint_ids([args.constraints], 1)
+            if phrases is not None:                     # None: no constraints
+                check_work("constraints", phrases, beam_size)
     except ValueError as e:
         raise Seq2OnnxError(cli_message(e)) from e
     limit = tr.config.max_positions if args.max_input_length is None else args.max_input_length

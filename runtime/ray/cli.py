@@ -206,6 +206,7 @@ class TextWriter(Writer):
     """`seq2onnx translate`'s bytes (the OUTPUT column) to OUTPUT; errors and warnings to the errors file."""
 
     def write(self, batch: Any) -> None:
+        assert self.errors is not None                  # a text OUTPUT has its errors file (translate_dataset_main)
         super().write(batch)
         self.out.write(b"".join(batch.column(OUTPUT).to_pylist()))
         paths = batch.column(PATH).to_pylist() if PATH in batch.column_names else None

@@ -115,10 +115,10 @@ class RowsDatasource(FileBasedDatasource):
             ids = batch.column(self.id_column).to_pylist() if self.id_column is not None else None
             for i, text in enumerate(batch.column(self.text_column).to_pylist()):
                 number += 1
-                row = {LINE: number, self.text_column: text if isinstance(text, str) else None,
+                row: Dict[str, Any] = {LINE: number, self.text_column: text if isinstance(text, str) else None,
                        ERROR: None if isinstance(text, str) else _no_text(self.text_column, text, True),
                        WARNINGS: []}
-                if ids is not None:
+                if ids is not None and self.id_column is not None:
                     row[self.id_column] = ids[i]
                 yield row
 

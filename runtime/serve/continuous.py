@@ -135,8 +135,8 @@ class ContinuousScheduler(Scheduler):
         A batch whose add fails is broken (_broken)."""
         by_group: Dict[Tuple[int, ...], List[Decoding]] = {}
         for d in decodings:
-            group = self._group_of(d)
-            by_group.setdefault(group if alone is None else (*group, alone), []).append(d)
+            at = self._group_of(d)
+            by_group.setdefault(at if alone is None else (*at, alone), []).append(d)
         for key, group in by_group.items():
             held = {id(d) for r in self.running for d in r.decodings}
             group = [d for d in group if id(d) in held]        # not those of a job an earlier group's _broken took
@@ -309,7 +309,7 @@ class ContinuousScheduler(Scheduler):
         hyps = running.hypotheses()
         try:
             if running.stream is not None:
-                results = self._stream_result(running, hyps)
+                results = self._stream_result(running, running.stream, hyps)
             else:
                 results = self.translator.batch_results(request, hyps)
         except Exception as e:  # noqa: BLE001
@@ -317,14 +317,14 @@ class ContinuousScheduler(Scheduler):
             return
         self.finish_translations(job, results)
 
-    def _stream_result(self, running: _Running, hyps: List[Any]) -> List[TranslationResult]:
+    def _stream_result(self, running: _Running, stream: TextStream, hyps: List[Any]) -> List[TranslationResult]:
         if not hyps:                                            # a blank text: the empty translation
             return [TranslationResult([""], [[]], [0.0], [0.0], finished=[True])]
         best = hyps[0][0]
-        piece = running.stream.final(best.tokens)
+        piece = stream.final(best.tokens)
         if piece:
             self.emit(running.job, piece)
-        return [TranslationResult([running.stream.emitted], [list(best.tokens)], [best.score],
+        return [TranslationResult([stream.emitted], [list(best.tokens)], [best.score],
                                   [best.normalized_score], finished=[best.finished])]
 
     def _count_rows(self) -> None:

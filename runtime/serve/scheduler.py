@@ -32,7 +32,7 @@ import time
 from collections import deque
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import replace
-from typing import Any, Callable, Deque, Dict, Hashable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Deque, Dict, Hashable, List, Optional, Protocol, Sequence, Tuple
 
 from ..options import MAX_BEAM_SIZE, Arg, DecodingOptions, OptionError, TranslationOptions, with_defaults
 from ..results import TranslationResult
@@ -78,7 +78,7 @@ class Job:
     `future` resolves to List[TranslationResult] (List[ScoringResult] for SCORE), or to an exception."""
 
     def __init__(self, kind: str, texts: List[str], options: Dict[str, Any], *, targets: Optional[List[str]] = None,
-                 on_text: Optional[Callable[[str], None]] = None, deadline: Optional[float] = None, rows: int = 0):
+                 on_text: Optional[Callable[[str], object]] = None, deadline: Optional[float] = None, rows: int = 0):
         self.kind, self.texts, self.options, self.targets = kind, texts, options, targets
         self.call: Optional[TranslationOptions] = None      # translate_batch's own keywords
         self.decoding: Optional[DecodingOptions] = None     # and the options it decodes with
@@ -129,6 +129,40 @@ def _resolve(future: Future, result: Any = None, error: Optional[BaseException] 
         return False
 
 
+class Schedules(Protocol):
+    """What the app, the metrics and the loader ask of a model's scheduler: a Scheduler, or a SchedulerPool of
+    several (pool.py)."""
+
+    @property
+    def translator(self) -> Any: ...
+    @property
+    def policy(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def alive(self) -> bool: ...
+    @property
+    def queue_depth(self) -> int: ...
+    @property
+    def running_rows(self) -> int: ...
+    @property
+    def tokens_generated(self) -> int: ...
+    @property
+    def joined_running(self) -> int: ...
+    @property
+    def decoder_steps(self) -> int: ...
+    @property
+    def outcomes(self) -> Dict[str, int]: ...
+
+    def submit(self, kind: str, texts: Sequence[str], options: Optional[Dict[str, Any]] = None, *,
+               targets: Optional[Sequence[str]] = None, on_text: Optional[Callable[[str], object]] = None,
+               timeout: Optional[float] = None) -> Job: ...
+
+    def rows_of(self, texts: Sequence[str], options: Dict[str, Any]) -> int: ...
+
+    def close(self, drain: bool = True, timeout: Optional[float] = None) -> None: ...
+
+
 class Scheduler:
     """The base: the queue, the worker thread, and what a policy's `run()` uses (take, pending, emit, finish,
     fail, run_score, run_stream, count_tokens). Metrics read queue_depth, running_rows, tokens_generated,
@@ -161,7 +195,7 @@ class Scheduler:
 
     # --- the app's side ----------------------------------------------------------------------------------
     def submit(self, kind: str, texts: Sequence[str], options: Optional[Dict[str, Any]] = None, *,
-               targets: Optional[Sequence[str]] = None, on_text: Optional[Callable[[str], None]] = None,
+               targets: Optional[Sequence[str]] = None, on_text: Optional[Callable[[str], object]] = None,
                timeout: Optional[float] = None) -> Job:
         """Queue a job and return it at once; QueueFull when max_queue jobs wait, Closed once close() began. A job
         whose options the model refuses (check) is returned resolved with its error, never queued."""
@@ -361,9 +395,11 @@ class Scheduler:
         if not jobs:
             return
         texts = [t for j in jobs for t in j.texts]
-        joined = {key: [x for j in jobs for x in getattr(j.call, key) or [None] * len(j.texts)] for key in PER_TEXT
+        joined: Dict[str, Any] = {key: [x for j in jobs for x in getattr(j.call, key) or [None] * len(j.texts)] for key in PER_TEXT
                   if any(getattr(j.call, key) is not None for j in jobs)}
-        call = replace(jobs[0].call, **joined) if len(jobs) > 1 else jobs[0].call
+        first = jobs[0].call
+        assert first is not None                    # check() made it before the job was queued
+        call = replace(first, **joined) if len(jobs) > 1 else first
         self.running_rows = sum(j.rows for j in jobs)
         try:
             results = self.translator.run_batch(texts, call, jobs[0].decoding)
@@ -447,7 +483,8 @@ def batch_key(job: Job) -> Optional[Hashable]:
     (a stream, a score; or sampling, whose random draws depend on the batch)."""
     if job.kind != TRANSLATE or job.call is None or job.decoding is None or job.decoding.sampling:
         return None
-    key = replace(job.call, **dict.fromkeys(PER_TEXT)), job.decoding
+    cleared: Dict[str, Any] = dict.fromkeys(PER_TEXT)
+    key = replace(job.call, **cleared), job.decoding
     try:
         hash(key)
     except TypeError:                   # a value of its own type (a Python caller's): alone

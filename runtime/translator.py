@@ -23,7 +23,7 @@ import os
 import re
 import warnings
 from dataclasses import replace
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Generator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -530,7 +530,8 @@ class Translator:
 
     def generate_tokens(self, text: str, max_input_length: Optional[int] = None, target_prefix: Optional[str] = None,
                         constraints: Optional[Sequence[str]] = None, source_lang: Optional[str] = None,
-                        target_lang: Optional[str] = None, **decoding: Any) -> Iterator[str]:
+                        target_lang: Optional[str] = None,
+                        **decoding: Any) -> Generator[str, None, Optional[Hypothesis]]:
         """Stream the best translation of one text as text pieces; "".join(pieces) == translate(text).
 
         Greedy and sampling yield each token's text as it is chosen. Beam search yields the
@@ -548,7 +549,8 @@ class Translator:
         options = self._decoding_options(self.generate_tokens, {**implied, **decoding})
         return (yield from self.stream(text, call, options))
 
-    def stream(self, text: str, call: TranslationOptions, options: DecodingOptions) -> Iterator[str]:
+    def stream(self, text: str, call: TranslationOptions,
+               options: DecodingOptions) -> Generator[str, None, Optional[Hypothesis]]:
         """generate_tokens with its records (check_options' for one text; the server's streams): its target_prefix
         and constraints one entry, for the text."""
         lang_prefix, _ = self._languages(call.source_lang, call.target_lang)

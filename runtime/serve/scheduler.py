@@ -32,10 +32,14 @@ import time
 from collections import deque
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import replace
-from typing import Any, Callable, Deque, Dict, Hashable, List, Optional, Protocol, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, Hashable, List, Optional, Protocol, Sequence, Tuple
 
 from ..options import MAX_BEAM_SIZE, Arg, DecodingOptions, OptionError, TranslationOptions, with_defaults
 from ..results import TranslationResult
+
+if TYPE_CHECKING:
+    from ..translator import Translator
+
 
 log = logging.getLogger("seq2onnx.serve")
 
@@ -92,6 +96,11 @@ class Job:
         self.ended: Optional[float] = None
         self._cancelled = False
 
+    def records(self) -> Tuple[TranslationOptions, DecodingOptions]:
+        """A translation's or a stream's records (call, decoding), which Scheduler.check set before it was queued."""
+        assert self.call is not None and self.decoding is not None
+        return self.call, self.decoding
+
     def cancel(self) -> None:
         """Its client went away (or its deadline passed, app side): resolve it with Cancelled now; the worker
         drops its rows at the next step (a batch already inside translate_batch finishes, its results unused)."""
@@ -134,7 +143,7 @@ class Schedules(Protocol):
     several (pool.py)."""
 
     @property
-    def translator(self) -> Any: ...
+    def translator(self) -> Translator: ...
     @property
     def policy(self) -> str: ...
     @property
@@ -171,7 +180,7 @@ class Scheduler:
 
     policy = "base"
 
-    def __init__(self, translator: Any, max_queue: int = 256, max_batch_rows: int = 256, name: str = "model"):
+    def __init__(self, translator: Translator, max_queue: int = 256, max_batch_rows: int = 256, name: str = "model"):
         self.translator = translator
         self.name = name
         self.max_queue = max_queue
@@ -357,6 +366,7 @@ class Scheduler:
     def run_score(self, job: Job) -> None:
         """A SCORE job: translator.score_batch, on its own."""
         try:
+            assert job.targets is not None                  # a SCORE job has its targets (Service.submit)
             self.finish(job, self.translator.score_batch(job.texts, job.targets, **job.options))
         except Exception as e:  # noqa: BLE001 - one job's fault is that job's answer
             self.fail(job, e)
@@ -365,7 +375,7 @@ class Scheduler:
         """A STREAM job on its own: translator.generate_tokens' pieces to emit(), stopped at the next piece once
         the job is not live; its result: the text, token ids, scores and finished of the Hypothesis streamed."""
         try:
-            steps = self.translator.stream(job.texts[0], job.call, job.decoding)
+            steps = self.translator.stream(job.texts[0], *job.records())
             pieces = []
             while True:
                 try:
@@ -395,14 +405,14 @@ class Scheduler:
         if not jobs:
             return
         texts = [t for j in jobs for t in j.texts]
-        joined: Dict[str, Any] = {key: [x for j in jobs for x in getattr(j.call, key) or [None] * len(j.texts)] for key in PER_TEXT
-                  if any(getattr(j.call, key) is not None for j in jobs)}
-        first = jobs[0].call
-        assert first is not None                    # check() made it before the job was queued
+        joined: Dict[str, Any] = {
+            key: [x for j in jobs for x in getattr(j.call, key) or [None] * len(j.texts)] for key in PER_TEXT
+            if any(getattr(j.call, key) is not None for j in jobs)}
+        first, decoding = jobs[0].records()
         call = replace(first, **joined) if len(jobs) > 1 else first
         self.running_rows = sum(j.rows for j in jobs)
         try:
-            results = self.translator.run_batch(texts, call, jobs[0].decoding)
+            results = self.translator.run_batch(texts, call, decoding)
         except Exception as e:  # noqa: BLE001
             if len(jobs) == 1:
                 self.fail(jobs[0], e)
@@ -499,7 +509,7 @@ class DynamicScheduler(Scheduler):
 
     policy = "dynamic"
 
-    def __init__(self, translator: Any, max_queue: int = 256, max_batch_rows: int = 256, name: str = "model",
+    def __init__(self, translator: Translator, max_queue: int = 256, max_batch_rows: int = 256, name: str = "model",
                  max_wait_ms: float = 10.0):
         self.max_wait = max_wait_ms / 1000
         super().__init__(translator, max_queue, max_batch_rows, name)

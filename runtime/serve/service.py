@@ -22,7 +22,7 @@ from ..decode.decoding import step_limits
 from ..errors import Seq2OnnxError, printable
 from ..options import DecodingOptions, OptionError, with_defaults
 from ..text_input import token_ids
-from ..translator import SURROGATE
+from ..translator import SURROGATE, Translator
 from .metrics import Metrics
 from .scheduler import (RETRY_AFTER_RANGE, SCORE, Cancelled, Closed, DeadlineExceeded, Job, QueueFull, Schedules)
 
@@ -112,7 +112,7 @@ class Cost:
         return self.answer_bytes + ATTENTION_VALUE_BYTES * self.attention_values
 
 
-def request_cost(translator: Any, kind: str, texts: Sequence[str], options: Dict[str, Any]) -> Cost:
+def request_cost(translator: Translator, kind: str, texts: Sequence[str], options: Dict[str, Any]) -> Cost:
     """The most a job may cost, from the limits it decodes under: per text, its source tokens (EOS included, at most
     max_input_length) and its step limit (decoding.step_limits: max_decoding_length, max_length_a x source tokens +
     max_length_b, max_positions). A score job answers one log-prob per target token."""

@@ -182,7 +182,7 @@ class _maybe_output:
 class Writer:
     """Rows of the job (pyarrow Tables, in order) to OUTPUT, counted."""
 
-    def __init__(self, out: BinaryIO, errors: Optional[BinaryIO], args: Any):
+    def __init__(self, out: BinaryIO, errors: Optional[BinaryIO], args: argparse.Namespace):
         self.out, self.errors = out, errors
         self.id_column = args.id_column or LINE
         self.rows = self.failed = self.warned = 0
@@ -227,7 +227,7 @@ class JsonlWriter(Writer):
 
 
 class ParquetWriter(Writer):
-    def __init__(self, out: BinaryIO, errors: Optional[BinaryIO], args: Any):
+    def __init__(self, out: BinaryIO, errors: Optional[BinaryIO], args: argparse.Namespace):
         super().__init__(out, errors, args)
         self.writer: Any = None
 

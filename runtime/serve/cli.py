@@ -10,6 +10,7 @@ import logging
 import signal
 import warnings
 from pathlib import Path
+from types import FrameType
 from typing import Any, Callable, Dict, FrozenSet, List, Optional, TextIO, Tuple, Type, Union
 
 from ..cli.main import OneLineParser
@@ -226,7 +227,7 @@ def serve_main(argv: List[str]) -> int:
     failure: List[str] = []
 
     class Server(uvicorn.Server):
-        def handle_exit(self, sig: int, frame: Any) -> None:
+        def handle_exit(self, sig: int, frame: Optional[FrameType]) -> None:
             stop_admitting(schedulers)                  # new jobs: 503; queued and running ones finish
             super().handle_exit(sig, frame)
 

@@ -34,9 +34,9 @@ from .decode.search import Hypothesis
 from .errors import ModelPackageError
 from .package.manifest import UNCHECKED, ModelPackage, read_package
 from .results import ScoringResult, TranslationResult
-from .options import (DEFAULT_MAX_BATCH_SIZE, MAX_CHARS_PER_TOKEN, Arg, BatchType, DecodingOptions, OptionError, OptionTypeError,
-                      OptionWarning, TranslationOptions, check_choice, check_count, check_ids, check_text,
-                      with_defaults)
+from .options import (DEFAULT_MAX_BATCH_SIZE, MAX_CHARS_PER_TOKEN, Arg, BatchType, DecodingOptions, OptionError,
+                      OptionTypeError, OptionWarning, TranslationOptions, check_choice, check_count, check_ids,
+                      check_text, with_defaults)
 from .engine.loader import open_engine
 from .engine.session import SessionConfig, check_onnxruntime, onnxruntime_version, resolve_device
 from .text_input import TranslateRequest, is_blank, max_source_chars, split_batches, token_ids  # noqa: F401 (callers import them here)
@@ -482,7 +482,8 @@ class Translator:
             result.alignment = [hard_alignment(r, src, self.pieces(h.tokens)) for r, h in zip(rows, hyps)]
 
     def score_ids(self, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]],
-                  max_batch_size: int = DEFAULT_MAX_BATCH_SIZE, batch_type: BatchType = "examples") -> List[List[float]]:
+                  max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
+                  batch_type: BatchType = "examples") -> List[List[float]]:
         """Id-level scoring: sources end with EOS, targets do not (EOS is scored after them).
         -> per pair, the log-prob of each target id and of EOS (decoding.score)."""
         call = TranslationOptions(max_batch_size=max_batch_size, batch_type=batch_type)

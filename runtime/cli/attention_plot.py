@@ -59,7 +59,8 @@ MARGIN_INCHES = 0.15                # kept free around everything the figure dra
 ELLIPSIS = "\u2026"
 HELD_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
 _GLYPH = re.compile(r"^Glyph \d+ .*missing from (current )?font")
-LITERAL_TEXT: Dict[RcKeyType, Any] = {"text.parse_math": False, "text.usetex": False}    # rcParams: input text is text, never TeX
+# rcParams: input text is text, never TeX
+LITERAL_TEXT: Dict[RcKeyType, Any] = {"text.parse_math": False, "text.usetex": False}
 
 
 def require_matplotlib() -> None:

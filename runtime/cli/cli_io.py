@@ -52,7 +52,8 @@ class Progress:
     def _share(self, elapsed: float) -> str:
         """", 42% of the input, 0:13 left" (bytes read of the input's total), or "" with no total."""
         try:
-            done = min(max(self.source.tell() - self.first, 0), self.total) if self.total and self.source is not None else 0
+            done = (min(max(self.source.tell() - self.first, 0), self.total)
+                    if self.total and self.source is not None else 0)
         except (OSError, ValueError):
             done = 0
         if not done:

@@ -299,8 +299,8 @@ def check_attention(tr: Translator, args: argparse.Namespace) -> None:
         make_folder(Path(args.plot_attention))
 
 
-def _translate_and_plot(tr: Translator, block: List[Tuple[int, str]], decoding: Dict[str, Any], args: argparse.Namespace, limit: int,
-                        out: BinaryIO) -> None:
+def _translate_and_plot(tr: Translator, block: List[Tuple[int, str]], decoding: Dict[str, Any],
+                        args: argparse.Namespace, limit: int, out: BinaryIO) -> None:
     """A block's translations written and flushed, then its --plot-attention pictures (attention_plot.py):
     a picture never holds back or loses a translation."""
     results: List[TranslationResult] = []
@@ -475,8 +475,8 @@ def load_translator(args: argparse.Namespace) -> Tuple[Translator, int]:
     return tr, limit
 
 
-def _translate_block(tr: Translator, block: List[Tuple[int, str]], decoding: Dict[str, Any], args: argparse.Namespace, limit: int,
-                     terminal: bool, results: Optional[List[TranslationResult]] = None) -> bytes:
+def _translate_block(tr: Translator, block: List[Tuple[int, str]], decoding: Dict[str, Any],
+                     args: argparse.Namespace, limit: int, terminal: bool, results: Optional[List[TranslationResult]] = None) -> bytes:
     """Blank lines come back from the Translator as one empty hypothesis with score 0. The results are
     appended to `results` when given."""
     out = translate_texts(tr, [t for _, t in block], decoding, args)
@@ -485,7 +485,8 @@ def _translate_block(tr: Translator, block: List[Tuple[int, str]], decoding: Dic
     return b"".join(output_lines(n, text, r, args, limit, terminal) for (n, text), r in zip(block, out))
 
 
-def translate_texts(tr: Translator, texts: List[str], decoding: Dict[str, Any], args: argparse.Namespace) -> List[TranslationResult]:
+def translate_texts(tr: Translator, texts: List[str], decoding: Dict[str, Any],
+                    args: argparse.Namespace) -> List[TranslationResult]:
     """The TranslationResults of `translate`'s options (args, decoding: translate_options) for these texts."""
     try:
         with warnings.catch_warnings():

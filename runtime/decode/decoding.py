@@ -29,7 +29,7 @@ OrtValues on CUDA) and how the cache is kept; DecoderState calls it.
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, Dict, Generator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Generator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -43,6 +43,9 @@ from ..options import DecodingOptions
 from .search import BeamSearch, Hypothesis, NonFiniteScores, RowSearch, Sampler, rank
 
 Search = Union[BeamSearch, RowSearch]       # a Decoding's: beam search, or greedy / sampling rows
+
+
+Broken = Callable[[], Exception]       # the error for a step whose log-probs are not finite (_broken_graph's)
 
 
 def _broken_graph(engine: Engine, rows: int) -> ModelPackageError:
@@ -181,7 +184,8 @@ class Decoding:
             sampler = Sampler(options, self.sources, width) if options.sampling else None
             self.search = RowSearch(len(self.todo), width, limits[self.todo], config.eos_id, options.length_penalty,
                                     sampler)
-        self.filters = build_filters(options, config, None if prefixes is None else [prefixes[i] for i in self.todo.tolist()],
+        self.filters = build_filters(options, config,
+                                     None if prefixes is None else [prefixes[i] for i in self.todo.tolist()],
                                      limits[self.todo])
         self.head = head_plan(self.search, self.filters)          # how the search head runs it, or None
         self.last = np.full((self.rows, 1), config.start_id, dtype=np.int64)     # [R, 1] the tokens to feed
@@ -191,7 +195,7 @@ class Decoding:
     def rows(self) -> int:
         return len(self.search.row_example)
 
-    def advance(self, log_probs: np.ndarray, attention: Optional[np.ndarray], broken: Any) -> np.ndarray:
+    def advance(self, log_probs: np.ndarray, attention: Optional[np.ndarray], broken: Broken) -> np.ndarray:
         """This call's rows' log-probs [R, V] (a view: the filters edit it in place) -> the parents of the rows that
         go on [R'] (empty: the call is done)."""
         for apply_filter in self.filters:
@@ -199,7 +203,7 @@ class Decoding:
         return self._advance(partial(self.search.advance, log_probs), attention, broken)
 
     def advance_top_k(self, values: np.ndarray, indices: np.ndarray, attention: Optional[np.ndarray],
-                      broken: Any) -> np.ndarray:
+                      broken: Broken) -> np.ndarray:
         return self._advance(partial(self.search.advance_top_k, values, indices), attention, broken)
 
     def top_k_bias(self, vocab_size: int) -> np.ndarray:
@@ -210,9 +214,9 @@ class Decoding:
         return bias
 
     def head_inputs(self, head: HeadPlan, vocab_size: int, eos_id: int) -> Dict[str, np.ndarray]:
-        """The search head's host inputs this step (head: this Decoding's head_plan): the bias of the filters that edit every row
-        alike, the forced id of each row (only on a step that forces one), and for beam search each row's beam score
-        and the candidates' shape [A, K x V] and count 2K."""
+        """The search head's host inputs this step (head: this Decoding's head_plan): the bias of the filters that
+        edit every row alike, the forced id of each row (only on a step that forces one), and for beam search each
+        row's beam score and the candidates' shape [A, K x V] and count 2K."""
         bias_filters, forcing, _ = head
         tokens, row_example = self.search.tokens, self.search.row_example
         bias = np.zeros((1, vocab_size), dtype=np.float32)
@@ -232,7 +236,7 @@ class Decoding:
         return inputs
 
     def advance_head(self, outputs: Tuple[np.ndarray, ...], vocab_size: int, attention: Optional[np.ndarray],
-                     broken: Any) -> np.ndarray:
+                     broken: Broken) -> np.ndarray:
         """Advance from the search head's outputs (engine.step_search)."""
         if isinstance(self.search, BeamSearch):
             values, flat = outputs[:2]
@@ -240,7 +244,8 @@ class Decoding:
         ids, values = outputs[:2]
         return self._advance(partial(self.search.advance_picks, ids, values), attention, broken)
 
-    def _advance(self, advance: Any, attention: Optional[np.ndarray], broken: Any) -> np.ndarray:
+    def _advance(self, advance: Callable[[int, Optional[np.ndarray]], np.ndarray], attention: Optional[np.ndarray],
+                 broken: Broken) -> np.ndarray:
         try:
             parents = advance(self.step, attention)                              # [R']
         except NonFiniteScores:
@@ -302,7 +307,7 @@ def encoder_runs(widths: Sequence[int], counts: Sequence[int], run_tokens: int =
     return starts[::-1]
 
 
-def _rows_of(places: np.ndarray) -> Any:
+def _rows_of(places: np.ndarray) -> Union[slice, np.ndarray]:
     """A Decoding's batch rows as a slice when they are consecutive (a view of the log-probs), else the index."""
     if len(places) and int(places[-1]) - int(places[0]) + 1 == len(places) and (np.diff(places) == 1).all():
         return slice(int(places[0]), int(places[-1]) + 1)
@@ -469,7 +474,7 @@ class RunningBatch:
 def decode_steps(engine: Engine, config: ModelConfig, sources: Sequence[Sequence[int]], options: DecodingOptions,
                  prefixes: Optional[Sequence[Sequence[int]]] = None, strategy: Optional[str] = None,
                  constraints: Optional[Sequence[Optional[Phrases]]] = None,
-                 ) -> Generator[Any, None, List[List[Hypothesis]]]:
+                 ) -> Generator[Search, None, List[List[Hypothesis]]]:
     """Decode `sources` (id lists ending with EOS); yields the search after every step (streaming)
     and returns, per source, up to num_hypotheses hypotheses, best first.
 

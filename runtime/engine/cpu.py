@@ -2,7 +2,8 @@
 memory (cache_memory.py), the cache rewritten in place (cache_inplace.py)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, List, Optional, Tuple
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, List, Optional, Tuple
 
 import numpy as np
 import onnxruntime as ort
@@ -34,12 +35,13 @@ class ArrayEngine(GraphEngine):
         super().__init__(*args, **kwargs)
         self.spare = SpareMemory()          # the cache memory of the last call, for the next
         self.copy_threads = max(1, copy_threads)
-        self._copier: Optional[ThreadPoolExecutor] = None   # the other copy threads (a ThreadPoolExecutor starts them at first use)
+        # the other copy threads (a ThreadPoolExecutor starts them at first use)
+        self._copier: Optional[ThreadPoolExecutor] = None
         if self.copy_threads > 1:
             from concurrent.futures import ThreadPoolExecutor   # here: the runtime's import stays light
             self._copier = ThreadPoolExecutor(self.copy_threads - 1, thread_name_prefix="seq2onnx-copy")
 
-    def use_few_rows(self, session: ort.InferenceSession, max_rows: int, path: Any) -> None:
+    def use_few_rows(self, session: ort.InferenceSession, max_rows: int, path: Path) -> None:
         """Step with `session` (a format-2 decoder step of the same contract and caches: the variant's few_rows,
         manifest.FewRows) whenever a step has at most max_rows rows."""
         if self.format_version < 2 or cache_dtype(session, self.config) != self.cache_dtype:
@@ -157,7 +159,8 @@ class ArrayEngine(GraphEngine):
     def append_rows(self, values: List[np.ndarray], more: List[np.ndarray]) -> CrossRows:
         """Masks and cross K/V of new rows after these (decoder_state.py extend), in place (CrossRows.append_rows)."""
         assert isinstance(values, CrossRows)                    # hold_encoded made them
-        return values.append_rows(more, lambda count, work: self._each_tensor(count, work, len(values[0]) + len(more[0])))
+        rows = len(values[0]) + len(more[0])
+        return values.append_rows(more, lambda count, work: self._each_tensor(count, work, rows))
 
     def append_empty_cache(self, cache: Cache, n: int) -> Cache:
         """The cache with n rows that have written nothing (zeros, length 0) after its own, in its own buffers."""

@@ -13,6 +13,7 @@ import logging
 import os
 from contextlib import nullcontext
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
@@ -123,7 +124,7 @@ _CACHE_TYPES = ("tensor(float)", "tensor(float16)")       # cross K/V and caches
 SPINNING = {"encoder": "off", "decoder_step": "in_run", "few_rows": "always"}
 
 
-def open_session(path: Any, graph: str, config: ModelConfig, sc: SessionConfig,
+def open_session(path: Path, graph: str, config: ModelConfig, sc: SessionConfig,
                  data: Union[bytes, ExternalGraph, None] = None, format_version: Optional[int] = None,
                  spinning: Optional[str] = None) -> ort.InferenceSession:
     """An InferenceSession of the graph file `path` (or of `data`, its bytes as read and checked by the
@@ -187,7 +188,7 @@ def graph_format(sess: ort.InferenceSession) -> int:
     return 3 if len(past_length[0].shape or []) == 1 else 2
 
 
-def check_graph_io(sess: ort.InferenceSession, path: Any, graph: str, config: ModelConfig,
+def check_graph_io(sess: ort.InferenceSession, path: Path, graph: str, config: ModelConfig,
                    format_version: int) -> None:
     """The session's inputs/outputs are the contract's (docs/CONTRACTS.md) for `config`: names (one pair of
     caches per decoder layer), dtypes, ranks, and heads and head_dim in every cross K/V and cache, so that

@@ -476,7 +476,8 @@ def load_translator(args: argparse.Namespace) -> Tuple[Translator, int]:
 
 
 def _translate_block(tr: Translator, block: List[Tuple[int, str]], decoding: Dict[str, Any],
-                     args: argparse.Namespace, limit: int, terminal: bool, results: Optional[List[TranslationResult]] = None) -> bytes:
+                     args: argparse.Namespace, limit: int, terminal: bool,
+                     results: Optional[List[TranslationResult]] = None) -> bytes:
     """Blank lines come back from the Translator as one empty hypothesis with score 0. The results are
     appended to `results` when given."""
     out = translate_texts(tr, [t for _, t in block], decoding, args)

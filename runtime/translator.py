@@ -23,7 +23,8 @@ import os
 import re
 import warnings
 from dataclasses import replace
-from typing import Any, Dict, Generator, List, Mapping, Optional, Sequence, Tuple, Union
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Dict, Generator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -40,6 +41,9 @@ from .options import (DEFAULT_MAX_BATCH_SIZE, MAX_CHARS_PER_TOKEN, Arg, BatchTyp
 from .engine.loader import open_engine
 from .engine.session import SessionConfig, check_onnxruntime, onnxruntime_version, resolve_device
 from .text_input import TranslateRequest, is_blank, max_source_chars, split_batches, token_ids  # noqa: F401 (callers import them here)
+
+if TYPE_CHECKING:
+    import onnxruntime as ort
 
 log = logging.getLogger("seq2onnx.runtime")
 
@@ -119,7 +123,7 @@ class Translator:
         # self.engine: the decoding engine (engine/base.py Engine), for id-level use with decoding.decode
         log.info("seq2onnx: %s runs on %s (variant %s, %s)", self.package.root, self.device, self.variant, v.precision)
 
-    def _check_graph_cross_axis(self, decoder: Any, decoder_path: Any) -> None:
+    def _check_graph_cross_axis(self, decoder: ort.InferenceSession, decoder_path: Optional[Path]) -> None:
         """A manifest that says cross K/V are per sentence needs a graph whose cross inputs have their own
         batch axis: a graph of the earlier contract fails at the first beam step of a batch."""
         if not self.package.cross_per_sentence:
@@ -132,7 +136,7 @@ class Translator:
                                     f"batch axis {rows!r}: the graph and the manifest do not belong together; "
                                     f"re-export the model with `seq2onnx export`")
 
-    def _check_graph_vocab(self, decoder: Any, decoder_path: Any) -> None:
+    def _check_graph_vocab(self, decoder: ort.InferenceSession, decoder_path: Optional[Path]) -> None:
         """The decoder's log-probs must cover exactly the tokenizer's ids (a swapped tokenizer.json or an
         edited manifest would otherwise decode ids that mean other pieces, or none)."""
         dims = decoder.get_outputs()[0].shape
@@ -295,7 +299,7 @@ class Translator:
         (options.with_defaults: sampling without a beam_size decodes with beam size 1)."""
         return with_defaults(decoding, self.package.generation)
 
-    def _decoding_options(self, accepts: Any, decoding: Dict[str, Any]) -> DecodingOptions:
+    def _decoding_options(self, accepts: Callable[..., Any], decoding: Dict[str, Any]) -> DecodingOptions:
         """A call's decoding options over the package's defaults, checked, the ids they name against this model's
         vocabulary too (accepts: the API method, named in an unknown option's error)."""
         return DecodingOptions.from_kwargs(accepts, **self._decoding(decoding)).check_vocabulary(self.config.vocab_size)
@@ -406,7 +410,7 @@ class Translator:
         return call, self._check_call(n_texts, call, decoding, self.translate_batch)
 
     def _check_call(self, n: int, call: TranslationOptions, decoding: Mapping[str, Any],
-                    accepts: Any) -> DecodingOptions:
+                    accepts: Callable[..., Any]) -> DecodingOptions:
         """check_options' checks of `call` for n texts -> the DecodingOptions of `decoding`, the decoding keywords as
         given, over the package's defaults and the target language's (accepts: the API method, named in an unknown
         option's error)."""

@@ -74,7 +74,7 @@ class TextStream:
     the text every live row and finished hypothesis of sentence 0 share (no later step can change it), held back
     while it ends inside a character or a later token rewrote it; at the end the rest of the best hypothesis."""
 
-    def __init__(self, detokenize: Any):
+    def __init__(self, detokenize: Callable[[Sequence[int]], str]):
         self.detokenize, self.emitted = detokenize, ""
 
     def update(self, search: Search) -> str:

@@ -11,7 +11,8 @@ import ipaddress
 import json
 import logging
 import os
-from typing import Any, Callable, Dict, FrozenSet, List, Mapping, Optional, Sequence, Set, Tuple
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect, Request
@@ -25,6 +26,9 @@ from ..text_input import token_ids
 from ..translator import SURROGATE, Translator
 from .metrics import Metrics
 from .scheduler import (RETRY_AFTER_RANGE, SCORE, Cancelled, Closed, DeadlineExceeded, Job, QueueFull, Schedules)
+
+if TYPE_CHECKING:
+    from .libretranslate import Pair
 
 log = logging.getLogger("seq2onnx.serve")
 PENDING_KEY = "seq2onnx.pending_bytes"          # a request's ASGI scope: the bytes it holds of pending_bytes
@@ -149,7 +153,7 @@ class Service:
         self.metrics = Metrics(schedulers)
         self.ready = False
         self.load_error: Optional[str] = None
-        self.languages: Dict[Tuple[str, str], Any] = {}     # (source, target) -> libretranslate.Pair
+        self.languages: Dict[Tuple[str, str], Pair] = {}    # (source, target) -> its model and codes
 
     # --- checks ------------------------------------------------------------------------------------------
     def check_key(self, key: Any) -> None:
@@ -281,7 +285,7 @@ def is_ip(name: str) -> bool:
         return False
 
 
-def job_result(future: Any) -> List[Any]:
+def job_result(future: Union[Future[List[Any]], asyncio.Future[List[Any]]]) -> List[Any]:
     """A resolved job's results (its asyncio or concurrent future), its failure as an HTTPError."""
     try:
         return future.result()

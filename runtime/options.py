@@ -156,7 +156,7 @@ def _check_float(name: str, value: Any, allowed: str, test) -> None:
 
 
 def samples(sampling_topk: object) -> bool:
-    """Whether these options sample: sampling_topk other than 1 (CTranslate2's convention)."""
+    """Whether decoding samples: sampling_topk other than 1 (CTranslate2's convention)."""
     return sampling_topk != 1
 
 

@@ -43,9 +43,7 @@ from ..options import DecodingOptions
 from .search import BeamSearch, Hypothesis, NonFiniteScores, RowSearch, Sampler, rank
 
 Search = Union[BeamSearch, RowSearch]       # a Decoding's: beam search, or greedy / sampling rows
-
-
-Broken = Callable[[], Exception]       # the error for a step whose log-probs are not finite (_broken_graph's)
+Broken = Callable[[], Exception]            # the error for a step whose log-probs are not finite (_broken_graph's)
 
 
 def _broken_graph(engine: Engine, rows: int) -> ModelPackageError:

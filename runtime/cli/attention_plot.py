@@ -218,8 +218,8 @@ def _figure(attention: np.ndarray, source_pieces: Sequence[str], target_pieces: 
     bar.ax.tick_params(labelsize=LABEL_POINTS)
     title = fig.suptitle("", x=0.0, ha="left", fontsize=TITLE_POINTS)
     ax.get_xticklabels(), ax.get_yticklabels(), bar.ax.get_yticklabels()    # the ticks made now, not at a draw
-    for artist in fig.findobj():                     # and each text drawn literally, whatever rcParams say when it
-        if isinstance(artist, Text):                 # is drawn
+    for artist in fig.findobj():                     # and each text drawn literally, whatever rcParams say
+        if isinstance(artist, Text):                 # when it is drawn
             artist.set_parse_math(False)
 
     # the figure's size: the heatmap plus what the measured texts around it need

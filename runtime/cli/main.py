@@ -10,12 +10,16 @@ import signal
 import sys
 import threading
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Iterator, List, NoReturn, Optional, Union
+from typing import Iterator, List, NoReturn, Optional, Protocol, Union
 
 from ..errors import Seq2OnnxError, Terminated, printable
 
-if TYPE_CHECKING:
-    from _typeshed import SupportsWrite
+
+class WritesText(Protocol):
+    """What argparse prints help to (typeshed's SupportsWrite[str], which is no module at run time)."""
+
+    def write(self, text: str, /) -> object: ...
+
 
 # name -> (module, function, one-line help, extra that provides its dependencies)
 COMMANDS = {
@@ -73,7 +77,7 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise Seq2OnnxError(f"{message} (see {self.prog} --help)")
 
-    def print_help(self, file: Optional[SupportsWrite[str]] = None) -> None:
+    def print_help(self, file: Optional[WritesText] = None) -> None:
         """argparse's, less its silence on a write error: `--help | head` ends as any output's closed pipe does
         (main), with the same exit status buffered or not."""
         file = file or sys.stdout

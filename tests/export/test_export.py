@@ -284,8 +284,8 @@ def test_failed_parity_writes_nothing(tiny_checkpoint, tiny_package, tmp_path, m
     export = package_graphs(tiny_package)                     # the trace's graphs (fixtures_export.py)
 
     def export_then_corrupt(model, out_dir, opset=onnx_export.DEFAULT_OPSET, format_version=onnx_export.DECODER_FORMAT,
-                            external=False):
-        enc, dec = export(model, out_dir, opset, format_version, external)
+                            external=False, meanwhile=lambda: None):
+        enc, dec = export(model, out_dir, opset, format_version, external, meanwhile)
         graph = onnx.load(str(dec))
         weight = next(t for t in graph.graph.initializer if "output_projection" in t.name)
         values = onnx.numpy_helper.to_array(weight).copy()

@@ -222,13 +222,13 @@ def write_package(model, contents: PackageContents, opts: ExportOptions, parity_
 
         t = time.perf_counter()
         fp32_pair = parity.OnnxPair(enc, dec, model.cfg, options=in_place)
-        with ThreadPoolExecutor(1) as side:
-            # the fp32 parity (onnxruntime and torch, each on one thread) on the second core, while this thread
+        with ThreadPoolExecutor(1 if opts.int8 else 2) as side:
+            # the fp32 parity (onnxruntime and numpy, on one thread each) on the second core, while this thread
             # rewrites and quantises the int8 variant's graphs (Python, most of it): neither reads the other's work
-            fp32_job = side.submit(parity.measure, model, fp32_pair, batches)
+            fp32_report = parity.measure_on(side, model, fp32_pair, batches)
             int8 = (_Int8Graphs.make(model, staging, enc, dec, names, opts.opset, opts.format_version,
                                      opts.external_data, opts.few_rows, log) if opts.int8 else None)
-            fp32 = parity.check_fp32(fp32_job.result())
+            fp32 = parity.check_fp32(fp32_report())
         stage_seconds["parity"] = time.perf_counter() - t
         log(f"[3/5] parity: max diff encoder {fp32.encoder_max_abs_diff:.2g}, log-probs "
             f"{fp32.decoder_max_abs_diff:.2g}; greedy and beam-4 tokens identical on {fp32.sentences} sentences "
@@ -431,7 +431,7 @@ class _Int8Graphs:
 
     def checked(self, model, batches: List[parity.ParityBatch], validate: bool = True,
                 log: Callable[[str], None] = lambda msg: None) -> Dict[str, Any]:
-        """The checks, each pair of graphs on a thread of its own (onnxruntime and numpy: both cores)."""
+        """The checks of the graphs `make` wrote, their parity batches spread over two threads."""
         t = time.perf_counter()
         enc8, dec8 = (self.enc.parent / f for f in VARIANT_FILES["int8"])
         entry: Dict[str, Any] = {}
@@ -439,18 +439,18 @@ class _Int8Graphs:
         _check_variant(self.dec, dec8, self.names.decoder_inputs, self.names.decoder_outputs)
         if self.few_rows is not None:
             _check_variant(self.dec, self.few_rows, self.names.decoder_inputs, self.names.decoder_outputs)
-        with ThreadPoolExecutor(2) as pool:
-            fused = (pool.submit(lambda: parity.check_fp32(parity.measure(
-                model, parity.OnnxPair(self.enc, self.source, model.cfg, options=TorchWeights(model)), batches)))
-                if self.source != self.dec else None)
-            report = pool.submit(_int8_parity, model, enc8, dec8, batches, validate)
-            few = (pool.submit(_int8_parity, model, enc8, self.few_rows, batches, validate)
+        with ThreadPoolExecutor(2) as pool:         # every graph's batches, on the two cores
+            fused = (parity.measure_on(pool, model, parity.OnnxPair(self.enc, self.source, model.cfg,
+                                                                     options=TorchWeights(model)), batches)
+                     if self.source != self.dec else None)
+            report = parity.measure_on(pool, model, parity.OnnxPair(enc8, dec8, model.cfg), batches)
+            few = (parity.measure_on(pool, model, parity.OnnxPair(enc8, self.few_rows, model.cfg), batches)
                    if self.few_rows is not None else None)
             if fused is not None:
                 entry["attention"] = {"ops": [f"{FUSED_ATTENTION_DOMAIN}.{op}" for op in FUSED_ATTENTION_OPS],
                                       "min_onnxruntime": version_text(MIN_ONNXRUNTIME),
-                                      "fp32_parity": fused.result().to_dict()}
-            report = report.result()
+                                      "fp32_parity": parity.check_fp32(fused()).to_dict()}
+            report = _int8_checked(report(), validate)
             if few is not None:
                 entry["few_rows"] = {
                     "decoder_step": self.few_rows.name, "max_rows": quantize.FEW_ROWS_MAX,
@@ -458,7 +458,7 @@ class _Int8Graphs:
                     "quantization": {"tool": "onnxruntime.quantization.matmul_nbits_quantizer.MatMulNBitsQuantizer",
                                      "bits": quantize.FEW_ROWS_BITS, "block_size": self.block,
                                      "symmetric": True, "accuracy_level": quantize.FEW_ROWS_ACCURACY_LEVEL},
-                    "parity": few.result().to_dict()}
+                    "parity": _int8_checked(few(), validate).to_dict()}
         if self.source != self.dec:
             graph_files.remove_graph(self.source)
         log("      int8: checks, " + ("the fused step's fp32 parity, " if self.source != self.dec else "")
@@ -508,9 +508,8 @@ class TorchWeights:
         return opts
 
 
-def _int8_parity(model, enc8: Path, dec8: Path, batches: List[parity.ParityBatch], validate: bool):
+def _int8_checked(report: parity.ParityReport, validate: bool) -> parity.ParityReport:
     """The int8 figures of one encoder + decoder step pair, held to the int8 thresholds when validate."""
-    report = parity.measure(model, parity.OnnxPair(enc8, dec8, model.cfg), batches)
     return parity.check_reduced(report, "int8") if validate else report
 
 

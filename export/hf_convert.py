@@ -41,7 +41,7 @@ from seq2onnx.training.model import Transformer, sinusoidal_positions
 from seq2onnx.runtime.package.manifest import HF_WEIGHT_FILES, MANIFEST
 
 from . import commands, hf_tokenizers, package, parity
-from .beside import beside
+from .beside import Job, beside
 from .commands import ExportOptions, ExportResult, PackageContents
 from .hf_tokenizers import DOWNLOAD
 
@@ -618,15 +618,21 @@ def run_convert(opts: ConvertOptions, log: Callable[[str], None] = lambda msg: N
     hf_config = read_config(folder)
     cfg = model_config(hf_config)
     read_generation_config(folder, hf_config)
-    toks = hf_tokenizers.convert(folder, hf_config)
-    export_opts = ExportOptions(folder, opts.out_dir, opts.int8, opts.fp16, opts.opset, opts.overwrite,
-                                opts.parity_data, opts.int8_validation, external_data=opts.external_data,
-                                few_rows=opts.few_rows)
-    commands.check_opset(opts.opset)
-    package.check_target(Path(opts.out_dir).absolute(), opts.overwrite)
-    hf_model = load_hf_model(folder)
-    defaults = generation_defaults(hf_model.generation_config, cfg)
-    model = transformer_from_hf(hf_model, cfg)
+    # the tokenizers are converted (Python, seconds) in a child on the second core while the weights load here
+    tokenizers = Job(lambda: hf_tokenizers.convert(folder, hf_config), "the tokenizers' conversion")
+    try:
+        export_opts = ExportOptions(folder, opts.out_dir, opts.int8, opts.fp16, opts.opset, opts.overwrite,
+                                    opts.parity_data, opts.int8_validation, external_data=opts.external_data,
+                                    few_rows=opts.few_rows)
+        commands.check_opset(opts.opset)
+        package.check_target(Path(opts.out_dir).absolute(), opts.overwrite)
+        hf_model = load_hf_model(folder)
+        defaults = generation_defaults(hf_model.generation_config, cfg)
+        model = transformer_from_hf(hf_model, cfg)
+    except BaseException:
+        tokenizers.result()                 # a refusal of the tokenizers first, as when they were converted first
+        raise
+    toks = tokenizers.result()
     log(f"[0/5] load: {hf_config['model_type']} from {folder} ({model.num_parameters() / 1e6:.1f}M parameters), "
         f"tokenizers and generation_config converted ({time.perf_counter() - start:.1f}s)")
 

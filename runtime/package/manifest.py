@@ -132,8 +132,9 @@ class ModelPackage:
     generation: Dict[str, Any] = dataclasses.field(default_factory=dict)     # default decoding options
 
     @property
-    def format_version(self) -> int:
-        """1 or 2: which decoder step contract the graphs follow (graph_io.py)."""
+    def decoder_format(self) -> int:
+        """Which decoder step contract the graphs follow (graph_io.DECODER_FORMATS), from the manifest's
+        format_version (a different number: the manifest's own format, DECODER_OF_FORMAT)."""
         return decoder_format(self.manifest["format_version"])
 
     @property

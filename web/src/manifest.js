@@ -265,7 +265,7 @@ function checkDescribedFields(where, manifest) {
 export class ModelPackage {
   constructor(platform, root, manifest, config, variants, crossPerSentence, verify) {
     Object.assign(this, { platform, root, manifest, config, variants, crossPerSentence, verify });
-    this.formatVersion = decoderFormat(manifest.format_version); // which decoder step contract the graphs follow (engine.js)
+    this.decoderFormat = decoderFormat(manifest.format_version); // which decoder step contract the graphs follow (engine.js)
     this.tokenizer = null; // encodes source texts (the one tokenizer, or the source one)
     this.tokenizerFiles = []; // the tokenizer files: [one] or [source, target]
     this.targetTokenizer = null; // decodes output ids (null: `tokenizer`)

@@ -11,6 +11,8 @@ Stages, one progress line each:
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import shutil
 import sys
 import time
@@ -29,8 +31,10 @@ from seq2onnx.runtime.cli.commands import source_line_bytes
 from seq2onnx.runtime.errors import Seq2OnnxError, checkpoints_in
 from seq2onnx.runtime.package.graph_io import (CROSS_ATTENTION, DECODER_FORMAT, DECODER_FORMATS, FUSED_ATTENTION_DOMAIN, FUSED_ATTENTION_OPS,
                                        MIN_ONNXRUNTIME, cache_names)
-from seq2onnx.runtime.package.manifest import STAGED, version_text
-from seq2onnx.runtime.package.manifest_records import LANGUAGE_CODE, Languages
+from seq2onnx.runtime.package.manifest import MANIFEST, STAGED, version_text
+from seq2onnx.runtime.package.manifest_records import (LANGUAGE_CODE, AttentionRecord, FewRowsRecord, GraphRecord,
+                                                       GraphsRecord, GraphValue, Languages, Manifest, SourceCheckpoint,
+                                                       SourceModel, Tokenizers, VariantRecord)
 from seq2onnx.runtime.engine.session import onnxruntime_log_severity, onnxruntime_version
 from seq2onnx.runtime.text_input import token_ids
 from seq2onnx.training.checkpoint import load_checkpoint
@@ -134,16 +138,15 @@ def add_language_args(p: argparse.ArgumentParser) -> None:
                        "recorded in the manifest: serving picks packages by it, and translate checks it")
 
 
-def languages_field(source_lang: Optional[str], target_lang: Optional[str]) -> Dict[str, Any]:
-    """The manifest's languages of a model of one pair, as --source-lang / --target-lang name it ({} if neither)."""
+def languages_field(source_lang: Optional[str], target_lang: Optional[str]) -> Optional[Languages]:
+    """The manifest's languages of a model of one pair, as --source-lang / --target-lang name it (None if neither)."""
     if source_lang is None and target_lang is None:
-        return {}
+        return None
     for flag, code in (("--source-lang", source_lang), ("--target-lang", target_lang)):
         if code is not None and not LANGUAGE_CODE.fullmatch(code):
             raise Seq2OnnxError(f"{flag} {code!r} is not a language code: use letters, digits and _ . @ - "
                                 "(1 to 32 of them), e.g. en, deu, pt_BR, eng_Latn")
-    langs = Languages(tuple(c for c in [source_lang] if c), tuple(c for c in [target_lang] if c))
-    return {"languages": langs.to_manifest()}
+    return Languages(tuple(c for c in [source_lang] if c), tuple(c for c in [target_lang] if c))
 
 
 def export_main(argv: List[str]) -> int:
@@ -166,29 +169,32 @@ def run_export(opts: ExportOptions, log: Callable[[str], None] = lambda msg: Non
     model = onnx_export.model_from_checkpoint(ckpt)
     special_tokens = _special_tokens(ckpt["tokenizer"], model.cfg, opts.checkpoint)
     sources = _parity_sources(opts.parity_data, tokenizer_from_json(ckpt["tokenizer"]), model.cfg)
-    source = {"file": Path(opts.checkpoint).name, "train_meta": ckpt.get("train_meta", {})}
-    verdict = checkpoint_verdict(source["train_meta"], model.cfg.vocab_size)
+    source = SourceCheckpoint(Path(opts.checkpoint).name, ckpt.get("train_meta", {}))
+    verdict = checkpoint_verdict(source.train_meta, model.cfg.vocab_size)
     if verdict is not None:             # the trainer's rule on this checkpoint: said again, and kept for `info`
-        source["undertrained"] = verdict.reasons
-        for line in verdict.lines(f"{source['file']} (step {source['train_meta']['step']})"):
+        source = dataclasses.replace(source, undertrained=tuple(verdict.reasons))
+        for line in verdict.lines(f"{source.file} (step {source.train_meta['step']})"):
             log(line)
-    contents = PackageContents({package.TOKENIZER_FILE: ckpt["tokenizer"]}, package.TOKENIZER_FILE, special_tokens,
-                               source, languages_field(opts.source_lang, opts.target_lang))
+    contents = PackageContents({package.TOKENIZER_FILE: ckpt["tokenizer"]},
+                               Tokenizers(package.TOKENIZER_FILE, package.TOKENIZER_FILE), special_tokens, source,
+                               languages=languages_field(opts.source_lang, opts.target_lang))
     return write_package(model, contents, opts, sources, log, start)
 
 
 @dataclass
 class PackageContents:
-    """What a package holds besides its graphs: tokenizer files (name -> JSON text), the manifest's tokenizer field
-    (manifest_records.Tokenizers.to_manifest()), special tokens, where it came from (source_checkpoint), and the
-    optional format-3 fields (languages, generation, source_model). gate(staging folder, manifest): one more check
-    of the finished package before it is published (convert: against transformers), raising Seq2OnnxError."""
+    """What a package holds besides its graphs: tokenizer files (name -> JSON text), the manifest's tokenizer field,
+    special tokens, where it came from (source_checkpoint), and the optional format-3 fields (languages, generation,
+    source_model). gate(staging folder, manifest): one more check of the finished package before it is published
+    (convert: against transformers), raising Seq2OnnxError; it may write the manifest again (package.write_manifest)."""
     tokenizer_files: Dict[str, str]
-    tokenizer: Any
+    tokenizer: Tokenizers
     special_tokens: Dict[str, str]
-    source_checkpoint: Dict[str, Any]
-    extra: Dict[str, Any] = field(default_factory=dict)
-    gate: Optional[Callable[[Path, Dict[str, Any]], str]] = None
+    source_checkpoint: SourceCheckpoint
+    languages: Optional[Languages] = None
+    generation: Optional[Dict[str, Any]] = None
+    source_model: Optional[SourceModel] = None
+    gate: Optional[Callable[[Path, Manifest], str]] = None
 
 
 def write_package(model, contents: PackageContents, opts: ExportOptions, parity_sources: List[List[int]],
@@ -224,8 +230,8 @@ def write_package(model, contents: PackageContents, opts: ExportOptions, parity_
         log(f"[3/5] parity: max diff encoder {fp32.encoder_max_abs_diff:.2g}, log-probs "
             f"{fp32.decoder_max_abs_diff:.2g}; greedy and beam-4 tokens identical on {fp32.sentences} sentences "
             f"({fp32.real_sentences} real) ({stage_seconds['parity']:.1f}s)")
-        variants = {"fp32": {"encoder": ENCODER_FILE, "decoder_step": DECODER_FILE, "precision": "float32",
-                             "checked_on": fp32.provider, "parity": fp32.to_dict()}}
+        variants = {"fp32": VariantRecord(ENCODER_FILE, DECODER_FILE, "float32", checked_on=fp32.provider,
+                                          parity=fp32.to_dict())}
 
         t = time.perf_counter()
         if opts.int8:
@@ -233,31 +239,33 @@ def write_package(model, contents: PackageContents, opts: ExportOptions, parity_
                                              opts.opset, opts.format_version, opts.external_data, opts.few_rows, log)
         if opts.fp16:
             variants["fp16"] = _fp16_variant(model, staging, enc, dec, names, batches, opts.external_data)
-        graph_files.add_external_data_fields(staging, variants)
-        graph_files.share_weights(staging, variants, merge=not opts.external_data)
+        variants = graph_files.add_external_data_fields(staging, variants)
+        variants = graph_files.share_weights(staging, variants, merge=not opts.external_data)
         stage_seconds["quantise"] = time.perf_counter() - t
-        log("[4/5] quantise: " + (", ".join(_variant_line(k, v) for k, v in variants.items() if k != "fp32")
+        log("[4/5] quantise: " + (", ".join(_variant_line(k, v.to_manifest()) for k, v in variants.items()
+                                            if k != "fp32")
                                  or "no --int8 / --fp16 asked") + f" ({stage_seconds['quantise']:.1f}s)")
 
         t = time.perf_counter()
         for name, text in contents.tokenizer_files.items():
             (staging / name).write_text(text, encoding="utf-8")
         opset, ir_version = onnx_export.opset_and_ir(enc)
-        manifest = package.build_manifest(
-            config=model.cfg.to_dict(), special_tokens=contents.special_tokens, opset=opset, ir_version=ir_version,
-            graphs={"encoder": onnx_export.graph_io(enc),
-                    # the decoder step takes cross K/V + encoder mask once per sentence (docs/CONTRACTS.md)
-                    "decoder_step": dict(onnx_export.graph_io(dec), cross_per_sentence=True)},
+        record = package.build_manifest(
+            config=model.cfg, special_tokens=contents.special_tokens, opset=opset, ir_version=ir_version,
+            graphs=GraphsRecord(graph_record(enc),
+                                # the decoder step takes cross K/V + encoder mask once per sentence (docs/CONTRACTS.md)
+                                dataclasses.replace(graph_record(dec), cross_per_sentence=True)),
             variants=variants, exporter=exporter_versions(), source_checkpoint=contents.source_checkpoint,
             seq2onnx_version=__version__, format_version=opts.format_version, tokenizer=contents.tokenizer,
-            extra=contents.extra)
-        manifest = package.finish_package(staging, manifest)
+            languages=contents.languages, generation=contents.generation, source_model=contents.source_model)
+        record = package.finish_package(staging, record)
         if contents.gate is not None:
             token = STAGED.set(staging)
             try:
-                log(contents.gate(staging, manifest))
+                log(contents.gate(staging, record))
             finally:
                 STAGED.reset(token)
+        manifest = json.loads((staging / MANIFEST).read_text(encoding="utf-8"))     # as written
         package.publish(staging, target, opts.overwrite)
         stage_seconds["write"] = time.perf_counter() - t
         log(f"[5/5] write: {target} ({len(manifest['files']) + 1} files, {stage_seconds['write']:.1f}s)")
@@ -265,6 +273,13 @@ def write_package(model, contents: PackageContents, opts: ExportOptions, parity_
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
     return ExportResult(target, manifest, time.perf_counter() - start, stage_seconds)
+
+
+def graph_record(path: Path) -> GraphRecord:
+    """A graph's inputs and outputs as the manifest lists them (onnx_export.graph_io)."""
+    io = onnx_export.graph_io(path)
+    return GraphRecord(*(tuple(GraphValue(v["name"], v["dtype"], tuple(v["shape"])) for v in io[side])
+                         for side in ("inputs", "outputs")))
 
 
 def check_opset(opset: int) -> None:
@@ -374,7 +389,7 @@ def _check_variant(fp32: Path, variant: Path, inputs: List[str], outputs: List[s
 def _int8_variant(model, staging: Path, enc: Path, dec: Path, names: GraphNames,
                   batches: List[parity.ParityBatch], validate: bool = True, opset: int = DEFAULT_OPSET,
                   format_version: int = DECODER_FORMAT, external: bool = False,
-                  with_few_rows: bool = False, log: Callable[[str], None] = lambda msg: None) -> Dict[str, Any]:
+                  with_few_rows: bool = False, log: Callable[[str], None] = lambda msg: None) -> VariantRecord:
     """validate False (--skip-int8-validation): the figures are measured and recorded, the thresholds
     not applied; status "validation-skipped" instead of "checked". The graph checks always apply.
 
@@ -392,7 +407,7 @@ def _int8_variant(model, staging: Path, enc: Path, dec: Path, names: GraphNames,
         nonlocal t
         log(f"      int8: {what} ({time.perf_counter() - t:.1f}s)")
         t = time.perf_counter()
-    source, entry = dec, {}
+    source, attention, few_rows_record = dec, None, None
     few_rows = (with_few_rows and format_version >= 2
                 and onnxruntime_version() >= quantize.FEW_ROWS_MIN_ONNXRUNTIME)
     block = quantize.few_rows_block(model.cfg.d_model)
@@ -407,9 +422,8 @@ def _int8_variant(model, staging: Path, enc: Path, dec: Path, names: GraphNames,
         fused = parity.check_fp32(parity.measure(model, parity.OnnxPair(enc, source, model.cfg,
                                                                         options=TorchWeights(model)), batches))
         done("its fp32 parity")
-        entry["attention"] = {"ops": [f"{FUSED_ATTENTION_DOMAIN}.{op}" for op in FUSED_ATTENTION_OPS],
-                              "min_onnxruntime": version_text(MIN_ONNXRUNTIME),
-                              "fp32_parity": fused.to_dict()}
+        attention = AttentionRecord(tuple(f"{FUSED_ATTENTION_DOMAIN}.{op}" for op in FUSED_ATTENTION_OPS),
+                                    version_text(MIN_ONNXRUNTIME), fused.to_dict())
     try:
         quantize.quantize_int8(enc, enc8, external=external)
         quantize.quantize_int8(source, dec8, external=external)
@@ -426,16 +440,15 @@ def _int8_variant(model, staging: Path, enc: Path, dec: Path, names: GraphNames,
     if few_rows:
         few = staging / FEW_ROWS_FILE
         _check_variant(dec, few, names.decoder_inputs, names.decoder_outputs)
-        entry["few_rows"] = {
-            "decoder_step": few.name, "max_rows": quantize.FEW_ROWS_MAX,
-            "min_onnxruntime": version_text(quantize.FEW_ROWS_MIN_ONNXRUNTIME),
-            "quantization": {"tool": "onnxruntime.quantization.matmul_nbits_quantizer.MatMulNBitsQuantizer",
-                             "bits": quantize.FEW_ROWS_BITS, "block_size": block,
-                             "symmetric": True, "accuracy_level": quantize.FEW_ROWS_ACCURACY_LEVEL},
-            "parity": _int8_parity(model, enc8, few, batches, validate).to_dict()}
-    return {"encoder": enc8.name, "decoder_step": dec8.name, "precision": "int8", "checked_on": report.provider,
-            "status": "checked" if validate else "validation-skipped",
-            "quantization": {"tool": "onnxruntime.quantization.quantize_dynamic", "weight_type": "QInt8",
+        few_rows_record = FewRowsRecord(
+            few.name, quantize.FEW_ROWS_MAX, version_text(quantize.FEW_ROWS_MIN_ONNXRUNTIME),
+            quantization={"tool": "onnxruntime.quantization.matmul_nbits_quantizer.MatMulNBitsQuantizer",
+                          "bits": quantize.FEW_ROWS_BITS, "block_size": block,
+                          "symmetric": True, "accuracy_level": quantize.FEW_ROWS_ACCURACY_LEVEL},
+            parity=_int8_parity(model, enc8, few, batches, validate).to_dict())
+    return VariantRecord(
+        enc8.name, dec8.name, "int8", checked_on=report.provider, status="checked" if validate else "validation-skipped",
+        quantization={"tool": "onnxruntime.quantization.quantize_dynamic", "weight_type": "QInt8",
                              "op_types": list(quantize.QUANTIZED_OPS), "per_channel": quantize.PER_CHANNEL,
                              "reduce_range": quantize.REDUCE_RANGE,
                              # activations quantised with a scale per row (export/int8_rows.py); packages without
@@ -445,10 +458,12 @@ def _int8_variant(model, staging: Path, enc: Path, dec: Path, names: GraphNames,
                              "embeddings": {"weight_type": "QInt8", "per_row": True, "symmetric": True,
                                             "max": quantize.TABLE_INT8_MAX, "layout": "[V, D]",
                                             "read_by": "Gathers of input_ids and output projections of the table"}},
-            **entry,
-            "thresholds": {"top1_agreement": parity.MIN_TOP1_AGREEMENT,
-                           "greedy_token_match": parity.MIN_GREEDY_TOKEN_MATCH},
-            "parity": report.to_dict()}
+        attention=attention, few_rows=few_rows_record, thresholds=_thresholds(), parity=report.to_dict())
+
+
+def _thresholds() -> Dict[str, float]:
+    """The figures a reduced-precision variant was held to (its manifest entry's thresholds)."""
+    return {"top1_agreement": parity.MIN_TOP1_AGREEMENT, "greedy_token_match": parity.MIN_GREEDY_TOKEN_MATCH}
 
 
 class TorchWeights:
@@ -496,7 +511,7 @@ def cuda_works(model_path: Path) -> bool:
 
 
 def _fp16_variant(model, staging: Path, enc: Path, dec: Path, names: GraphNames,
-                  batches: List[parity.ParityBatch], external: bool = False) -> Dict[str, Any]:
+                  batches: List[parity.ParityBatch], external: bool = False) -> VariantRecord:
     enc16, dec16 = (staging / f for f in VARIANT_FILES["fp16"])
     quantize.convert_fp16(enc, enc16, external=external)                # cross K/V out in float16
     quantize.convert_fp16(dec, dec16, keep_float32=["log_probs", CROSS_ATTENTION],   # caches in and out in float16
@@ -505,21 +520,17 @@ def _fp16_variant(model, staging: Path, enc: Path, dec: Path, names: GraphNames,
     caches = [n for prefix in ("past", "present", "cross") for n in cache_names(prefix, layers)]
     _check_variant(enc, enc16, names.encoder_inputs, names.encoder_outputs, caches)   # loads on the CPU provider
     _check_variant(dec, dec16, names.decoder_inputs, names.decoder_outputs, caches)
-    variant = {"encoder": enc16.name, "decoder_step": dec16.name, "precision": "float16"}
     if cuda_works(dec16):
         pair = parity.OnnxPair(enc16, dec16, model.cfg, provider="CUDAExecutionProvider")
         report = parity.check_reduced(parity.measure(model, pair, batches), "fp16")
-        variant.update(checked_on=report.provider, status="checked",
-                       thresholds={"top1_agreement": parity.MIN_TOP1_AGREEMENT,
-                                   "greedy_token_match": parity.MIN_GREEDY_TOKEN_MATCH},
-                       parity=report.to_dict())
-    else:
-        variant.update(checked_on=None, status="unchecked-on-CUDA", parity=None,
-                       note="no CUDA device at export: the graphs were checked to load on the CPU provider only")
-    return variant
+        return VariantRecord(enc16.name, dec16.name, "float16", checked_on=report.provider, status="checked",
+                             thresholds=_thresholds(), parity=report.to_dict())
+    return VariantRecord(enc16.name, dec16.name, "float16", checked_on=None, status="unchecked-on-CUDA", parity=None,
+                         note="no CUDA device at export: the graphs were checked to load on the CPU provider only")
 
 
 def _variant_line(name: str, v: Dict[str, Any]) -> str:
+    """A variant's figures in a line (v: its entry in manifest.json)."""
     p = v.get("parity")
     if p is None:
         return f"{name} {v.get('status', 'unchecked')}"

@@ -297,11 +297,21 @@ def external_data(job: Dict[str, Any]) -> Dict[str, Any]:
                 if entry.key in entries:
                     entry.value = entries[entry.key]
         onnx.save_model(model, str(out / graph))
-    add_external_data_fields(out, manifest["variants"])
+    variants = add_external_data_fields(out, _variant_records(manifest))
+    manifest["variants"] = {name: v.to_manifest() for name, v in variants.items()}
     for name in list(manifest["files"]) + [data_file(out / g).name for g in graphs]:
         manifest["files"][name] = {"sha256": sha256_of(out / name), "bytes": (out / name).stat().st_size}
     (out / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
     return {"path": str(out)}
+
+
+def _variant_records(manifest: Dict[str, Any]) -> Dict[str, Any]:
+    """A parsed manifest.json's variants as the exporter's records (manifest_records.VariantRecord)."""
+    from seq2onnx.runtime.package.manifest_records import MANIFEST, VariantRecord
+
+    data_files: Dict[str, str] = {}
+    return {name: VariantRecord.from_manifest(v, Path(MANIFEST), name, manifest["files"], data_files)
+            for name, v in manifest["variants"].items()}
 
 
 def share_weights(job: Dict[str, Any]) -> Dict[str, Any]:
@@ -313,7 +323,7 @@ def share_weights(job: Dict[str, Any]) -> Dict[str, Any]:
     out = Path(job["out"])
     shutil.copytree(job["model"], out)
     manifest = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
-    share(out, manifest["variants"])
+    manifest["variants"] = {name: v.to_manifest() for name, v in share(out, _variant_records(manifest)).items()}
     written = {d for v in manifest["variants"].values() for d in v.get("external_data", {}).values()}
     for name in sorted(set(manifest["files"]) | written):
         manifest["files"][name] = {"sha256": sha256_of(out / name), "bytes": (out / name).stat().st_size}

@@ -272,11 +272,14 @@ class AttentionRecord(Record):
     fp32_parity: Optional[Dict[str, Any]] = None
 
     @classmethod
-    def from_manifest(cls, value: Dict[str, Any], where: Path, name: str) -> "AttentionRecord":
+    def from_manifest(cls, value: Dict[str, Any], where: Path, name: str, path: str) -> "AttentionRecord":
+        """name: the field in the messages of the checks both runtimes write by hand; path: in those of the checks
+        the web runtime's reader leaves to the schema (web/src/schema.js names a record's field .field, an entry of
+        an object [key], an item [i])."""
         needs = read_version(value, where, name, required=False)
-        ops = _field(value, "ops", list, where, f"{name}['ops']", default=None)
-        parity = _field(value, "fp32_parity", dict, where, f"{name}['fp32_parity']", default=None)
-        return cls(None if ops is None else _strings(ops, where, f"{name}['ops']"), needs, parity)
+        ops = _field(value, "ops", list, where, f"{path}.ops", default=None)
+        parity = _field(value, "fp32_parity", dict, where, f"{path}.fp32_parity", default=None)
+        return cls(None if ops is None else _strings(ops, where, f"{path}.ops"), needs, parity)
 
 
 @dataclass(frozen=True)
@@ -291,15 +294,17 @@ class FewRowsRecord(Record):
     parity: Optional[Dict[str, Any]] = None
 
     @classmethod
-    def from_manifest(cls, value: Dict[str, Any], where: Path, name: str, files: Mapping[str, Any]) -> "FewRowsRecord":
+    def from_manifest(cls, value: Dict[str, Any], where: Path, name: str, path: str,
+                      files: Mapping[str, Any]) -> "FewRowsRecord":
+        """name, path: as AttentionRecord.from_manifest's."""
         file = _listed_file(value, "decoder_step", files, where, f"{name}['decoder_step']")
         max_rows = _field(value, "max_rows", int, where, f"{name}['max_rows']")
         if not 1 <= max_rows <= MAX_FEW_ROWS:
             raise ModelPackageError(f"{where}: {name}['max_rows'] should be in [1, {MAX_FEW_ROWS}], got "
                                     f"{short(max_rows)}; {REEXPORT}")
         needs = read_version(value, where, name)
-        quantization = _field(value, "quantization", dict, where, f"{name}['quantization']", default=None)
-        parity = _field(value, "parity", dict, where, f"{name}['parity']", default=None)
+        quantization = _field(value, "quantization", dict, where, f"{path}.quantization", default=None)
+        parity = _field(value, "parity", dict, where, f"{path}.parity", default=None)
         return cls(file, max_rows, needs, quantization, parity)    # type: ignore[arg-type]
 
 
@@ -341,17 +346,20 @@ class VariantRecord(Record):
             raise ModelPackageError(f"{where}: {label}['status'] should be one of {', '.join(STATUSES)}, got "
                                     f"{short(status)}; {REEXPORT}")
         attention = _field(value, "attention", dict, where, f"{label}['attention']", default=None)
-        attention = None if attention is None else AttentionRecord.from_manifest(attention, where, f"{label}['attention']")
+        attention = None if attention is None else AttentionRecord.from_manifest(
+            attention, where, f"{label}['attention']", f"{label}.attention")
         few = _field(value, "few_rows", dict, where, f"{label}['few_rows']", default=None)
-        few = None if few is None else FewRowsRecord.from_manifest(few, where, f"{label}['few_rows']", files)
+        few = None if few is None else FewRowsRecord.from_manifest(few, where, f"{label}['few_rows']",
+                                                                   f"{label}.few_rows", files)
         graphs = [encoder, decoder] + ([few.decoder_step] if few else [])
         external = read_variant_field(value, dict(files), graphs, where, label, data_files)
-        checked_on = _field(value, "checked_on", str, where, f"{label}['checked_on']", default=None)
-        quantization = _field(value, "quantization", dict, where, f"{label}['quantization']", default=None)
-        thresholds = _field(value, "thresholds", dict, where, f"{label}['thresholds']", default=None)
-        note = _field(value, "note", str, where, f"{label}['note']", default=None)
+        # the fields the web runtime leaves to the schema: named as AttentionRecord.from_manifest's path
+        checked_on = _field(value, "checked_on", str, where, f"{label}.checked_on", default=None)
+        quantization = _field(value, "quantization", dict, where, f"{label}.quantization", default=None)
+        thresholds = _field(value, "thresholds", dict, where, f"{label}.thresholds", default=None)
+        note = _field(value, "note", str, where, f"{label}.note", default=None)
         return cls(encoder, decoder, precision, checked_on, status, quantization, attention, few,
-                   None if thresholds is None else _number_map(thresholds, where, f"{label}['thresholds']"), parity,
+                   None if thresholds is None else _number_map(thresholds, where, f"{label}.thresholds"), parity,
                    note, external if value.get(EXTERNAL_DATA) is not None else None)
 
 
@@ -372,8 +380,8 @@ class GraphValue(Record):
         shape = _field(value, "shape", list, where, f"{name}.shape")
         for i, dim in enumerate(shape):
             if not isinstance(dim, (int, str)) or isinstance(dim, bool):
-                raise ModelPackageError(f"{where}: the field {name}.shape[{i}] should be an integer or a dimension "
-                                        f"name, got {short(dim)}; {REEXPORT}")
+                raise ModelPackageError(f"{where}: the field {name}.shape[{i}] should be an integer or a string, got "
+                                        f"{short(dim)}; {REEXPORT}")
         return cls(io_name, dtype, tuple(shape))
 
 

@@ -63,7 +63,8 @@ stdout, one result per job, so that a test pays for one interpreter start. Jobs:
   {"op": "schema"}
       -> the package rules the JS reader must hold as Python holds them (test/schema.test.js): runtime/package/manifest.py's
          format versions and limits, ModelConfig's fields (kinds, CHOICES, RANGES, the format-3 fields' defaults),
-         runtime/package/manifest_records.py's language rules and GENERATION_FIELDS, DecodingOptions' fields and defaults
+         runtime/package/manifest_records.py's language rules and GENERATION_FIELDS, DecodingOptions' fields and defaults,
+         and the JSON Schema of manifest.json (runtime/package/schema.py manifest_schema)
   {"op": "bench", "model": DIR, "compute_type": .., "texts": [..], "options": {..}, "repeats": N, "warmups": W}
       -> {"seconds": [..], "tokens": T}: wall time of translate_batch over the texts, N times (after W warm-up
          calls, default 1), and the tokens it generated (EOS counted), for tokens/s
@@ -338,6 +339,7 @@ def schema(job: Dict[str, Any]) -> Dict[str, Any]:
 
     from seq2onnx.runtime import errors, options
     from seq2onnx.runtime.package import config, external_data, manifest, manifest_records
+    from seq2onnx.runtime.package.schema import manifest_schema
 
     dataclass_fields = {f.name: f for f in dataclasses.fields(config.ModelConfig)}
     return {
@@ -364,6 +366,7 @@ def schema(job: Dict[str, Any]) -> Dict[str, Any]:
         "float_options": [f.name for f in dataclasses.fields(options.DecodingOptions) if f.type == "float"],
         "decoding_defaults": {f.name: list(f.default) if isinstance(f.default, tuple) else f.default
                               for f in dataclasses.fields(options.DecodingOptions)},
+        "manifest_schema": manifest_schema(),
     }
 
 

@@ -2,7 +2,8 @@
 
     read_package(dir)            manifest.json (at most MAX_MANIFEST_BYTES, nested at most MAX_JSON_DEPTH
                                  deep, strings of at most MAX_STRING_CHARS, at most MAX_FILES files and
-                                 MAX_VARIANTS variants): its schema, every field's type and range, format_version; every
+                                 MAX_VARIANTS variants): every field, as the records of manifest_records.py
+                                 (Manifest.from_manifest: ModelPackage.record); every
                                  listed file present, a regular file (no symbolic link) of its size;
                                  ModelConfig; the tokenizer (its SHA-256 checked, its vocab and special
                                  tokens against the config)
@@ -97,11 +98,11 @@ class Variant:
     @classmethod
     def of(cls, root: Path, name: str, v: VariantRecord) -> "Variant":
         """The variant as the runtime loads it: its files in `root`, the defaults of its absent fields."""
-        few = v.few_rows and FewRows(root / v.few_rows.decoder_step, v.few_rows.max_rows,
-                                     version_numbers(v.few_rows.min_onnxruntime))
+        few = None if v.few_rows is None else FewRows(root / v.few_rows.decoder_step, v.few_rows.max_rows,
+                                                      version_numbers(v.few_rows.min_onnxruntime))
         return cls(name, root / v.encoder, root / v.decoder_step, name if v.precision is None else v.precision,
                    dict(v.parity or {}), "checked" if v.status is None else v.status,
-                   version_numbers(v.attention.min_onnxruntime if v.attention else None), few or None,
+                   version_numbers(v.attention.min_onnxruntime if v.attention else None), few,
                    dict(v.external_data or {}))
 
 

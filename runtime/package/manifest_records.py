@@ -489,8 +489,8 @@ def read_config(value: Dict[str, Any], where: Path) -> ModelConfig:
 
 @dataclass(frozen=True)
 class Manifest(Record):
-    """manifest.json, its fields in the order the exporter writes them (a None field is absent). The reader's
-    checks run in this order too, but files are checked before variants and graphs (each variant names its files)."""
+    """manifest.json: its fields in the order the exporter writes them (an optional one it does not set is absent).
+    The reader checks them in the order of from_manifest: format, config, files, variants, then the rest."""
     format: str = entry(const=FORMAT)
     format_version: int = entry(enum=list(READ_FORMAT_VERSIONS))
     seq2onnx_version: Optional[str] = None

@@ -5,7 +5,7 @@ export const MANIFEST_SCHEMA = {
   "$schema": "https://json-schema.org/draft/2020-12/schema",
   "title": "seq2onnx model package: manifest.json",
   "type": "object",
-  "description": "manifest.json, its fields in the order the exporter writes them (a None field is absent). The reader's checks run in this order too, but files are checked before variants and graphs (each variant names its files).",
+  "description": "manifest.json: its fields in the order the exporter writes them (an optional one it does not set is absent). The reader checks them in the order of from_manifest: format, config, files, variants, then the rest.",
   "properties": {
     "format": {
       "type": "string",

@@ -36,7 +36,7 @@ install-dev: $(DEV_VENV)/bin/python
 	$(DEV_VENV)/bin/pip install $(PIP_FLAGS) -c $(LOCK) ".[train,convert,serve,test,ray]"
 
 # docs/manifest.schema.json and web/src/manifest_schema.js from the manifest's records
-# (runtime/package/manifest_records.py); tests/test_manifest.py fails while they differ
+# (runtime/package/manifest_records.py); tests/runtime/package/test_manifest.py fails while they differ
 schema:
 	$(DEV_VENV)/bin/python -m seq2onnx.runtime.package.schema .
 

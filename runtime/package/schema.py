@@ -1,6 +1,6 @@
 """The JSON Schema (draft 2020-12) of manifest.json, emitted from the records of manifest_records.py: each field's
 type, whether the manifest must have it, its enum, pattern and range. The records are the one source; the files
-written from them are checked against them by tests/test_manifest.py:
+written from them are checked against them by tests/runtime/package/test_manifest.py:
 
     docs/manifest.schema.json     the schema, for people and other tools
     web/src/manifest_schema.js    the same schema as a JS module: the web runtime's reader validates each manifest

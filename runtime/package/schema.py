@@ -20,7 +20,7 @@ import re
 import sys
 import typing
 from pathlib import Path
-from typing import Any, Dict, Tuple, Union
+from typing import Any, Dict, Literal, Tuple, Union
 
 from ..options import DecodingOptions
 from .config import CHOICES, RANGES, ModelConfig
@@ -49,6 +49,9 @@ def _type_schema(hint: Any, defs: Dict[str, Any]) -> Dict[str, Any]:
         return {}
     if hint in _SIMPLE:
         return {"type": _SIMPLE[hint]}
+    if origin is Literal:                      # the values a field allows (options.BeamRules, ...)
+        kinds = {_SIMPLE[type(a)] for a in args}
+        return {"type": kinds.pop() if len(kinds) == 1 else sorted(kinds), "enum": list(args)}
     if origin is Union:
         kinds = [_type_schema(a, defs) for a in args if a is not type(None)]
         out = {"type": [k["type"] for k in kinds]} if all(set(k) == {"type"} for k in kinds) else \

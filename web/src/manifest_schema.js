@@ -183,12 +183,23 @@ export const MANIFEST_SCHEMA = {
           "type": "integer"
         },
         "beam_rules": {
-          "type": "string"
+          "type": "string",
+          "enum": [
+            "seq2onnx",
+            "transformers"
+          ]
         },
         "early_stopping": {
-          "type": [
-            "boolean",
-            "string"
+          "anyOf": [
+            {
+              "type": "boolean"
+            },
+            {
+              "type": "string",
+              "enum": [
+                "never"
+              ]
+            }
           ]
         },
         "suppress_ids": {

@@ -16,6 +16,7 @@ from seq2onnx.runtime.package import schema
 from seq2onnx.runtime.package.graph_io import DECODER_FORMAT
 from seq2onnx.runtime.package.manifest import FORMAT_VERSION, read_package
 from seq2onnx.runtime.translator import Translator
+from tests import DATA, REPO
 
 
 @pytest.fixture
@@ -82,14 +83,14 @@ def test_verify_false_skips_hashing_only(pkg):
 
 
 # --- the manifest's records and its JSON Schema (runtime/package/manifest_records.py, schema.py) ----------------------
-SHIPPED = Path(__file__).resolve().parents[1] / "models" / "numbers-en-de"
-EARLIER = Path(__file__).resolve().parent / "data" / "numbers-en-de-earlier-contract"
+SHIPPED = REPO / "models" / "numbers-en-de"
+EARLIER = DATA / "numbers-en-de-earlier-contract"
 
 
 def test_committed_schema_files_are_what_the_records_emit():
     """docs/manifest.schema.json and web/src/manifest_schema.js are generated from the records: a record changed
     without `make schema` fails here."""
-    repo = Path(__file__).resolve().parents[1]
+    repo = REPO
     assert (repo / schema.SCHEMA_FILE).read_text(encoding="utf-8") == schema.schema_text(), "run `make schema`"
     assert (repo / schema.JS_FILE).read_text(encoding="utf-8") == schema.js_text(), "run `make schema`"
     jsonschema.Draft202012Validator.check_schema(schema.manifest_schema())

@@ -23,7 +23,7 @@ PYTEST      = cd tests && ../$(1)/bin/python -m pytest -q $(PYTEST_ARGS)
 TORCH_INDEX_URL ?=
 INSTALL_TORCH = $(1)/bin/pip install $(PIP_FLAGS) -c $(LOCK) $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL)) torch
 
-.PHONY: demo test test-latest test-oldest versions lock install-runtime install-dev numbers-model bench clean chromium
+.PHONY: demo test test-latest test-oldest versions lock install-runtime install-dev numbers-model bench clean chromium schema
 
 $(DEV_VENV)/bin/python:
 	$(PYTHON) -m venv $(DEV_VENV)
@@ -34,6 +34,11 @@ $(RT_VENV)/bin/python:
 install-dev: $(DEV_VENV)/bin/python
 	$(call INSTALL_TORCH,$(DEV_VENV))
 	$(DEV_VENV)/bin/pip install $(PIP_FLAGS) -c $(LOCK) ".[train,convert,serve,test,ray]"
+
+# docs/manifest.schema.json and web/src/manifest_schema.js from the manifest's records
+# (runtime/package/manifest_records.py); tests/runtime/package/test_manifest.py fails while they differ
+schema:
+	$(DEV_VENV)/bin/python -m seq2onnx.runtime.package.schema .
 
 install-runtime: $(RT_VENV)/bin/python
 	$(RT_VENV)/bin/pip install $(PIP_FLAGS) -c $(LOCK) .

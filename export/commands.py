@@ -11,6 +11,8 @@ Stages, one progress line each:
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import shutil
 import sys
 import time
@@ -30,8 +32,10 @@ from seq2onnx.runtime.cli.commands import source_line_bytes
 from seq2onnx.runtime.errors import Seq2OnnxError, checkpoints_in
 from seq2onnx.runtime.package.graph_io import (CROSS_ATTENTION, DECODER_FORMAT, DECODER_FORMATS, FUSED_ATTENTION_DOMAIN, FUSED_ATTENTION_OPS,
                                        MIN_ONNXRUNTIME, cache_names)
-from seq2onnx.runtime.package.manifest import STAGED, version_text
-from seq2onnx.runtime.package.manifest_records import LANGUAGE_CODE, Languages
+from seq2onnx.runtime.package.manifest import MANIFEST, STAGED, version_text
+from seq2onnx.runtime.package.manifest_records import (LANGUAGE_CODE, AttentionRecord, FewRowsRecord, GraphRecord,
+                                                       GraphsRecord, GraphValue, Languages, Manifest, SourceCheckpoint,
+                                                       SourceModel, Tokenizers, VariantRecord)
 from seq2onnx.runtime.engine.session import onnxruntime_log_severity, onnxruntime_version
 from seq2onnx.runtime.text_input import token_ids
 from seq2onnx.training.checkpoint import load_checkpoint
@@ -135,16 +139,15 @@ def add_language_args(p: argparse.ArgumentParser) -> None:
                        "recorded in the manifest: serving picks packages by it, and translate checks it")
 
 
-def languages_field(source_lang: Optional[str], target_lang: Optional[str]) -> Dict[str, Any]:
-    """The manifest's languages of a model of one pair, as --source-lang / --target-lang name it ({} if neither)."""
+def languages_field(source_lang: Optional[str], target_lang: Optional[str]) -> Optional[Languages]:
+    """The manifest's languages of a model of one pair, as --source-lang / --target-lang name it (None if neither)."""
     if source_lang is None and target_lang is None:
-        return {}
+        return None
     for flag, code in (("--source-lang", source_lang), ("--target-lang", target_lang)):
         if code is not None and not LANGUAGE_CODE.fullmatch(code):
             raise Seq2OnnxError(f"{flag} {code!r} is not a language code: use letters, digits and _ . @ - "
                                 "(1 to 32 of them), e.g. en, deu, pt_BR, eng_Latn")
-    langs = Languages(tuple(c for c in [source_lang] if c), tuple(c for c in [target_lang] if c))
-    return {"languages": langs.to_manifest()}
+    return Languages(tuple(c for c in [source_lang] if c), tuple(c for c in [target_lang] if c))
 
 
 def export_main(argv: List[str]) -> int:
@@ -167,29 +170,32 @@ def run_export(opts: ExportOptions, log: Callable[[str], None] = lambda msg: Non
     model = onnx_export.model_from_checkpoint(ckpt)
     special_tokens = _special_tokens(ckpt["tokenizer"], model.cfg, opts.checkpoint)
     sources = _parity_sources(opts.parity_data, tokenizer_from_json(ckpt["tokenizer"]), model.cfg)
-    source = {"file": Path(opts.checkpoint).name, "train_meta": ckpt.get("train_meta", {})}
-    verdict = checkpoint_verdict(source["train_meta"], model.cfg.vocab_size)
+    source = SourceCheckpoint(Path(opts.checkpoint).name, ckpt.get("train_meta", {}))
+    verdict = checkpoint_verdict(source.train_meta, model.cfg.vocab_size)
     if verdict is not None:             # the trainer's rule on this checkpoint: said again, and kept for `info`
-        source["undertrained"] = verdict.reasons
-        for line in verdict.lines(f"{source['file']} (step {source['train_meta']['step']})"):
+        source = dataclasses.replace(source, undertrained=tuple(verdict.reasons))
+        for line in verdict.lines(f"{source.file} (step {source.train_meta['step']})"):
             log(line)
-    contents = PackageContents({package.TOKENIZER_FILE: ckpt["tokenizer"]}, package.TOKENIZER_FILE, special_tokens,
-                               source, languages_field(opts.source_lang, opts.target_lang))
+    contents = PackageContents({package.TOKENIZER_FILE: ckpt["tokenizer"]},
+                               Tokenizers(package.TOKENIZER_FILE, package.TOKENIZER_FILE), special_tokens, source,
+                               languages=languages_field(opts.source_lang, opts.target_lang))
     return write_package(model, contents, opts, sources, log, start)
 
 
 @dataclass
 class PackageContents:
-    """What a package holds besides its graphs: tokenizer files (name -> JSON text), the manifest's tokenizer field
-    (manifest_records.Tokenizers.to_manifest()), special tokens, where it came from (source_checkpoint), and the
-    optional format-3 fields (languages, generation, source_model). gate(staging folder, manifest): one more check
-    of the finished package before it is published (convert: against transformers), raising Seq2OnnxError."""
+    """What a package holds besides its graphs: tokenizer files (name -> JSON text), the manifest's tokenizer field,
+    special tokens, where it came from (source_checkpoint), and the optional format-3 fields (languages, generation,
+    source_model). gate(staging folder, manifest): one more check of the finished package before it is published
+    (convert: against transformers), raising Seq2OnnxError; it may write the manifest again (package.write_manifest)."""
     tokenizer_files: Dict[str, str]
-    tokenizer: Any
+    tokenizer: Tokenizers
     special_tokens: Dict[str, str]
-    source_checkpoint: Dict[str, Any]
-    extra: Dict[str, Any] = field(default_factory=dict)
-    gate: Optional[Callable[[Path, Dict[str, Any]], str]] = None
+    source_checkpoint: SourceCheckpoint
+    languages: Optional[Languages] = None
+    generation: Optional[Dict[str, Any]] = None
+    source_model: Optional[SourceModel] = None
+    gate: Optional[Callable[[Path, Manifest], str]] = None
 
 
 def write_package(model, contents: PackageContents, opts: ExportOptions, parity_sources: List[List[int]],
@@ -222,50 +228,52 @@ def write_package(model, contents: PackageContents, opts: ExportOptions, parity_
 
         t = time.perf_counter()
         fp32_pair = parity.OnnxPair(enc, dec, model.cfg, options=in_place)
-        with ThreadPoolExecutor(1) as side:
-            # the fp32 parity (onnxruntime and torch, each on one thread) on the second core, while this thread
+        with ThreadPoolExecutor(1 if opts.int8 else 2) as side:
+            # the fp32 parity (onnxruntime and numpy, on one thread each) on the second core, while this thread
             # rewrites and quantises the int8 variant's graphs (Python, most of it): neither reads the other's work
-            fp32_job = side.submit(parity.measure, model, fp32_pair, batches)
+            fp32_report = parity.measure_on(side, model, fp32_pair, batches)
             int8 = (_Int8Graphs.make(model, staging, enc, dec, names, opts.opset, opts.format_version,
                                      opts.external_data, opts.few_rows, log) if opts.int8 else None)
-            fp32 = parity.check_fp32(fp32_job.result())
+            fp32 = parity.check_fp32(fp32_report())
         stage_seconds["parity"] = time.perf_counter() - t
         log(f"[3/5] parity: max diff encoder {fp32.encoder_max_abs_diff:.2g}, log-probs "
             f"{fp32.decoder_max_abs_diff:.2g}; greedy and beam-4 tokens identical on {fp32.sentences} sentences "
             f"({fp32.real_sentences} real) ({stage_seconds['parity']:.1f}s)")
-        variants = {"fp32": {"encoder": ENCODER_FILE, "decoder_step": DECODER_FILE, "precision": "float32",
-                             "checked_on": fp32.provider, "parity": fp32.to_dict()}}
+        variants = {"fp32": VariantRecord(ENCODER_FILE, DECODER_FILE, "float32", checked_on=fp32.provider,
+                                          parity=fp32.to_dict())}
 
         t = time.perf_counter()
         if int8 is not None:
             variants["int8"] = int8.checked(model, batches, opts.int8_validation, log)
         if opts.fp16:
             variants["fp16"] = _fp16_variant(model, staging, enc, dec, names, batches, opts.external_data)
-        graph_files.add_external_data_fields(staging, variants)
-        graph_files.share_weights(staging, variants, merge=not opts.external_data)
+        variants = graph_files.add_external_data_fields(staging, variants)
+        variants = graph_files.share_weights(staging, variants, merge=not opts.external_data)
         stage_seconds["quantise"] = time.perf_counter() - t
-        log("[4/5] quantise: " + (", ".join(_variant_line(k, v) for k, v in variants.items() if k != "fp32")
+        log("[4/5] quantise: " + (", ".join(_variant_line(k, v.to_manifest()) for k, v in variants.items()
+                                            if k != "fp32")
                                  or "no --int8 / --fp16 asked") + f" ({stage_seconds['quantise']:.1f}s)")
 
         t = time.perf_counter()
         for name, text in contents.tokenizer_files.items():
             (staging / name).write_text(text, encoding="utf-8")
         opset, ir_version = onnx_export.opset_and_ir(enc)
-        manifest = package.build_manifest(
-            config=model.cfg.to_dict(), special_tokens=contents.special_tokens, opset=opset, ir_version=ir_version,
-            graphs={"encoder": onnx_export.graph_io(enc),
-                    # the decoder step takes cross K/V + encoder mask once per sentence (docs/CONTRACTS.md)
-                    "decoder_step": dict(onnx_export.graph_io(dec), cross_per_sentence=True)},
+        record = package.build_manifest(
+            config=model.cfg, special_tokens=contents.special_tokens, opset=opset, ir_version=ir_version,
+            graphs=GraphsRecord(graph_record(enc),
+                                # the decoder step takes cross K/V + encoder mask once per sentence (docs/CONTRACTS.md)
+                                dataclasses.replace(graph_record(dec), cross_per_sentence=True)),
             variants=variants, exporter=exporter_versions(), source_checkpoint=contents.source_checkpoint,
             seq2onnx_version=__version__, format_version=opts.format_version, tokenizer=contents.tokenizer,
-            extra=contents.extra)
-        manifest = package.finish_package(staging, manifest)
+            languages=contents.languages, generation=contents.generation, source_model=contents.source_model)
+        record = package.finish_package(staging, record)
         if contents.gate is not None:
             token = STAGED.set(staging)
             try:
-                log(contents.gate(staging, manifest))
+                log(contents.gate(staging, record))
             finally:
                 STAGED.reset(token)
+        manifest = json.loads((staging / MANIFEST).read_text(encoding="utf-8"))     # as written
         package.publish(staging, target, opts.overwrite)
         stage_seconds["write"] = time.perf_counter() - t
         log(f"[5/5] write: {target} ({len(manifest['files']) + 1} files, {stage_seconds['write']:.1f}s)")
@@ -273,6 +281,13 @@ def write_package(model, contents: PackageContents, opts: ExportOptions, parity_
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
     return ExportResult(target, manifest, time.perf_counter() - start, stage_seconds)
+
+
+def graph_record(path: Path) -> GraphRecord:
+    """A graph's inputs and outputs as the manifest lists them (onnx_export.graph_io)."""
+    io = onnx_export.graph_io(path)
+    return GraphRecord(*(tuple(GraphValue(v["name"], v["dtype"], tuple(v["shape"])) for v in io[side])
+                         for side in ("inputs", "outputs")))
 
 
 def check_opset(opset: int) -> None:
@@ -383,7 +398,7 @@ def _check_variant(fp32: Path, variant: Path, inputs: List[str], outputs: List[s
 class _Int8Graphs:
     """The int8 variant in its two halves: `make` writes its graphs (rewriting and quantising, Python for the most
     part, which the converter runs beside the fp32 parity), `checked` checks them against the model and returns the
-    manifest's variant entry. validate False (--skip-int8-validation): the figures are measured and recorded, the
+    manifest's variant record. validate False (--skip-int8-validation): the figures are measured and recorded, the
     thresholds not applied; status "validation-skipped" instead of "checked". The graph checks always apply.
 
     Formats 2 and 3: the decoder step is quantised from a graph whose attention is onnxruntime's fused CPU ops
@@ -430,56 +445,57 @@ class _Int8Graphs:
         return graphs
 
     def checked(self, model, batches: List[parity.ParityBatch], validate: bool = True,
-                log: Callable[[str], None] = lambda msg: None) -> Dict[str, Any]:
-        """The checks, each pair of graphs on a thread of its own (onnxruntime and numpy: both cores)."""
+                log: Callable[[str], None] = lambda msg: None) -> VariantRecord:
+        """The checks of the graphs `make` wrote, their parity batches spread over two threads."""
         t = time.perf_counter()
         enc8, dec8 = (self.enc.parent / f for f in VARIANT_FILES["int8"])
-        entry: Dict[str, Any] = {}
+        attention: Optional[AttentionRecord] = None
+        few_rows_record: Optional[FewRowsRecord] = None
         _check_variant(self.enc, enc8, self.names.encoder_inputs, self.names.encoder_outputs)
         _check_variant(self.dec, dec8, self.names.decoder_inputs, self.names.decoder_outputs)
         if self.few_rows is not None:
             _check_variant(self.dec, self.few_rows, self.names.decoder_inputs, self.names.decoder_outputs)
-        with ThreadPoolExecutor(2) as pool:
-            fused = (pool.submit(lambda: parity.check_fp32(parity.measure(
-                model, parity.OnnxPair(self.enc, self.source, model.cfg, options=TorchWeights(model)), batches)))
-                if self.source != self.dec else None)
-            report = pool.submit(_int8_parity, model, enc8, dec8, batches, validate)
-            few = (pool.submit(_int8_parity, model, enc8, self.few_rows, batches, validate)
+        with ThreadPoolExecutor(2) as pool:         # every graph's batches, on the two cores
+            fused = (parity.measure_on(pool, model, parity.OnnxPair(self.enc, self.source, model.cfg,
+                                                                     options=TorchWeights(model)), batches)
+                     if self.source != self.dec else None)
+            report = parity.measure_on(pool, model, parity.OnnxPair(enc8, dec8, model.cfg), batches)
+            few = (parity.measure_on(pool, model, parity.OnnxPair(enc8, self.few_rows, model.cfg), batches)
                    if self.few_rows is not None else None)
             if fused is not None:
-                entry["attention"] = {"ops": [f"{FUSED_ATTENTION_DOMAIN}.{op}" for op in FUSED_ATTENTION_OPS],
-                                      "min_onnxruntime": version_text(MIN_ONNXRUNTIME),
-                                      "fp32_parity": fused.result().to_dict()}
-            report = report.result()
+                attention = AttentionRecord(tuple(f"{FUSED_ATTENTION_DOMAIN}.{op}" for op in FUSED_ATTENTION_OPS),
+                                            version_text(MIN_ONNXRUNTIME), parity.check_fp32(fused()).to_dict())
+            report = _int8_checked(report(), validate)
             if few is not None:
-                entry["few_rows"] = {
-                    "decoder_step": self.few_rows.name, "max_rows": quantize.FEW_ROWS_MAX,
-                    "min_onnxruntime": version_text(quantize.FEW_ROWS_MIN_ONNXRUNTIME),
-                    "quantization": {"tool": "onnxruntime.quantization.matmul_nbits_quantizer.MatMulNBitsQuantizer",
-                                     "bits": quantize.FEW_ROWS_BITS, "block_size": self.block,
-                                     "symmetric": True, "accuracy_level": quantize.FEW_ROWS_ACCURACY_LEVEL},
-                    "parity": few.result().to_dict()}
+                few_rows_record = FewRowsRecord(
+                    self.few_rows.name, quantize.FEW_ROWS_MAX, version_text(quantize.FEW_ROWS_MIN_ONNXRUNTIME),
+                    quantization={"tool": "onnxruntime.quantization.matmul_nbits_quantizer.MatMulNBitsQuantizer",
+                                  "bits": quantize.FEW_ROWS_BITS, "block_size": self.block,
+                                  "symmetric": True, "accuracy_level": quantize.FEW_ROWS_ACCURACY_LEVEL},
+                    parity=_int8_checked(few(), validate).to_dict())
         if self.source != self.dec:
             graph_files.remove_graph(self.source)
         log("      int8: checks, " + ("the fused step's fp32 parity, " if self.source != self.dec else "")
             + f"int8 parity ({time.perf_counter() - t:.1f}s)")
-        return {"encoder": enc8.name, "decoder_step": dec8.name, "precision": "int8",
-                "checked_on": report.provider, "status": "checked" if validate else "validation-skipped",
-                "quantization": {"tool": "onnxruntime.quantization.quantize_dynamic", "weight_type": "QInt8",
-                                 "op_types": list(quantize.QUANTIZED_OPS), "per_channel": quantize.PER_CHANNEL,
-                                 "reduce_range": quantize.REDUCE_RANGE,
-                                 # activations quantised with a scale per row (export/int8_rows.py); packages
-                                 # without the key quantised them per tensor, over the whole batch
-                                 "per_row_activations": quantize.PER_ROW,
-                                 # the embedding table of every int8 graph: quantize.int8_embeddings
-                                 "embeddings": {"weight_type": "QInt8", "per_row": True, "symmetric": True,
-                                                "max": quantize.TABLE_INT8_MAX, "layout": "[V, D]",
-                                                "read_by": "Gathers of input_ids and output projections of the "
-                                                           "table"}},
-                **entry,
-                "thresholds": {"top1_agreement": parity.MIN_TOP1_AGREEMENT,
-                               "greedy_token_match": parity.MIN_GREEDY_TOKEN_MATCH},
-                "parity": report.to_dict()}
+        return VariantRecord(
+            enc8.name, dec8.name, "int8", checked_on=report.provider,
+            status="checked" if validate else "validation-skipped",
+            quantization={"tool": "onnxruntime.quantization.quantize_dynamic", "weight_type": "QInt8",
+                          "op_types": list(quantize.QUANTIZED_OPS), "per_channel": quantize.PER_CHANNEL,
+                          "reduce_range": quantize.REDUCE_RANGE,
+                          # activations quantised with a scale per row (export/int8_rows.py); packages without
+                          # the key quantised them per tensor, over the whole batch
+                          "per_row_activations": quantize.PER_ROW,
+                          # the embedding table of every int8 graph: quantize.int8_embeddings
+                          "embeddings": {"weight_type": "QInt8", "per_row": True, "symmetric": True,
+                                         "max": quantize.TABLE_INT8_MAX, "layout": "[V, D]",
+                                         "read_by": "Gathers of input_ids and output projections of the table"}},
+            attention=attention, few_rows=few_rows_record, thresholds=_thresholds(), parity=report.to_dict())
+
+
+def _thresholds() -> Dict[str, float]:
+    """The figures a reduced-precision variant was held to (its manifest entry's thresholds)."""
+    return {"top1_agreement": parity.MIN_TOP1_AGREEMENT, "greedy_token_match": parity.MIN_GREEDY_TOKEN_MATCH}
 
 
 class TorchWeights:
@@ -508,9 +524,8 @@ class TorchWeights:
         return opts
 
 
-def _int8_parity(model, enc8: Path, dec8: Path, batches: List[parity.ParityBatch], validate: bool):
+def _int8_checked(report: parity.ParityReport, validate: bool) -> parity.ParityReport:
     """The int8 figures of one encoder + decoder step pair, held to the int8 thresholds when validate."""
-    report = parity.measure(model, parity.OnnxPair(enc8, dec8, model.cfg), batches)
     return parity.check_reduced(report, "int8") if validate else report
 
 
@@ -527,7 +542,7 @@ def cuda_works(model_path: Path) -> bool:
 
 
 def _fp16_variant(model, staging: Path, enc: Path, dec: Path, names: GraphNames,
-                  batches: List[parity.ParityBatch], external: bool = False) -> Dict[str, Any]:
+                  batches: List[parity.ParityBatch], external: bool = False) -> VariantRecord:
     enc16, dec16 = (staging / f for f in VARIANT_FILES["fp16"])
     quantize.convert_fp16(enc, enc16, external=external)                # cross K/V out in float16
     quantize.convert_fp16(dec, dec16, keep_float32=["log_probs", CROSS_ATTENTION],   # caches in and out in float16
@@ -536,21 +551,17 @@ def _fp16_variant(model, staging: Path, enc: Path, dec: Path, names: GraphNames,
     caches = [n for prefix in ("past", "present", "cross") for n in cache_names(prefix, layers)]
     _check_variant(enc, enc16, names.encoder_inputs, names.encoder_outputs, caches)   # loads on the CPU provider
     _check_variant(dec, dec16, names.decoder_inputs, names.decoder_outputs, caches)
-    variant = {"encoder": enc16.name, "decoder_step": dec16.name, "precision": "float16"}
     if cuda_works(dec16):
         pair = parity.OnnxPair(enc16, dec16, model.cfg, provider="CUDAExecutionProvider")
         report = parity.check_reduced(parity.measure(model, pair, batches), "fp16")
-        variant.update(checked_on=report.provider, status="checked",
-                       thresholds={"top1_agreement": parity.MIN_TOP1_AGREEMENT,
-                                   "greedy_token_match": parity.MIN_GREEDY_TOKEN_MATCH},
-                       parity=report.to_dict())
-    else:
-        variant.update(checked_on=None, status="unchecked-on-CUDA", parity=None,
-                       note="no CUDA device at export: the graphs were checked to load on the CPU provider only")
-    return variant
+        return VariantRecord(enc16.name, dec16.name, "float16", checked_on=report.provider, status="checked",
+                             thresholds=_thresholds(), parity=report.to_dict())
+    return VariantRecord(enc16.name, dec16.name, "float16", checked_on=None, status="unchecked-on-CUDA", parity=None,
+                         note="no CUDA device at export: the graphs were checked to load on the CPU provider only")
 
 
 def _variant_line(name: str, v: Dict[str, Any]) -> str:
+    """A variant's figures in a line (v: its entry in manifest.json)."""
     p = v.get("parity")
     if p is None:
         return f"{name} {v.get('status', 'unchecked')}"

@@ -16,6 +16,7 @@ and the runtime reads that file once and gives onnxruntime its bytes in place fo
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 from collections import Counter, defaultdict
@@ -24,8 +25,8 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import onnx
 
-from seq2onnx.runtime.package.external_data import FIELD
 from seq2onnx.runtime.package.manifest import MAX_FILE_BYTES
+from seq2onnx.runtime.package.manifest_records import VariantRecord
 
 DATA_SUFFIX = ".data"       # encoder.onnx -> encoder.onnx.data
 INLINE_BYTES = 1024         # smaller initializers stay in the graph (onnx.save_model's size_threshold)
@@ -170,18 +171,19 @@ def remove_graph(path: Path) -> None:
 
 
 def variant_graphs(entry: Dict[str, Any]) -> List[str]:
-    """The graph files of a variant's manifest entry: encoder, decoder step, and its few-rows step if it has one."""
+    """The graph files of a variant's entry in a parsed manifest.json (VariantRecord.graphs: of a record)."""
     return [entry["encoder"], entry["decoder_step"]] + ([entry["few_rows"]["decoder_step"]]
                                                         if entry.get("few_rows") else [])
 
 
-def add_external_data_fields(folder: Path, variants: Dict[str, Dict[str, Any]]) -> None:
-    """Each variant's manifest entry gets external_data: {graph file: its data file} for its graphs that have one
-    in `folder` (the runtime reads no data file the variant does not name)."""
-    for entry in variants.values():
-        names = {g: data_file(folder / g).name for g in variant_graphs(entry) if data_file(folder / g).exists()}
-        if names:
-            entry[FIELD] = names
+def add_external_data_fields(folder: Path, variants: Dict[str, VariantRecord]) -> Dict[str, VariantRecord]:
+    """The variants, each with external_data: {graph file: its data file} for its graphs that have one in `folder`
+    (the runtime reads no data file the variant does not name)."""
+    out = {}
+    for name, entry in variants.items():
+        names = {g: data_file(folder / g).name for g in entry.graphs() if data_file(folder / g).exists()}
+        out[name] = dataclasses.replace(entry, external_data=names) if names else entry
+    return out
 
 
 def _same_bytes(tensor: onnx.TensorProto, folder: Path) -> Tuple[int, Tuple[int, ...], bytes]:
@@ -196,7 +198,7 @@ def _nbytes(tensor: onnx.TensorProto) -> int:
     return _where(tensor)[2] if _is_external(tensor) else len(tensor.raw_data) if tensor.HasField("raw_data") else 0
 
 
-def share_weights(folder: Path, variants: Dict[str, Dict[str, Any]], merge: bool = True) -> None:
+def share_weights(folder: Path, variants: Dict[str, VariantRecord], merge: bool = True) -> Dict[str, VariantRecord]:
     """Each weight of SHARED_MIN_BYTES or more that two or more graphs of a variant hold, once in the variant's
     shared data file (module doc), and the variant's external_data naming that file for the graphs that reference
     it. At vocab 32000 and d_model 512 that is the float32 embedding table (62.5 MiB) of fp32's encoder and decoder
@@ -206,13 +208,14 @@ def share_weights(folder: Path, variants: Dict[str, Dict[str, Any]], merge: bool
     NLLB-200 600M's 1 GiB table is then on disk once, as in a package of embedded graphs; without `merge`
     (--external-data: a data file per graph, as asked) the variant is left as it is. The weights are copied piece
     by piece (tensor_chunks), never all in memory. A variant with a graph that another variant also names is left
-    as it is."""
-    named = Counter(g for entry in variants.values() for g in variant_graphs(entry))
+    as it is. -> the variants, with the external_data of those that got a shared data file."""
+    named = Counter(g for entry in variants.values() for g in entry.graphs())
+    variants = dict(variants)
     for variant, entry in variants.items():
-        graphs = variant_graphs(entry)
-        if any(named[g] > 1 for g in graphs) or (entry.get(FIELD) and not merge):
+        graphs = entry.graphs()
+        if any(named[g] > 1 for g in graphs) or (entry.external_data and not merge):
             continue
-        own = dict(entry.get(FIELD) or {})               # graph -> its own data file (add_external_data_fields)
+        own = dict(entry.external_data or {})            # graph -> its own data file (add_external_data_fields)
         if variant + SHARED_SUFFIX in own.values():      # shared already: its file is read, not written anew
             continue
         models = {g: onnx.load(str(folder / g), load_external_data=False) for g in graphs}
@@ -251,4 +254,5 @@ def share_weights(folder: Path, variants: Dict[str, Dict[str, Any]], merge: bool
         for data in set(own.values()):
             (folder / data).unlink(missing_ok=True)
         os.chmod(folder / data_name, (folder / graphs[0]).stat().st_mode & 0o777)
-        entry[FIELD] = users
+        variants[variant] = dataclasses.replace(entry, external_data=users)
+    return variants

@@ -22,6 +22,7 @@ import os
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -35,13 +36,13 @@ from seq2onnx.runtime.errors import Seq2OnnxError, first_line
 from seq2onnx.runtime.package.manifest_fields import short
 from seq2onnx.runtime.options import (LENGTH_PENALTY_RANGE, MAX_BEAM_SIZE, MAX_SUPPRESS_IDS, REPETITION_PENALTY_RANGE,
                                       DecodingOptions, OptionError)
-from seq2onnx.runtime.package.manifest_records import Languages
+from seq2onnx.runtime.package.manifest_records import Languages, Manifest, SourceCheckpoint, SourceModel, Tokenizers
 from seq2onnx.training.model import Transformer, sinusoidal_positions
 
 from seq2onnx.runtime.package.manifest import HF_WEIGHT_FILES, MANIFEST
 
 from . import commands, hf_tokenizers, package, parity
-from .beside import beside
+from .beside import Job, beside
 from .commands import ExportOptions, ExportResult, PackageContents
 from .hf_tokenizers import DOWNLOAD
 
@@ -136,6 +137,9 @@ def check_config(path: Path, hf: Dict[str, Any]) -> None:
     for name in ("bos_token_id", "decoder_start_token_id", "unk_token_id", "forced_eos_token_id"):
         if hf.get(name) is not None:
             _check_ids(path, name, hf[name], vocab)
+    arch = hf.get("architectures")          # the manifest's source_model.architectures
+    if arch is not None and not (isinstance(arch, list) and all(isinstance(a, str) for a in arch)):
+        raise _bad(path, "architectures", "a list of class names", arch)
 
 
 def read_generation_config(folder: Path, hf: Dict[str, Any]) -> None:
@@ -527,7 +531,7 @@ def transformers_gate(hf_model: Any, sources: List[List[int]], defaults: Dict[st
     in a forked child (export/beside.py), its greedy search here, the package (loaded once, its sessions on one
     onnxruntime thread) decoding both in a thread of its own: generate() is Python for the most part, which two
     threads of one process would take turns at."""
-    def gate(staging: Path, manifest: Dict[str, Any]) -> str:
+    def gate(staging: Path, manifest: Manifest) -> str:
         from seq2onnx.runtime.translator import Translator
         max_length = min(defaults["max_decoding_length"], GATE_MAX_LENGTH)
         figures: Dict[str, Any] = {"log_probs_max_abs_diff": log_probs_diff}
@@ -545,8 +549,8 @@ def transformers_gate(hf_model: Any, sources: List[List[int]], defaults: Dict[st
                     raise parity.ParityError(
                         f"{name} against transformers: {got['identical']} of {got['sentences']} sentences identical "
                         f"({got['ties']} ties), score diff {got['max_score_diff']:.3g}; the package was not written")
-        manifest["source_model"]["parity"] = figures
-        package.write_text(staging / MANIFEST, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+        package.write_manifest(staging, dataclasses.replace(
+            manifest, source_model=dataclasses.replace(manifest.source_model, parity=figures)))
         return (f"      gate vs transformers {getattr(sys.modules.get('transformers'), '__version__', '?')}: "
                 + ", ".join(f"{k} {v['identical']}/{v['sentences']} identical ({v['ties']} ties)"
                             for k, v in figures.items() if isinstance(v, dict))
@@ -618,15 +622,21 @@ def run_convert(opts: ConvertOptions, log: Callable[[str], None] = lambda msg: N
     hf_config = read_config(folder)
     cfg = model_config(hf_config)
     read_generation_config(folder, hf_config)
-    toks = hf_tokenizers.convert(folder, hf_config)
-    export_opts = ExportOptions(folder, opts.out_dir, opts.int8, opts.fp16, opts.opset, opts.overwrite,
-                                opts.parity_data, opts.int8_validation, external_data=opts.external_data,
-                                few_rows=opts.few_rows)
-    commands.check_opset(opts.opset)
-    package.check_target(Path(opts.out_dir).absolute(), opts.overwrite)
-    hf_model = load_hf_model(folder)
-    defaults = generation_defaults(hf_model.generation_config, cfg)
-    model = transformer_from_hf(hf_model, cfg)
+    # the tokenizers are converted (Python, seconds) in a child on the second core while the weights load here
+    tokenizers = Job(lambda: hf_tokenizers.convert(folder, hf_config), "the tokenizers' conversion")
+    try:
+        export_opts = ExportOptions(folder, opts.out_dir, opts.int8, opts.fp16, opts.opset, opts.overwrite,
+                                    opts.parity_data, opts.int8_validation, external_data=opts.external_data,
+                                    few_rows=opts.few_rows)
+        commands.check_opset(opts.opset)
+        package.check_target(Path(opts.out_dir).absolute(), opts.overwrite)
+        hf_model = load_hf_model(folder)
+        defaults = generation_defaults(hf_model.generation_config, cfg)
+        model = transformer_from_hf(hf_model, cfg)
+    except BaseException:
+        tokenizers.result()                 # a refusal of the tokenizers first, as when they were converted first
+        raise
+    toks = tokenizers.result()
     log(f"[0/5] load: {hf_config['model_type']} from {folder} ({model.num_parameters() / 1e6:.1f}M parameters), "
         f"tokenizers and generation_config converted ({time.perf_counter() - start:.1f}s)")
 
@@ -641,12 +651,9 @@ def run_convert(opts: ConvertOptions, log: Callable[[str], None] = lambda msg: N
     log(f"      load: log-probs of the mapped model against transformers', max diff {diff:.2g} "
         f"({time.perf_counter() - t:.1f}s)")
     import transformers
-    extra: Dict[str, Any] = {"generation": defaults,
-                             "source_model": {"type": hf_config["model_type"], "folder": folder.name,
-                                              "architectures": hf_config.get("architectures", []),
-                                              "transformers_version": transformers.__version__}}
-    if langs is not None:
-        extra["languages"] = langs.to_manifest()
-    contents = PackageContents(toks.files, toks.field, toks.special_tokens, {"file": folder.name, "train_meta": {}},
-                               extra, transformers_gate(hf_model, sources, defaults, forced_bos, diff))
+    source = SourceModel(hf_config["model_type"], folder.name, tuple(hf_config.get("architectures") or ()),
+                         transformers.__version__)
+    contents = PackageContents(toks.files, Tokenizers.from_manifest(toks.field, folder / MANIFEST), toks.special_tokens,
+                               SourceCheckpoint(folder.name, {}), langs, defaults, source,
+                               transformers_gate(hf_model, sources, defaults, forced_bos, diff))
     return commands.write_package(model, contents, export_opts, real, log, start)

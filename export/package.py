@@ -10,6 +10,7 @@ killed export are handled by the next export to the same target (`recover_interr
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -21,18 +22,19 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from seq2onnx.runtime.errors import Seq2OnnxError
+from seq2onnx.runtime.package.config import ModelConfig
 from seq2onnx.runtime.package.manifest import FORMAT, MANIFEST, manifest_format, sha256_of   # the reader owns the format
-
-from .graph_files import variant_graphs
+from seq2onnx.runtime.package.manifest_records import (FileRecord, GraphsRecord, Languages, Manifest, SourceCheckpoint,
+                                                       SourceModel, Tokenizers, VariantRecord)
 
 TOKENIZER_FILE = "tokenizer.json"
 README_FILE = "README.md"
 
 
 # --- files ------------------------------------------------------------------------------------------
-def file_entries(folder: Path) -> Dict[str, Dict[str, Any]]:
-    """{file name: {"sha256", "bytes"}} for every file of the folder but manifest.json."""
-    return {p.name: {"sha256": sha256_of(p), "bytes": p.stat().st_size}
+def file_entries(folder: Path) -> Dict[str, FileRecord]:
+    """{file name: its SHA-256 and size} for every file of the folder but manifest.json."""
+    return {p.name: FileRecord(sha256_of(p), p.stat().st_size)
             for p in sorted(folder.iterdir()) if p.is_file() and p.name != MANIFEST}
 
 
@@ -146,45 +148,41 @@ def utc_now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def build_manifest(*, config: Dict[str, Any], special_tokens: Dict[str, str], opset: int,
-                   ir_version: int, graphs: Dict[str, Any], variants: Dict[str, Any], exporter: Dict[str, str],
-                   source_checkpoint: Dict[str, Any], seq2onnx_version: str, format_version: int = 2,
-                   tokenizer: Any = TOKENIZER_FILE, extra: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+def build_manifest(*, config: ModelConfig, special_tokens: Dict[str, str], opset: int, ir_version: int,
+                   graphs: GraphsRecord, variants: Dict[str, VariantRecord], exporter: Dict[str, str],
+                   source_checkpoint: SourceCheckpoint, seq2onnx_version: str, format_version: int = 2,
+                   tokenizer: Tokenizers = Tokenizers(TOKENIZER_FILE, TOKENIZER_FILE),
+                   languages: Optional[Languages] = None, generation: Optional[Dict[str, Any]] = None,
+                   source_model: Optional[SourceModel] = None) -> Manifest:
     """The manifest of docs/CONTRACTS.md; its `files` are filled in by finish_package. format_version: the decoder
-    step contract (the manifest's own is manifest_format of it); tokenizer: Tokenizers.to_manifest(); extra: the
-    optional fields (languages, generation, source_model: manifest_records.py)."""
-    manifest = {
-        "format": FORMAT,
-        "format_version": manifest_format(format_version),
-        "seq2onnx_version": seq2onnx_version,
-        "created": utc_now(),
-        "config": config,
-        "special_tokens": special_tokens,
-        "vocab_size": config["vocab_size"],
-        "tokenizer": tokenizer,
-        "opset": opset,
-        "ir_version": ir_version,
-        "graphs": graphs,
-        "variants": variants,
-        "files": {},
-        "exporter": exporter,
-        "source_checkpoint": source_checkpoint,
-        **(extra or {}),
-    }
-    # train_meta may hold values JSON does not know (paths): store them as text
-    return json.loads(json.dumps(manifest, default=str))
+    step contract (the manifest's own is manifest_format of it); languages, generation, source_model: the optional
+    fields (manifest_records.py)."""
+    return Manifest(format=FORMAT, format_version=manifest_format(format_version), seq2onnx_version=seq2onnx_version,
+                    created=utc_now(), config=config, special_tokens=special_tokens, vocab_size=config.vocab_size,
+                    tokenizer=tokenizer, opset=opset, ir_version=ir_version, graphs=graphs, variants=variants,
+                    files={}, exporter=exporter, source_checkpoint=source_checkpoint, generation=generation,
+                    source_model=source_model, languages=languages)
 
 
-def finish_package(folder: Path, manifest: Dict[str, Any]) -> Dict[str, Any]:
+def manifest_json(manifest: Manifest) -> Dict[str, Any]:
+    """The manifest as manifest.json holds it (train_meta may hold values JSON does not know, paths: as text)."""
+    return json.loads(json.dumps(manifest.to_manifest(), default=str))
+
+
+def write_manifest(folder: Path, manifest: Manifest) -> None:
+    write_text(folder / MANIFEST, json.dumps(manifest_json(manifest), indent=2, ensure_ascii=False) + "\n")
+
+
+def finish_package(folder: Path, manifest: Manifest) -> Manifest:
     """Write README.md, list every file with its SHA-256, then write manifest.json: the last file,
     so a folder without it is not a package. -> the manifest as written."""
-    write_text(folder / README_FILE, render_readme(manifest))
-    manifest = dict(manifest, files=file_entries(folder))
-    for variant in manifest["variants"].values():
-        missing = [v for v in variant_graphs(variant) if v not in manifest["files"]]
+    write_text(folder / README_FILE, render_readme(manifest_json(manifest)))
+    manifest = dataclasses.replace(manifest, files=file_entries(folder))
+    for variant in manifest.variants.values():
+        missing = [v for v in variant.graphs() if v not in manifest.files]
         if missing:
             raise RuntimeError(f"the manifest names files that are not in the package: {missing}")
-    write_text(folder / MANIFEST, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+    write_manifest(folder, manifest)
     return manifest
 
 

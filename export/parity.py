@@ -43,6 +43,7 @@ import math
 import os
 import tempfile
 import threading
+from concurrent.futures import Executor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -545,45 +546,76 @@ def compute_references(model: Transformer, batches: List[ParityBatch], format_ve
 
 def measure(model: Transformer, pair: OnnxPair, batches: Optional[List[ParityBatch]] = None) -> ParityReport:
     """All figures of one ONNX pair against the PyTorch model (no thresholds applied)."""
-    with one_torch_thread():
-        return _measure(model, pair, batches)
+    batches = batches if batches is not None else parity_batches(model.cfg)
+    return _report(model, pair, batches, [_measure_batch(model, pair, batch) for batch in batches])
 
 
-def _measure(model: Transformer, pair: OnnxPair, batches: Optional[List[ParityBatch]]) -> ParityReport:
+def measure_on(pool: Executor, model: Transformer, pair: OnnxPair,
+               batches: List[ParityBatch]) -> Callable[[], ParityReport]:
+    """measure's figures, each batch a job of `pool` (onnxruntime and numpy release the interpreter: checks of several
+    graphs spread over the cores) -> a function that waits for the jobs and returns the report. Compute the batches'
+    references first (compute_references), or two graphs' jobs of one batch would each compute it."""
+    jobs = [pool.submit(_measure_batch, model, pair, batch) for batch in batches]
+    return lambda: _report(model, pair, batches, [job.result() for job in jobs])
+
+
+@dataclass
+class _Tally:
+    """One batch's figures, before they are summed over batches into a ParityReport."""
+    enc: float = 0.0
+    dec: float = 0.0
+    cache: float = 0.0
+    agree: int = 0
+    total: int = 0
+    greedy_hits: int = 0
+    greedy_positions: int = 0
+    greedy_same: int = 0
+    beam_same: int = 0
+    beam_total: int = 0
+    beam_score_diff: float = 0.0
+
+
+def _measure_batch(model: Transformer, pair: OnnxPair, batch: ParityBatch) -> _Tally:
     cfg = model.cfg
-    batches = batches if batches is not None else parity_batches(cfg)
-    enc = dec = cache = 0.0
-    agree = total = 0
-    greedy_hits = greedy_positions = greedy_same = 0
-    beam_same = beam_total = 0
-    beam_score_diff = 0.0
-    for batch in batches:
-        e, d, c, a, t = compare_graphs(model, pair, batch)
-        enc, dec, cache, agree, total = max(enc, e), max(dec, d), max(cache, c), agree + a, total + t
+    with one_torch_thread():
+        enc, dec, cache, agree, total = compare_graphs(model, pair, batch)
+        tally = _Tally(enc, dec, cache, agree, total)
         if batch.left_pad:
-            continue                                   # decoding pads right, as the contract says
+            return tally                                # decoding pads right, as the contract says
         expected = reference(model, batch)
         for ref, got in zip(expected.greedy, onnx_greedy(pair, batch.sources)):
             ref_ids, got_ids = ref.tokens + [cfg.eos_id] * ref.finished, got.tokens + [cfg.eos_id] * got.finished
             hits, n = _token_match(ref_ids, got_ids)
-            greedy_hits, greedy_positions, greedy_same = greedy_hits + hits, greedy_positions + n, \
-                greedy_same + (ref_ids == got_ids)
+            tally.greedy_hits += hits
+            tally.greedy_positions += n
+            tally.greedy_same += ref_ids == got_ids
         for ref_hyps, got_hyps in zip(expected.beam4, onnx_beam(pair, batch.sources)):
             for r, g in zip(ref_hyps, got_hyps):
-                beam_same += r.tokens == g.tokens
+                tally.beam_same += r.tokens == g.tokens
                 if r.tokens == g.tokens:
-                    beam_score_diff = max(beam_score_diff, abs(r.score - g.score))
-            beam_total += max(len(ref_hyps), len(got_hyps))
+                    tally.beam_score_diff = max(tally.beam_score_diff, abs(r.score - g.score))
+            tally.beam_total += max(len(ref_hyps), len(got_hyps))
+    return tally
+
+
+def _report(model: Transformer, pair: OnnxPair, batches: List[ParityBatch], tallies: List[_Tally]) -> ParityReport:
+    def most(name: str) -> float:
+        return max((getattr(t, name) for t in tallies), default=0.0)
+
+    def total(name: str) -> int:
+        return sum(getattr(t, name) for t in tallies)
     sentences = sum(len(b.sources) for b in batches if not b.left_pad)
     real_sentences = sum(len(b.sources) for b in batches if b.real and not b.left_pad)
     return ParityReport(
-        provider=pair.provider, encoder_max_abs_diff=enc, decoder_max_abs_diff=dec, cache_max_abs_diff=cache,
-        top1_agreement=agree / max(1, total), greedy_token_match=greedy_hits / max(1, greedy_positions),
-        greedy_sentence_match=greedy_same / max(1, sentences), beam4_token_match=beam_same / max(1, beam_total),
-        beam4_score_max_abs_diff=beam_score_diff, sentences=sentences, real_sentences=real_sentences,
+        provider=pair.provider, encoder_max_abs_diff=most("enc"), decoder_max_abs_diff=most("dec"),
+        cache_max_abs_diff=most("cache"), top1_agreement=total("agree") / max(1, total("total")),
+        greedy_token_match=total("greedy_hits") / max(1, total("greedy_positions")),
+        greedy_sentence_match=total("greedy_same") / max(1, sentences),
+        beam4_token_match=total("beam_same") / max(1, total("beam_total")),
+        beam4_score_max_abs_diff=most("beam_score_diff"), sentences=sentences, real_sentences=real_sentences,
         batch_sizes=[len(b.sources) for b in batches],
         src_lengths=sorted({len(s) for b in batches for s in b.sources}),
-        past_lengths=[0, min(STEPS, cfg.max_positions) - 1])
+        past_lengths=[0, min(STEPS, model.cfg.max_positions) - 1])
 
 
 # --- the checks ------------------------------------------------------------------------------------

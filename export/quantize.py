@@ -23,10 +23,9 @@ int8  (--int8): dynamic quantisation of the MatMul weights (onnxruntime.quantiza
       slower). A [D, V] table that both read was tried first: the embedding's Gather along axis 1 cost 2 ms a step
       at 64 rows. Every int8
       graph (encoder, step, few-rows step) quantises the same float32 table to the same bytes, so the export's
-      shared weights (graph_files.share_weights) store it once per variant: at vocab 32000 and d_model 512 the
-      float32 tables were 188 MiB of an int8 package (three graphs), then two int8 copies (per-row 8-bit
-      embedding, per-column 7-bit projection) 31 MiB, now one of 16 MiB. With untied embeddings each table is
-      still quantised once, read by whatever reads it.
+      shared weights (graph_files.share_weights) store it once per variant: one int8 table where each graph held
+      a float32 one, and one where an 8-bit embedding and a 7-bit projection were two. With untied embeddings each
+      table is still quantised once, read by whatever reads it.
 int8, few rows (format 2, with --int8 --few-rows): the int8 decoder step a second time, for steps of at most
       FEW_ROWS_MAX rows, its embedding int8 as the step's, its weight MatMuls as onnxruntime's MatMulNBits (8-bit symmetric blocks of
       FEW_ROWS_BLOCK along the input axis, activations quantised per block at run time: accuracy_level 4), made

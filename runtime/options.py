@@ -29,7 +29,7 @@ EarlyStopping = Union[bool, Literal["never"]]       # transformers' early_stoppi
 EARLY_STOPPING = (False, True, "never")
 MAX_SUPPRESS_IDS = 1 << 24                   # suppress_ids: at most this many (the largest vocabulary, config.py)
 # examples per batch when the caller does not say (the Translator and the CLI): memory stays that of
-# one batch however many sentences (20,000 at beam 4 in one batch took 10 GB)
+# one batch however many sentences (the cache of one batch grows with its rows)
 DEFAULT_MAX_BATCH_SIZE = 32
 BatchType = Literal["examples", "tokens"]      # what max_batch_size counts: examples, or padded source tokens
 BATCH_TYPES = get_args(BatchType)
@@ -37,8 +37,8 @@ BATCH_TYPES = get_args(BatchType)
 TargetPrefixes = Sequence[Optional[str]]
 Phrases = Sequence[Optional[Sequence[str]]]
 # A text is never tokenized whole, only a prefix that holds its first max_input_length tokens, of at most
-# max_input_length x MAX_CHARS_PER_TOKEN characters (translator.token_ids): tokenized whole, a 100 MB line
-# took 10 GB, a 5 MB line of U+FDFA (NFKC turns each into 18 characters) 6 GB.
+# max_input_length x MAX_CHARS_PER_TOKEN characters (translator.token_ids): tokenized whole, a line's memory grows
+# with its length many times over (NFKC turns one U+FDFA into 18 characters).
 MAX_CHARS_PER_TOKEN = 64
 
 

@@ -1,4 +1,4 @@
-"""Terminology constraints (issue #18): phrases that every returned hypothesis must hold, for beam search.
+"""Terminology constraints: phrases that every returned hypothesis must hold, for beam search.
 
 Lexically constrained beam search with dynamic beam allocation (DBA; Post & Vilar, 2018, as in Sockeye and
 fairseq), in search.BeamSearch's terms:

@@ -1,6 +1,6 @@
 """The CPU engine's cache rewritten inside the buffers that hold it (cpu.py ArrayEngine, cache_memory.py CachePool):
 a beam reorder, rows joining, a larger capacity. With these the format-2/3 engine keeps one set of cache buffers, not
-a second set to gather into (issue #35: the second set was 96 MiB at batch 16 beam 4). numpy only. The cross K/V and
+a second set to gather into (as large as the cache itself). numpy only. The cross K/V and
 mask of a batch (cache_memory.py CrossRows) are rewritten by the same functions, and rows leaving by compact_rows.
 
 A cache tensor [R, H, C, Dh] lives at the start of its flat float32 buffer, rows outermost: row r at r x H x C x Dh.

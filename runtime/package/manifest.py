@@ -2,7 +2,8 @@
 
     read_package(dir)            manifest.json (at most MAX_MANIFEST_BYTES, nested at most MAX_JSON_DEPTH
                                  deep, strings of at most MAX_STRING_CHARS, at most MAX_FILES files and
-                                 MAX_VARIANTS variants): its schema, every field's type and range, format_version; every
+                                 MAX_VARIANTS variants): every field, as the records of manifest_records.py
+                                 (Manifest.from_manifest: ModelPackage.record); every
                                  listed file present, a regular file (no symbolic link) of its size;
                                  ModelConfig; the tokenizer (its SHA-256 checked, its vocab and special
                                  tokens against the config)
@@ -26,33 +27,26 @@ import dataclasses
 import hashlib
 import json
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Set, Tuple, Union
+from typing import Any, Dict, Optional, Set, Tuple, Union
 
 from tokenizers import Tokenizer
 
 from .config import ModelConfig
 from ..errors import REEXPORT, ModelPackageError, checkpoints_in, first_line
-from .manifest_fields import REQUIRED as _REQUIRED, count_entries as _count, field as _field, short as _short
-from .manifest_records import Languages, Tokenizers, read_generation
-from .external_data import MAX_DATA_BYTES, ExternalGraph, external_graph, read_variant_field
+from .manifest_fields import field as _field, short as _short
+from .manifest_records import (FILE_NAME, FORMAT, FORMAT_3_CONFIG, FORMAT_VERSION, MANIFEST, MAX_FEW_ROWS,  # noqa: F401
+                               MAX_FILES, MAX_VARIANTS, READ_FORMAT_VERSIONS, SHA256, SPECIAL_ROLES, STATUSES,
+                               UNCHECKED, VERSION, FileRecord, Languages, Manifest, VariantRecord, check_format)
+from .external_data import MAX_DATA_BYTES, ExternalGraph, external_graph  # noqa: F401
 from .onnx_bytes import external_tensors
 from .files import check_regular, interrupted_export, read_regular, sha256_of  # noqa: F401
 from .tokenizer import PackageTokenizer, foreign_regex, rust_panics_as_errors, specials_as_text
 from .shipped_models import available_models, resolve_model_dir
 
-FORMAT = "seq2onnx-model"
-# what `seq2onnx export` and `seq2onnx convert` write: 4 is 3 with decoder step contract 3 (past_length one per row);
-# 3 is 2's decoder step with ModelConfig's variant fields, and optionally two tokenizers, languages and generation
-# defaults (manifest_records.py); 1 and 2 differ in the decoder step (graph_io.py). A package of format 1 or 2 reads
-# as one whose new fields are their defaults.
-FORMAT_VERSION = 4
-READ_FORMAT_VERSIONS = (1, 2, 3, 4)
+# The manifest's fields, their checks and the format constants: manifest_records.py
 DECODER_OF_FORMAT = {1: 1, 2: 2, 3: 2, 4: 3}   # format_version -> its decoder step contract (graph_io.DECODER_FORMATS)
-FORMAT_3_CONFIG = ("activation", "sinusoid", "position_offset", "embed_scale", "final_logits_bias",
-                   "decoder_start_id", "src_vocab_size")
 
 
 def decoder_format(format_version: int) -> int:
@@ -64,7 +58,8 @@ def manifest_format(decoder: int) -> int:
     """The format_version a package whose decoder step follows contract `decoder` is written with: the newest
     one of that contract (3 for contract 2: its variant fields and records)."""
     return max(v for v, d in DECODER_OF_FORMAT.items() if d == decoder)
-MANIFEST = "manifest.json"
+
+
 # the weights of a transformers model folder (what `seq2onnx convert` reads, export/hf_convert.py), not a package's
 HF_WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json",
                    "pytorch_model.bin.index.json")
@@ -74,25 +69,14 @@ HF_WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.
 MAX_MANIFEST_BYTES = 1 << 20
 MAX_JSON_DEPTH = 32
 MAX_STRING_CHARS = 4096                 # any string of the manifest, keys included (PATH_MAX for a path)
-MAX_FILES = 64                          # entries of 'files'
-MAX_VARIANTS = 32                       # entries of 'variants'
 MAX_FILE_BYTES = (1 << 31) - 1          # protobuf's limit: onnxruntime loads no larger graph (without external data)
 MAX_TOKENIZER_BYTES = 1 << 28           # 256 MiB; a 250k-piece tokenizer.json is ~30 MB
-SHA256 = re.compile(r"[0-9a-f]{64}")
-VERSION = re.compile(r"\d{1,4}(\.\d{1,4}){0,3}", re.ASCII)  # attention.min_onnxruntime: "1.21" (no other digits)
-MAX_FEW_ROWS = 1 << 16                  # a variant's few_rows.max_rows: any value only picks a graph
-FILE_NAME = re.compile(r"[A-Za-z0-9._+-]{1,255}")    # names in 'files': in the folder, nothing else
-# manifest variant status (CONTRACTS.md) -> why the variant was not held to the export's thresholds
-UNCHECKED = {"validation-skipped": "was exported with --skip-int8-validation",
-             "unchecked-on-CUDA": "was not checked against PyTorch (no GPU at export)"}
-STATUSES = ("checked", *UNCHECKED)
-SPECIAL_ROLES = ("pad", "bos", "eos", "unk")       # special_tokens keys; ModelConfig has {role}_id
 
 
 @dataclass(frozen=True)
 class FewRows:
-    """A variant's second decoder step for steps of at most max_rows rows (int8: its weight MatMuls as
-    MatMulNBits, faster at 1-4 rows; export/quantize.py), taking the same inputs and caches as the step."""
+    """A variant's second decoder step for steps of at most max_rows rows (manifest_records.FewRowsRecord), its file
+    in the package folder."""
     decoder_step: Path
     max_rows: int
     min_onnxruntime: Tuple[int, ...]     # older: the runtime steps with the variant's decoder step only
@@ -111,11 +95,21 @@ class Variant:
     few_rows: Optional[FewRows] = None
     external_data: Dict[str, str] = dataclasses.field(default_factory=dict)   # graph file -> its data file
 
+    @classmethod
+    def of(cls, root: Path, name: str, v: VariantRecord) -> "Variant":
+        """The variant as the runtime loads it: its files in `root`, the defaults of its absent fields."""
+        few = None if v.few_rows is None else FewRows(root / v.few_rows.decoder_step, v.few_rows.max_rows,
+                                                      version_numbers(v.few_rows.min_onnxruntime))
+        return cls(name, root / v.encoder, root / v.decoder_step, name if v.precision is None else v.precision,
+                   dict(v.parity or {}), "checked" if v.status is None else v.status,
+                   version_numbers(v.attention.min_onnxruntime if v.attention else None), few,
+                   dict(v.external_data or {}))
+
 
 @dataclass
 class ModelPackage:
     root: Path
-    manifest: Dict[str, Any]
+    manifest: Dict[str, Any]             # manifest.json as parsed (`record`: as checked records)
     config: ModelConfig
     tokenizer: "PackageTokenizer"        # encodes source texts (the one tokenizer, or the source one)
     variants: Dict[str, Variant]
@@ -130,10 +124,12 @@ class ModelPackage:
     languages: Optional[Languages] = None
     language_ids: Dict[str, int] = dataclasses.field(default_factory=dict)   # languages.tokens as ids
     generation: Dict[str, Any] = dataclasses.field(default_factory=dict)     # default decoding options
+    record: Optional[Manifest] = None
 
     @property
-    def format_version(self) -> int:
-        """1 or 2: which decoder step contract the graphs follow (graph_io.py)."""
+    def decoder_format(self) -> int:
+        """Which decoder step contract the graphs follow (graph_io.DECODER_FORMATS), from the manifest's
+        format_version (a different number: the manifest's own format, DECODER_OF_FORMAT)."""
         return decoder_format(self.manifest["format_version"])
 
     @property
@@ -278,137 +274,27 @@ def _read_manifest(root: Path) -> Dict[str, Any]:
         over = _json_over_limits(manifest)
     if over:
         raise ModelPackageError(f"{path} {over}: this is not a seq2onnx model package; {REEXPORT}")
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        got = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
-        raise ModelPackageError(f"{path}: format is {_short(got)}, not {FORMAT!r}: this is not a seq2onnx model "
-                                f"package")
-    version = manifest.get("format_version")
-    if version not in READ_FORMAT_VERSIONS or not isinstance(version, int) or isinstance(version, bool):
-        newer = isinstance(version, int) and not isinstance(version, bool) and version > max(READ_FORMAT_VERSIONS)
-        fix = "upgrade seq2onnx (update its checkout, then pip install it again)" if newer else REEXPORT
-        readable = ", ".join(map(str, READ_FORMAT_VERSIONS[:-1])) + f" and {READ_FORMAT_VERSIONS[-1]}"
-        raise ModelPackageError(f"{path}: format_version {_short(version)} is unknown; this runtime reads "
-                                f"format_version {readable}: {fix}")
+    check_format(manifest, path)
     return manifest
 
 
-def _read_config(where: Path, manifest: Dict[str, Any]) -> ModelConfig:
-    fields = _field(manifest, "config", dict, where)
-    for f in dataclasses.fields(ModelConfig):          # no defaults here: the graphs were built from these
-        if f.name not in fields and (manifest["format_version"] >= 3 or f.name not in FORMAT_3_CONFIG):
-            raise ModelPackageError(f"{where}: the field config.{f.name} is missing; {REEXPORT}")
-    try:
-        return ModelConfig.from_dict(fields)
-    except (TypeError, ValueError) as e:
-        raise ModelPackageError(f"{where}: bad model config ({e}); {REEXPORT}") from e
+def _check_file(root: Path, name: str, entry: FileRecord) -> None:
+    """The listed file in the folder: present, a regular file, of its listed size."""
+    path = root / name
+    st = check_regular(path, _missing_listed(path))
+    if st.st_size != entry.bytes:
+        raise ModelPackageError(f"{path} has {st.st_size} bytes, {MANIFEST} says {entry.bytes} (truncated or "
+                                f"changed); copy the package again or {REEXPORT}")
 
 
-def _check_files(root: Path, manifest: Dict[str, Any]) -> None:
-    where = root / MANIFEST
-    files = _count(manifest, "files", MAX_FILES, where)
-    for name, entry in files.items():
-        if not FILE_NAME.fullmatch(name) or name in (".", "..", MANIFEST):
-            raise ModelPackageError(f"{where}: bad file name {_short(name)} in 'files'; {REEXPORT}")
-        if not isinstance(entry, dict):
-            raise ModelPackageError(f"{where}: files[{name!r}] needs 'sha256' and 'bytes'; {REEXPORT}")
-        sha256 = _field(entry, "sha256", str, where, f"files[{name!r}]['sha256']")
-        size = _field(entry, "bytes", int, where, f"files[{name!r}]['bytes']")
-        if not SHA256.fullmatch(sha256) or not 0 <= size <= MAX_DATA_BYTES:   # graphs: read_graph's limit
-            raise ModelPackageError(f"{where}: files[{name!r}] should have a 'sha256' of 64 hex digits and 'bytes' "
-                                    f"in [0, {MAX_DATA_BYTES}], got {_short(entry)}; {REEXPORT}")
-        path = root / name
-        st = check_regular(path, _missing_listed(path))
-        if st.st_size != size:
-            raise ModelPackageError(f"{path} has {st.st_size} bytes, {MANIFEST} says {size} (truncated or "
-                                    f"changed); copy the package again or {REEXPORT}")
-
-
-def _read_variants(root: Path, manifest: Dict[str, Any]) -> Dict[str, Variant]:
-    where = root / MANIFEST
-    variants: Dict[str, Variant] = {}
-    data_files: Dict[str, str] = {}                      # graph file -> its data file, over all variants
-    for name, entry in _count(manifest, "variants", MAX_VARIANTS, where).items():
-        field = f"variants[{_short(name)}]"
-        if not isinstance(entry, dict):
-            raise ModelPackageError(f"{where}: {field} is not an object; {REEXPORT}")
-        paths: List[Path] = []
-        for graph in ("encoder", "decoder_step"):
-            file = entry.get(graph)
-            if not isinstance(file, str) or file not in manifest["files"]:
-                raise ModelPackageError(f"{where}: {field}[{graph!r}] = {_short(file)} is not a file "
-                                        f"listed in 'files'; {REEXPORT}")
-            paths.append(root / file)
-        precision = _field(entry, "precision", str, where, f"{field}['precision']", default=name)
-        parity = _field(entry, "parity", dict, where, f"{field}['parity']", default={})
-        status = _field(entry, "status", str, where, f"{field}['status']", default="checked")
-        if status not in STATUSES:
-            raise ModelPackageError(f"{where}: {field}['status'] should be one of {', '.join(STATUSES)}, got "
-                                    f"{_short(status)}; {REEXPORT}")
-        attention = _field(entry, "attention", dict, where, f"{field}['attention']", default={})
-        needs = _version(attention, where, f"{field}['attention']", default="")
-        few_rows = _read_few_rows(root, manifest, entry, field)
-        graphs = [p.name for p in paths + ([few_rows.decoder_step] if few_rows else [])]
-        external = read_variant_field(entry, manifest["files"], graphs, where, field, data_files)
-        variants[name] = Variant(name, paths[0], paths[1], precision, dict(parity), status, needs, few_rows, external)
-    if "fp32" not in variants:
-        raise ModelPackageError(f"{where}: no 'fp32' variant; {REEXPORT}")
-    return variants
-
-
-def _version(obj: Dict[str, Any], where: Path, field: str, default: Any = _REQUIRED) -> Tuple[int, ...]:
-    """obj's min_onnxruntime: "1.21" -> (1, 21); with a default, a missing one -> ()."""
-    needs = _field(obj, "min_onnxruntime", str, where, f"{field}['min_onnxruntime']", default=default)
-    if needs and not VERSION.fullmatch(needs):
-        raise ModelPackageError(f"{where}: {field}['min_onnxruntime'] should be a version such as 1.21, got "
-                                f"{_short(needs)}; {REEXPORT}")
-    return tuple(int(x) for x in needs.split(".")) if needs else ()
+def version_numbers(text: Optional[str]) -> Tuple[int, ...]:
+    """A min_onnxruntime as numbers: "1.21" -> (1, 21); absent or "" -> () (no need)."""
+    return tuple(int(x) for x in text.split(".")) if text else ()
 
 
 def version_text(numbers: Tuple[int, ...]) -> str:
-    """(1, 21) -> "1.21": a min_onnxruntime as the manifest writes it (_version reads it back)."""
+    """(1, 21) -> "1.21": a min_onnxruntime as the manifest writes it (version_numbers reads it back)."""
     return ".".join(map(str, numbers))
-
-
-def _read_few_rows(root: Path, manifest: Dict[str, Any], entry: Dict[str, Any], field: str) -> Optional[FewRows]:
-    """A variant's few_rows (absent in packages exported before it, and where the exporter's onnxruntime lacked
-    its ops): a decoder step file listed in 'files', its max_rows and min_onnxruntime."""
-    where = root / MANIFEST
-    few = _field(entry, "few_rows", dict, where, f"{field}['few_rows']", default=None)
-    if few is None:
-        return None
-    file = few.get("decoder_step")
-    if not isinstance(file, str) or file not in manifest["files"]:
-        raise ModelPackageError(f"{where}: {field}['few_rows']['decoder_step'] = {_short(file)} is not a file listed "
-                                f"in 'files'; {REEXPORT}")
-    max_rows = _field(few, "max_rows", int, where, f"{field}['few_rows']['max_rows']")
-    if not 1 <= max_rows <= MAX_FEW_ROWS:
-        raise ModelPackageError(f"{where}: {field}['few_rows']['max_rows'] should be in [1, {MAX_FEW_ROWS}], got "
-                                f"{_short(max_rows)}; {REEXPORT}")
-    return FewRows(root / file, max_rows, _version(few, where, f"{field}['few_rows']"))
-
-
-def _read_cross_per_sentence(where: Path, manifest: Dict[str, Any]) -> bool:
-    """graphs.decoder_step.cross_per_sentence: true, or absent / false (packages exported before it existed)."""
-    graphs = _field(manifest, "graphs", dict, where, default={})
-    decoder = _field(graphs, "decoder_step", dict, where, "graphs.decoder_step", default={})
-    return _field(decoder, "cross_per_sentence", bool, where, "graphs.decoder_step.cross_per_sentence", default=False)
-
-
-def _check_described_fields(where: Path, manifest: Dict[str, Any]) -> None:
-    """The fields that only `seq2onnx info` shows: of the kinds it prints."""
-    for key in ("seq2onnx_version", "created"):
-        _field(manifest, key, str, where, default=None)
-    for key in ("opset", "ir_version"):
-        _field(manifest, key, int, where, default=None)
-    exporter = _field(manifest, "exporter", dict, where, default={})
-    for key in exporter:
-        _field(exporter, key, str, where, f"exporter[{_short(key)}]")
-    source = _field(manifest, "source_checkpoint", dict, where, default={})
-    _field(source, "file", str, where, "source_checkpoint.file", default=None)
-    _field(source, "train_meta", dict, where, "source_checkpoint.train_meta", default=None)
-    reasons = _field(source, "undertrained", list, where, "source_checkpoint.undertrained", default=[])
-    for i, reason in enumerate(reasons):
-        _field({i: reason}, i, str, where, f"source_checkpoint.undertrained[{i}]")
 
 
 # --- the tokenizer (its guards: package/tokenizer.py) ------------------------------------------------
@@ -449,9 +335,9 @@ def _read_tokenizer(package: ModelPackage, name: str, vocab_size: int) -> Packag
     if sorted(tokenizer.get_vocab(with_added_tokens=True).values()) != list(range(size)):
         raise ModelPackageError(f"{path}: its token ids are not exactly 0..{size - 1}, one per token: the tokenizer "
                                 f"is broken; {REEXPORT}")
-    specials = _field(manifest, "special_tokens", dict, where, default={})
+    specials = manifest.get("special_tokens") or {}       # of their kinds: Manifest.from_manifest
     for role in SPECIAL_ROLES:
-        token = _field(specials, role, str, where, f"special_tokens.{role}", default=None)
+        token = specials.get(role)
         want = getattr(config, f"{role}_id")
         if token is not None and tokenizer.token_to_id(token) != want:
             raise ModelPackageError(f"{path}: special token {role}={_short(token)} has id "
@@ -464,27 +350,28 @@ def read_package(model_dir: Union[str, os.PathLike], verify: bool = True) -> Mod
     root = resolve_model_dir(model_dir)
     manifest = _read_manifest(root)
     where = root / MANIFEST
-    config = _read_config(where, manifest)
-    _check_files(root, manifest)
-    variants = _read_variants(root, manifest)
-    cross_per_sentence = _read_cross_per_sentence(where, manifest)
-    _check_described_fields(where, manifest)
-    package = ModelPackage(root, manifest, config, None, variants, cross_per_sentence, verify)  # type: ignore[arg-type]
-    names = Tokenizers.from_manifest(_field(manifest, "tokenizer", (str, dict), where), where)
-    package.tokenizer = _read_tokenizer(package, names.source, config.source_vocab_size)
-    if names.target != names.source:
-        package.target_tokenizer = _read_tokenizer(package, names.target, config.vocab_size)
-    elif config.source_vocab_size != config.vocab_size:
-        raise ModelPackageError(f"{where}: the model has a source vocabulary of its own (config.src_vocab_size) but "
-                                f"one tokenizer; {REEXPORT}")
-    _read_languages(package)
-    package.generation = read_generation(_field(manifest, "generation", dict, where, default={}), where)
+    package = ModelPackage(root, manifest, None, None, {}, verify=verify)  # type: ignore[arg-type]
+
+    def read_tokenizers(got: Dict[str, Any]) -> None:
+        package.config, names = got["config"], got["tokenizer"]
+        config = package.config
+        package.tokenizer = _read_tokenizer(package, names.source, config.source_vocab_size)
+        if names.target != names.source:
+            package.target_tokenizer = _read_tokenizer(package, names.target, config.vocab_size)
+        elif config.source_vocab_size != config.vocab_size:
+            raise ModelPackageError(f"{where}: the model has a source vocabulary of its own (config.src_vocab_size) "
+                                    f"but one tokenizer; {REEXPORT}")
+
+    def read_language_ids(got: Dict[str, Any]) -> None:
+        package.languages = got["languages"]
+        if package.languages is not None:
+            package.language_ids = package.languages.token_ids(package.tokenizer, package.detokenizer, where)
+
+    record = Manifest.from_manifest(manifest, where, after={
+        "file": lambda name, entry: _check_file(root, name, entry), "tokenizer": read_tokenizers,
+        "languages": read_language_ids})
+    package.record = record
+    package.variants = {name: Variant.of(root, name, v) for name, v in record.variants.items()}
+    package.cross_per_sentence = record.decoder_step_cross_per_sentence()
+    package.generation = dict(record.generation or {})
     return package
-
-
-def _read_languages(package: ModelPackage) -> None:
-    where = package.root / MANIFEST
-    value = _field(package.manifest, "languages", dict, where, default=None)
-    if value is not None:
-        package.languages = Languages.from_manifest(value, where)
-        package.language_ids = package.languages.token_ids(package.tokenizer, package.detokenizer, where)

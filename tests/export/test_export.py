@@ -262,6 +262,21 @@ def test_parity_computes_the_pytorch_side_once_per_batch_and_model(fp32_pair, ti
     assert parity.measure(changed, fp32_pair, batches).decoder_max_abs_diff > 10 * first.decoder_max_abs_diff + 1e-3
 
 
+def test_parity_batches_measured_on_threads_give_the_figures_of_one_thread(fp32_pair, tiny_model):
+    """The converter spreads the batches of several graphs' checks over two threads (parity.measure_on), the reference
+    computed first (compute_references) and read by each: the same report as measure's, batch by batch, and the
+    torch thread count restored after."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    batches = parity.parity_batches(tiny_model.cfg)
+    threads = torch.get_num_threads()
+    parity.compute_references(tiny_model, batches, fp32_pair.format_version)
+    with ThreadPoolExecutor(2) as pool:
+        first, second = (parity.measure_on(pool, tiny_model, fp32_pair, batches) for _ in range(2))
+        assert first() == second() == parity.measure(tiny_model, fp32_pair, batches)
+    assert torch.get_num_threads() == threads
+
+
 def test_spilled_reference_reads_back_what_was_written():
     """The reference's log-probs and caches live in a temporary file (parity.Spilled): each item reads back as written,
     an array as an array, a list of arrays as a list, in any order and as often as asked."""
@@ -284,8 +299,8 @@ def test_failed_parity_writes_nothing(tiny_checkpoint, tiny_package, tmp_path, m
     export = package_graphs(tiny_package)                     # the trace's graphs (fixtures_export.py)
 
     def export_then_corrupt(model, out_dir, opset=onnx_export.DEFAULT_OPSET, format_version=onnx_export.DECODER_FORMAT,
-                            external=False):
-        enc, dec = export(model, out_dir, opset, format_version, external)
+                            external=False, meanwhile=lambda: None):
+        enc, dec = export(model, out_dir, opset, format_version, external, meanwhile)
         graph = onnx.load(str(dec))
         weight = next(t for t in graph.graph.initializer if "output_projection" in t.name)
         values = onnx.numpy_helper.to_array(weight).copy()

@@ -70,7 +70,7 @@ function appendPadded(ort, a, b) {
 
 /** format_version 1: the self-attention cache grows by one position a step (docs/CONTRACTS.md, ONNX graphs). */
 export class GrowingCacheEngine extends EngineBase {
-  static formatVersion = 1;
+  static decoderFormat = 1;
   hasAttention = false; // no cross_attention output
 
   noAttentionError() {
@@ -183,7 +183,7 @@ class FixedCache {
  * FIXED_CACHE_START and doubles when full (at most max_positions), as runtime/engine/session.py's engines do, so that the
  * graph attends over the same shapes as in Python. */
 export class FixedCacheEngine extends GrowingCacheEngine {
-  static formatVersion = 2;
+  static decoderFormat = 2;
   hasAttention = true;
 
   static io(config) {
@@ -278,7 +278,7 @@ export class FixedCacheEngine extends GrowingCacheEngine {
 /** format_version 4 (decoder step contract 3): FixedCacheEngine with past_length int64 [R], each row's own length, so
  * rows may stand at different positions in one step. */
 export class RowLengthsEngine extends FixedCacheEngine {
-  static formatVersion = 3;
+  static decoderFormat = 3;
   rowsAtOwnPositions = true;
 
   static spec(name, config) {
@@ -324,7 +324,7 @@ function checkGraphIo(Engine, session, where, graph, config) {
   const same = (a, b) => a.length === b.length && [...a].sort().every((x, i) => x === [...b].sort()[i]);
   if (!same(gotIn, inputs) || !same(gotOut, outputs)) {
     throw new ModelPackageError(`${where}: graph inputs/outputs ${JSON.stringify(gotIn)} -> ${JSON.stringify(gotOut)} do ` +
-      `not match the ${graph} contract of format_version ${Engine.formatVersion} for ${config.decoder_layers} decoder ` +
+      `not match the ${graph} contract of format_version ${Engine.decoderFormat} for ${config.decoder_layers} decoder ` +
       `layers; ${REEXPORT}`);
   }
   for (const meta of [...(session.inputMetadata ?? []), ...(session.outputMetadata ?? [])]) {
@@ -408,7 +408,7 @@ function checkDecoder(pkg, decoder, decoderPath) {
  * "decoder_step". */
 export async function openEngine(pkg, variantName, [encoderBytes, decoderBytes], sessionOptions, fewRowsBytes = null) {
   const { config } = pkg, ort = pkg.platform.ort;
-  const Engine = ENGINES.get(pkg.formatVersion);
+  const Engine = ENGINES.get(pkg.decoderFormat);
   const variant = pkg.variants[variantName];
   const encoderPath = pkg.describe(variant.encoder), decoderPath = pkg.describe(variant.decoderStep);
   const encoder = await openSession(ort, encoderBytes, encoderPath, sessionOptions("encoder"));
@@ -419,7 +419,7 @@ export async function openEngine(pkg, variantName, [encoderBytes, decoderBytes],
   let fewRows = null;
   if (fewRowsBytes !== null) {
     const fewPath = pkg.describe(variant.fewRows.decoderStep);
-    if (Engine.formatVersion < 2) {
+    if (Engine.decoderFormat < 2) {
       throw new ModelPackageError(`${fewPath}: a few-rows decoder step needs a format_version 2 package and the caches of ` +
         `its decoder step; ${REEXPORT}`);
     }

@@ -6,7 +6,8 @@
 //                                   size, with a plain name (nothing outside the folder); the config; the
 //                                   tokenizer, or the source and the target one (each's SHA-256 checked, its vocab
 //                                   and special tokens against the config); languages and generation defaults
-//                                   (format_version 3: manifest_records.js)
+//                                   (format_version 3: manifest_records.js); then the whole manifest against the
+//                                   schema the Python runtime's records emit (schema.js, manifest_schema.js)
 //   pkg.readVariant(name)           the bytes of the variant's two graphs, SHA-256 checked: what onnxruntime loads
 //                                   (pkg.readGraph(file): one of them, or a few-rows step); a graph with external
 //                                   data comes with its data file's checked bytes (external_data.js)
@@ -19,6 +20,7 @@ import { isInteger, JsonDepthError, parseJson, short } from "./json.js";
 import { Languages, readGeneration, tokenizerNames } from "./manifest_records.js";
 import { externalGraph, MAX_DATA_BYTES, readVariantField } from "./external_data.js";
 import { externalTensors } from "./onnx_bytes.js";
+import { checkSchema } from "./schema.js";
 import { PackageTokenizer } from "./tokenizer.js";
 
 export const FORMAT = "seq2onnx-model";
@@ -265,7 +267,7 @@ function checkDescribedFields(where, manifest) {
 export class ModelPackage {
   constructor(platform, root, manifest, config, variants, crossPerSentence, verify) {
     Object.assign(this, { platform, root, manifest, config, variants, crossPerSentence, verify });
-    this.formatVersion = decoderFormat(manifest.format_version); // which decoder step contract the graphs follow (engine.js)
+    this.decoderFormat = decoderFormat(manifest.format_version); // which decoder step contract the graphs follow (engine.js)
     this.tokenizer = null; // encodes source texts (the one tokenizer, or the source one)
     this.tokenizerFiles = []; // the tokenizer files: [one] or [source, target]
     this.targetTokenizer = null; // decodes output ids (null: `tokenizer`)
@@ -426,5 +428,6 @@ export async function readPackage(platform, source, { verify = true } = {}) {
   await readTokenizers(pkg);
   readLanguages(pkg);
   pkg.generation = readGeneration(field(manifest, "generation", "object", where, "generation", {}), where, REEXPORT);
+  checkSchema(manifest, where, REEXPORT); // the fields read by hand above are checked; the rest (graphs, source_model...)
   return pkg;
 }

@@ -178,12 +178,23 @@ const CASES = {
   "a generation beam_size of 4.0": [() => JSON.stringify(v3({ generation: { beam_size: 4 } })).replace('"beam_size":4', '"beam_size":4.0'), /the field generation holds a bad decoding option \(beamSize must be an integer/],
   "a generation length_penalty of 1.0": [() => JSON.stringify(v3({ generation: { length_penalty: 1 } })).replace('"length_penalty":1', '"length_penalty":1.0'), null],
   "generation early_stopping under seq2onnx beam rules": [() => v3({ generation: { early_stopping: true } }), /the field generation holds a bad decoding option \(earlyStopping applies to beamRules='transformers' only/],
+  // the fields the reader leaves to the schema (src/schema.js): named as the Python records name them
+  "a graph input without its dtype": [() => { const m = clone(); delete m.graphs.encoder.inputs[0].dtype; return m; }, /the field graphs\.encoder\.inputs\[0\]\.dtype is missing/],
+  "a graph shape holding true": [() => { const m = clone(); m.graphs.decoder_step.outputs[0].shape = [true]; return m; }, /the field graphs\.decoder_step\.outputs\[0\]\.shape\[0\] should be an integer or a string, got True/],
+  "a variant's checked_on that is a number": [() => { const m = clone(); m.variants.fp32.checked_on = 1; return m; }, /the field variants\['fp32'\]\.checked_on should be a string, got 1/],
+  "a threshold that is no number": [() => { const m = clone(); m.variants.int8.thresholds = { top1_agreement: "high" }; return m; }, /the field variants\['int8'\]\.thresholds\['top1_agreement'\] should be a number, got 'high'/],
+  "an attention op that is no string": [() => { const m = clone(); m.variants.int8.attention.ops = [1]; return m; }, /the field variants\['int8'\]\.attention\.ops\[0\] should be a string, got 1/],
+  "source_model architectures as a string": [() => v3({ source_model: { type: "marian", architectures: "MarianMTModel" } }), /the field source_model\.architectures should be a list, got 'MarianMTModel'/],
+  "an undertrained reason that is no string": [() => { const m = clone(); m.source_checkpoint.undertrained = [5]; return m; }, /the field source_checkpoint\.undertrained\[0\] should be a string, got 5/],
   "no int8 variant for computeType int8": [() => { const m = clone(); delete m.variants.int8; return m; }, /has no int8 variant; it has fp32 \(float32\)/, { computeType: "int8" }],
 };
 
 // the cases whose JS line must be Python's, word for word (the value cut as runtime/package/manifest_records.py _bad cuts it;
-// the tokenizer size line with the manifest's vocab_size, as runtime/package/manifest.py _read_tokenizer writes it)
-const EXACT = ["a target_token of 80 characters", "a tokenizer of another vocabulary"];
+// the tokenizer size line with the manifest's vocab_size, as runtime/package/manifest.py _read_tokenizer writes it; the
+// fields src/schema.js checks, named as the Python records name them)
+const EXACT = ["a target_token of 80 characters", "a tokenizer of another vocabulary", "a graph input without its dtype",
+  "a graph shape holding true", "a variant's checked_on that is a number", "a threshold that is no number",
+  "an attention op that is no string", "source_model architectures as a string", "an undertrained reason that is no string"];
 let python;
 const dirs = {};
 

@@ -75,7 +75,7 @@ describe("a format_version 2 package (fixed-capacity cache), exported in this ru
     const py = await runPython(CONFIGS.map(([computeType, o]) => translate({ model: dir, compute_type: computeType, texts, options: pythonOptions(o) })));
     for (const [k, [computeType, options]] of CONFIGS.entries()) {
       const t = await Translator.load(dir, { computeType, onWarning: () => {} }); // int8: "exported with --skip-int8-validation"
-      assert.equal(t.package.formatVersion, 2);
+      assert.equal(t.package.decoderFormat, 2);
       const js = await t.translateBatch(texts, { ...options, returnScores: true });
       await assertSameTranslations(js, py[k].results, texts, { model: dir, computeType, options: pythonOptions(options),
         label: `format 2 ${computeType} ${JSON.stringify(options)}` });

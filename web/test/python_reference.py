@@ -63,7 +63,8 @@ stdout, one result per job, so that a test pays for one interpreter start. Jobs:
   {"op": "schema"}
       -> the package rules the JS reader must hold as Python holds them (test/schema.test.js): runtime/package/manifest.py's
          format versions and limits, ModelConfig's fields (kinds, CHOICES, RANGES, the format-3 fields' defaults),
-         runtime/package/manifest_records.py's language rules and GENERATION_FIELDS, DecodingOptions' fields and defaults
+         runtime/package/manifest_records.py's language rules and GENERATION_FIELDS, DecodingOptions' fields and defaults,
+         and the JSON Schema of manifest.json (runtime/package/schema.py manifest_schema)
   {"op": "bench", "model": DIR, "compute_type": .., "texts": [..], "options": {..}, "repeats": N, "warmups": W}
       -> {"seconds": [..], "tokens": T}: wall time of translate_batch over the texts, N times (after W warm-up
          calls, default 1), and the tokens it generated (EOS counted), for tokens/s
@@ -297,11 +298,21 @@ def external_data(job: Dict[str, Any]) -> Dict[str, Any]:
                 if entry.key in entries:
                     entry.value = entries[entry.key]
         onnx.save_model(model, str(out / graph))
-    add_external_data_fields(out, manifest["variants"])
+    variants = add_external_data_fields(out, _variant_records(manifest))
+    manifest["variants"] = {name: v.to_manifest() for name, v in variants.items()}
     for name in list(manifest["files"]) + [data_file(out / g).name for g in graphs]:
         manifest["files"][name] = {"sha256": sha256_of(out / name), "bytes": (out / name).stat().st_size}
     (out / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
     return {"path": str(out)}
+
+
+def _variant_records(manifest: Dict[str, Any]) -> Dict[str, Any]:
+    """A parsed manifest.json's variants as the exporter's records (manifest_records.VariantRecord)."""
+    from seq2onnx.runtime.package.manifest_records import MANIFEST, VariantRecord
+
+    data_files: Dict[str, str] = {}
+    return {name: VariantRecord.from_manifest(v, Path(MANIFEST), name, manifest["files"], data_files)
+            for name, v in manifest["variants"].items()}
 
 
 def share_weights(job: Dict[str, Any]) -> Dict[str, Any]:
@@ -313,7 +324,7 @@ def share_weights(job: Dict[str, Any]) -> Dict[str, Any]:
     out = Path(job["out"])
     shutil.copytree(job["model"], out)
     manifest = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
-    share(out, manifest["variants"])
+    manifest["variants"] = {name: v.to_manifest() for name, v in share(out, _variant_records(manifest)).items()}
     written = {d for v in manifest["variants"].values() for d in v.get("external_data", {}).values()}
     for name in sorted(set(manifest["files"]) | written):
         manifest["files"][name] = {"sha256": sha256_of(out / name), "bytes": (out / name).stat().st_size}
@@ -328,6 +339,7 @@ def schema(job: Dict[str, Any]) -> Dict[str, Any]:
 
     from seq2onnx.runtime import errors, options
     from seq2onnx.runtime.package import config, external_data, manifest, manifest_records
+    from seq2onnx.runtime.package.schema import manifest_schema
 
     dataclass_fields = {f.name: f for f in dataclasses.fields(config.ModelConfig)}
     return {
@@ -354,6 +366,7 @@ def schema(job: Dict[str, Any]) -> Dict[str, Any]:
         "float_options": [f.name for f in dataclasses.fields(options.DecodingOptions) if f.type == "float"],
         "decoding_defaults": {f.name: list(f.default) if isinstance(f.default, tuple) else f.default
                               for f in dataclasses.fields(options.DecodingOptions)},
+        "manifest_schema": manifest_schema(),
     }
 
 

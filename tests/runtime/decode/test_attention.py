@@ -79,7 +79,7 @@ def test_attention_costs_nothing_unasked_and_needs_format_2(translator, tmp_path
     assert r.attention is None and r.alignment is None
     old = DATA / "numbers-en-de-earlier-contract"
     tr1 = Translator(old, device="cpu", intra_threads=1)
-    assert tr1.package.format_version == 1 and tr1.translate("four") == "vier"
+    assert tr1.package.decoder_format == 1 and tr1.translate("four") == "vier"
     for flags in (dict(return_attention=True), dict(return_alignment=True)):
         with pytest.raises(Seq2OnnxError, match=r"has no cross-attention output \(a format_version 1 package\): re-export the model"):
             tr1.translate_batch(["four"], **flags)

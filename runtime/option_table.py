@@ -65,6 +65,7 @@ class Kind:
 
     def from_text(self, text: str) -> Any:
         """A value from its text, as the command line's flag reads it; a ValueError "must be ..., got ..."."""
+        assert self.parse is not None              # its callers read a JSON-only kind's text otherwise
         try:
             return self.parse(text)
         except ValueError as e:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 import math
 from dataclasses import dataclass, fields
-from typing import Any, Callable, Dict, List, Literal, Mapping, Optional, Sequence, Tuple, Union, get_args
+from typing import Any, Callable, Collection, Dict, List, Literal, Mapping, Optional, Sequence, Tuple, Union, get_args
 
 import numpy as np
 
@@ -59,7 +59,7 @@ def shorten(text: str, most: int = 40) -> str:
     return text if len(text) <= most else text[:most] + "..."
 
 
-class NamesArgs:
+class NamesArgs(Exception):
     """A one-line message built from parts, str or Arg: str() names the arguments as the API does (`beam_size`,
     `constraints[0][1]`); `render(flag)` names them as a caller of its own, e.g. the command line: flag(api name)
     -> "--beam-size" (commands._flags, from option_table.py)."""
@@ -136,7 +136,7 @@ def check_count(name: str, value: Any, low: int, high: Optional[int] = None) -> 
         raise OptionError(Arg(name), f" must be an integer {allowed}, got {value!r}")
 
 
-def check_choice(name: str, value: Any, choices: Sequence[str]) -> None:
+def check_choice(name: str, value: Any, choices: Collection[str]) -> None:
     """A word argument of the API, one of `choices`, else a one-line error."""
     if not isinstance(value, str) or value not in choices:
         raise OptionError(Arg(name), f" must be one of {', '.join(choices)}, got {value!r}")
@@ -153,6 +153,11 @@ def _check_float(name: str, value: Any, allowed: str, test) -> None:
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and _finite(value) and test(value)
     if not ok:
         raise OptionError(Arg(name), f" must be a number {allowed}, got {shorten(repr(value))}")
+
+
+def samples(sampling_topk: object) -> bool:
+    """Whether decoding samples: sampling_topk other than 1 (CTranslate2's convention)."""
+    return sampling_topk != 1
 
 
 @dataclass(frozen=True)
@@ -238,7 +243,7 @@ class DecodingOptions:
 
     @property
     def sampling(self) -> bool:
-        return self.sampling_topk != 1
+        return samples(self.sampling_topk)
 
     def check_vocabulary(self, vocab_size: int) -> "DecodingOptions":
         """The token ids these options name (suppress_ids, forced_bos_id) checked against a model's vocabulary
@@ -264,7 +269,7 @@ class DecodingOptions:
             own = [] if accepts is None else sorted(
                 name for name, p in inspect.signature(accepts).parameters.items()
                 if p.default is not p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
-            also = f"; and {accepts.__name__}'s own: {', '.join(own)}" if own else ""
+            also = f"; and {accepts.__name__}'s own: {', '.join(own)}" if own and accepts is not None else ""
             raise OptionError(f"unknown decoding option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
                               + also)
         return cls(**kwargs)
@@ -316,6 +321,6 @@ def with_defaults(given: Mapping[str, Any], defaults: Optional[Mapping[str, Any]
     `translate_batch(texts, sampling_topk=5)` samples as it does in CTranslate2 instead of failing on a default beam
     size. A beam_size above 1 given with sampling stays an error (DecodingOptions)."""
     options = {**(defaults or {}), **given}
-    if "beam_size" not in given and options.get("sampling_topk", DecodingOptions.sampling_topk) != 1:
+    if "beam_size" not in given and samples(options.get("sampling_topk", DecodingOptions.sampling_topk)):
         options["beam_size"] = 1
     return options

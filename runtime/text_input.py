@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
 
 from .options import MAX_CHARS_PER_TOKEN, DecodingOptions, TranslationOptions
+
+if TYPE_CHECKING:
+    from .package.tokenizer import PackageTokenizer
 
 ENCODE_CHUNK = 1024             # texts tokenized at once: their Encodings (~2 kB each) are never all held
 
@@ -39,7 +42,7 @@ def max_source_chars(max_input_length: int) -> int:
     return max_input_length * MAX_CHARS_PER_TOKEN
 
 
-def token_ids(tokenizer: Any, texts: Sequence[str], limit: int) -> Tuple[List[List[int]], List[bool]]:
+def token_ids(tokenizer: PackageTokenizer, texts: Sequence[str], limit: int) -> Tuple[List[List[int]], List[bool]]:
     """(ids, cut) per text: the ids of a prefix of it that holds its first `limit` tokens, and whether
     the prefix is shorter than the text. The prefix starts at `limit` characters and doubles until it
     yields 2 x limit tokens (the pieces its cut splits lie past the first `limit`, so these are the

@@ -23,7 +23,8 @@ import os
 import re
 import warnings
 from dataclasses import replace
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Dict, Generator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -34,12 +35,15 @@ from .decode.search import Hypothesis
 from .errors import ModelPackageError
 from .package.manifest import UNCHECKED, ModelPackage, read_package
 from .results import ScoringResult, TranslationResult
-from .options import (DEFAULT_MAX_BATCH_SIZE, MAX_CHARS_PER_TOKEN, Arg, DecodingOptions, OptionError, OptionTypeError,
-                      OptionWarning, TranslationOptions, check_choice, check_count, check_ids, check_text,
-                      with_defaults)
+from .options import (DEFAULT_MAX_BATCH_SIZE, MAX_CHARS_PER_TOKEN, Arg, BatchType, DecodingOptions, OptionError,
+                      OptionTypeError, OptionWarning, TranslationOptions, check_choice, check_count, check_ids,
+                      check_text, with_defaults)
 from .engine.loader import open_engine
 from .engine.session import SessionConfig, check_onnxruntime, onnxruntime_version, resolve_device
 from .text_input import TranslateRequest, is_blank, max_source_chars, split_batches, token_ids  # noqa: F401 (callers import them here)
+
+if TYPE_CHECKING:
+    import onnxruntime as ort
 
 log = logging.getLogger("seq2onnx.runtime")
 
@@ -119,7 +123,7 @@ class Translator:
         # self.engine: the decoding engine (engine/base.py Engine), for id-level use with decoding.decode
         log.info("seq2onnx: %s runs on %s (variant %s, %s)", self.package.root, self.device, self.variant, v.precision)
 
-    def _check_graph_cross_axis(self, decoder: Any, decoder_path: Any) -> None:
+    def _check_graph_cross_axis(self, decoder: ort.InferenceSession, decoder_path: Optional[Path]) -> None:
         """A manifest that says cross K/V are per sentence needs a graph whose cross inputs have their own
         batch axis: a graph of the earlier contract fails at the first beam step of a batch."""
         if not self.package.cross_per_sentence:
@@ -132,7 +136,7 @@ class Translator:
                                     f"batch axis {rows!r}: the graph and the manifest do not belong together; "
                                     f"re-export the model with `seq2onnx export`")
 
-    def _check_graph_vocab(self, decoder: Any, decoder_path: Any) -> None:
+    def _check_graph_vocab(self, decoder: ort.InferenceSession, decoder_path: Optional[Path]) -> None:
         """The decoder's log-probs must cover exactly the tokenizer's ids (a swapped tokenizer.json or an
         edited manifest would otherwise decode ids that mean other pieces, or none)."""
         dims = decoder.get_outputs()[0].shape
@@ -283,7 +287,9 @@ class Translator:
             return [], {}
         source = langs.pick("source", source_lang, "source_lang")
         target = langs.pick("target", target_lang, "target_lang")
-        prefix = [ids[source]] if langs.source_token else []
+        prefix = [ids[source]] if langs.source_token and source is not None else []
+        if target is None:                  # the model needs no target language (pick raises where it does)
+            return prefix, {}
         if langs.target_token == "source_prefix":
             prefix.append(ids[target])
         return prefix, ({"forced_bos_id": ids[target]} if langs.target_token == "forced_bos" else {})
@@ -293,7 +299,7 @@ class Translator:
         (options.with_defaults: sampling without a beam_size decodes with beam size 1)."""
         return with_defaults(decoding, self.package.generation)
 
-    def _decoding_options(self, accepts: Any, decoding: Dict[str, Any]) -> DecodingOptions:
+    def _decoding_options(self, accepts: Callable[..., Any], decoding: Dict[str, Any]) -> DecodingOptions:
         """A call's decoding options over the package's defaults, checked, the ids they name against this model's
         vocabulary too (accepts: the API method, named in an unknown option's error)."""
         return DecodingOptions.from_kwargs(accepts, **self._decoding(decoding)).check_vocabulary(self.config.vocab_size)
@@ -306,7 +312,7 @@ class Translator:
 
     # --- the API ---------------------------------------------------------------------------------
     def translate_ids(self, sources: Sequence[Sequence[int]], max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
-                      batch_type: str = "examples",
+                      batch_type: BatchType = "examples",
                       target_prefix_ids: Optional[Sequence[Sequence[int]]] = None,
                       constraint_ids: Optional[Sequence[Optional[Sequence[Sequence[int]]]]] = None,
                       **decoding: Any) -> List[List[Hypothesis]]:
@@ -351,7 +357,7 @@ class Translator:
         return results
 
     def translate_batch(self, texts: Sequence[str], max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
-                        batch_type: str = "examples",
+                        batch_type: BatchType = "examples",
                         max_input_length: Optional[int] = None, return_scores: bool = False,
                         target_prefix: Optional[Sequence[Optional[str]]] = None, return_alignment: bool = False,
                         constraints: Optional[Sequence[Optional[Sequence[str]]]] = None,
@@ -404,7 +410,7 @@ class Translator:
         return call, self._check_call(n_texts, call, decoding, self.translate_batch)
 
     def _check_call(self, n: int, call: TranslationOptions, decoding: Mapping[str, Any],
-                    accepts: Any) -> DecodingOptions:
+                    accepts: Callable[..., Any]) -> DecodingOptions:
         """check_options' checks of `call` for n texts -> the DecodingOptions of `decoding`, the decoding keywords as
         given, over the package's defaults and the target language's (accepts: the API method, named in an unknown
         option's error)."""
@@ -445,19 +451,22 @@ class Translator:
         return_scores, return_alignment = request.call.return_scores, request.call.return_alignment
         todo, sources, truncated = request.todo, request.sources, request.truncated
         zero = [0.0] if return_scores else None
-        results = [TranslationResult([""], [[]], zero and [0.0], zero and [0.0], finished=[True]) if is_blank(t)
-                   else None for t in texts]
+        translated: Dict[int, TranslationResult] = {}
         for i, h, cut, source in zip(todo, hyps, truncated, sources):
             ids = [x.tokens for x in h]
-            results[i] = TranslationResult(
+            translated[i] = TranslationResult(
                 self.detokenizer.decode_batch(ids), ids,
                 [x.score for x in h] if return_scores else None,
                 [x.normalized_score for x in h] if return_scores else None, cut, [x.finished for x in h],
                 source_unknown_tokens=source.count(self.config.unk_id))
             if phrases is not None:
-                results[i].constraints_met = [x.missing_constraints == 0 for x in h]
-        for i in (i for i, t in enumerate(texts) if is_blank(t) and phrases is not None):   # not translated
-            results[i].constraints_met = [not phrases[i]]
+                translated[i].constraints_met = [x.missing_constraints == 0 for x in h]
+        # request.todo holds every text that is not blank
+        results = [TranslationResult([""], [[]], zero and [0.0], zero and [0.0], finished=[True]) if is_blank(t)
+                   else translated[i] for i, t in enumerate(texts)]
+        if phrases is not None:
+            for i in (i for i, t in enumerate(texts) if is_blank(t)):           # not translated
+                results[i].constraints_met = [not phrases[i]]
         if options.return_attention or return_alignment:
             for i, h, source in zip(todo, hyps, sources):
                 self._attach_attention(results[i], h, source, options.return_attention, return_alignment)
@@ -477,7 +486,8 @@ class Translator:
             result.alignment = [hard_alignment(r, src, self.pieces(h.tokens)) for r, h in zip(rows, hyps)]
 
     def score_ids(self, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]],
-                  max_batch_size: int = DEFAULT_MAX_BATCH_SIZE, batch_type: str = "examples") -> List[List[float]]:
+                  max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
+                  batch_type: BatchType = "examples") -> List[List[float]]:
         """Id-level scoring: sources end with EOS, targets do not (EOS is scored after them).
         -> per pair, the log-prob of each target id and of EOS (decoding.score)."""
         call = TranslationOptions(max_batch_size=max_batch_size, batch_type=batch_type)
@@ -493,7 +503,7 @@ class Translator:
         return results
 
     def score_batch(self, sources: Sequence[str], targets: Sequence[str],
-                    max_batch_size: int = DEFAULT_MAX_BATCH_SIZE, batch_type: str = "examples",
+                    max_batch_size: int = DEFAULT_MAX_BATCH_SIZE, batch_type: BatchType = "examples",
                     max_input_length: Optional[int] = None) -> List[ScoringResult]:
         """The model's log-probability of each target given its source, token by token (CTranslate2's
         score_batch): one ScoringResult(tokens, log_probs) per pair, EOS last; sum(log_probs) is the score
@@ -525,7 +535,8 @@ class Translator:
 
     def generate_tokens(self, text: str, max_input_length: Optional[int] = None, target_prefix: Optional[str] = None,
                         constraints: Optional[Sequence[str]] = None, source_lang: Optional[str] = None,
-                        target_lang: Optional[str] = None, **decoding: Any) -> Iterator[str]:
+                        target_lang: Optional[str] = None,
+                        **decoding: Any) -> Generator[str, None, Optional[Hypothesis]]:
         """Stream the best translation of one text as text pieces; "".join(pieces) == translate(text).
 
         Greedy and sampling yield each token's text as it is chosen. Beam search yields the
@@ -543,7 +554,8 @@ class Translator:
         options = self._decoding_options(self.generate_tokens, {**implied, **decoding})
         return (yield from self.stream(text, call, options))
 
-    def stream(self, text: str, call: TranslationOptions, options: DecodingOptions) -> Iterator[str]:
+    def stream(self, text: str, call: TranslationOptions,
+               options: DecodingOptions) -> Generator[str, None, Optional[Hypothesis]]:
         """generate_tokens with its records (check_options' for one text; the server's streams): its target_prefix
         and constraints one entry, for the text."""
         lang_prefix, _ = self._languages(call.source_lang, call.target_lang)

@@ -28,12 +28,20 @@ import threading
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ..decode.alignment import WORD_START, word_index
 from ..errors import Seq2OnnxError, printable
+
+if TYPE_CHECKING:                                   # matplotlib is imported where a picture is drawn
+    from matplotlib.figure import Figure
+    from matplotlib.transforms import Bbox
+    from matplotlib.typing import RcKeyType
+
+    from ..results import TranslationResult
+    from ..translator import Translator
 
 EOS_LABEL = "</s>"
 DPI = 110
@@ -51,7 +59,8 @@ MARGIN_INCHES = 0.15                # kept free around everything the figure dra
 ELLIPSIS = "\u2026"
 HELD_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
 _GLYPH = re.compile(r"^Glyph \d+ .*missing from (current )?font")
-LITERAL_TEXT = {"text.parse_math": False, "text.usetex": False}    # rcParams: input text is text, never TeX
+# rcParams: input text is text, never TeX
+LITERAL_TEXT: Dict[RcKeyType, Any] = {"text.parse_math": False, "text.usetex": False}
 
 
 def require_matplotlib() -> None:
@@ -146,11 +155,11 @@ def _axis(count: int) -> Tuple[float, int]:
     return cell, max(1, math.ceil(LABEL_PITCH * LABEL_POINTS / 72 / cell))
 
 
-def _inches(box: Any) -> Tuple[float, float]:
+def _inches(box: Bbox) -> Tuple[float, float]:
     return box.width / DPI, box.height / DPI
 
 
-def _title(source: str, translation: str, width_inches: float, measure: Any) -> str:
+def _title(source: str, translation: str, width_inches: float, measure: Callable[[str], float]) -> str:
     """"source: ..." and "translation: ..." wrapped to `width_inches` as `measure(text)` (inches) draws them,
     TITLE_LINES lines each at most, the rest elided."""
     sides = [f"{side}: {printable(text[:TITLE_CHARS]) if text.strip() else '(blank)'}"
@@ -165,7 +174,7 @@ def _title(source: str, translation: str, width_inches: float, measure: Any) -> 
 
 
 def attention_figure(attention: np.ndarray, source_pieces: Sequence[str], target_pieces: Sequence[str],
-                     source: str = "", translation: str = "") -> Any:
+                     source: str = "", translation: str = "") -> Figure:
     """The heatmap of a hypothesis's word-level cross-attention (word_matrix) as a matplotlib Figure on an Agg
     canvas, sized so that every text lies inside it (as drawn at DPI, which is what write_png saves)."""
     import matplotlib
@@ -175,9 +184,11 @@ def attention_figure(attention: np.ndarray, source_pieces: Sequence[str], target
 
 
 def _figure(attention: np.ndarray, source_pieces: Sequence[str], target_pieces: Sequence[str], source: str,
-            translation: str) -> Any:
+            translation: str) -> Figure:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.layout_engine import ConstrainedLayoutEngine
+    from matplotlib.text import Text
 
     matrix, across, down = word_matrix(np.asarray(attention, dtype=np.float64), source_pieces, target_pieces)
     cell_x, step_x = _axis(len(across))
@@ -185,9 +196,9 @@ def _figure(attention: np.ndarray, source_pieces: Sequence[str], target_pieces: 
     heat_w = max(MIN_HEATMAP_INCHES, cell_x * len(across))
     heat_h = max(MIN_HEATMAP_INCHES, cell_y * max(1, len(down)))
 
-    fig = Figure(figsize=(heat_w, heat_h), dpi=DPI, layout="constrained")
-    FigureCanvasAgg(fig)
-    fig.get_layout_engine().set(w_pad=MARGIN_INCHES, h_pad=MARGIN_INCHES)
+    fig = Figure(figsize=(heat_w, heat_h), dpi=DPI,
+                 layout=ConstrainedLayoutEngine(w_pad=MARGIN_INCHES, h_pad=MARGIN_INCHES))
+    canvas = FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     image = ax.imshow(matrix if len(down) else np.zeros((1, len(across))), cmap="Blues", vmin=0.0, vmax=1.0,
                       aspect="auto", interpolation="nearest")
@@ -207,11 +218,12 @@ def _figure(attention: np.ndarray, source_pieces: Sequence[str], target_pieces: 
     bar.ax.tick_params(labelsize=LABEL_POINTS)
     title = fig.suptitle("", x=0.0, ha="left", fontsize=TITLE_POINTS)
     ax.get_xticklabels(), ax.get_yticklabels(), bar.ax.get_yticklabels()    # the ticks made now, not at a draw
-    for artist in fig.findobj(lambda a: hasattr(a, "set_parse_math")):   # and each drawn literally, whatever
-        artist.set_parse_math(False)                                       # rcParams say when it is drawn
+    for artist in fig.findobj():                     # and each text drawn literally, whatever rcParams say
+        if isinstance(artist, Text):                 # when it is drawn
+            artist.set_parse_math(False)
 
     # the figure's size: the heatmap plus what the measured texts around it need
-    renderer = fig.canvas.get_renderer()
+    renderer = canvas.get_renderer()
     extent = lambda texts: [t.get_window_extent(renderer) for t in texts if t.get_text()]  # noqa: E731
     xlabels, ylabels = extent(ax.get_xticklabels()), extent(ax.get_yticklabels())
     below = max((_inches(b)[1] for b in xlabels), default=0.0) + _inches(ax.xaxis.label.get_window_extent(renderer))[1]
@@ -255,7 +267,7 @@ def signals_held() -> Iterator[None]:
             signal.raise_signal(held[0])
 
 
-def write_png(fig: Any, path: Path) -> None:
+def write_png(fig: Figure, path: Path) -> None:
     """Save `fig` to `path` atomically: a temporary file in its folder, renamed over `path` (which replaces a
     symlink or a FIFO there instead of writing through it); the temporary file goes on any error."""
     import matplotlib
@@ -296,8 +308,8 @@ def plot_attention(path: Path, attention: np.ndarray, source_pieces: Sequence[st
     return messages
 
 
-def plot_block(tr: Any, block: Sequence[Tuple[int, str]], results: Sequence[Any], folder: Path,
-               max_input_length: Optional[int], warn: Any) -> None:
+def plot_block(tr: Translator, block: Sequence[Tuple[int, str]], results: Sequence[TranslationResult], folder: Path,
+               max_input_length: Optional[int], warn: Callable[[str], None]) -> None:
     """DIR/line-N.png for each line of a translated block: the best translation's attention. A picture that
     cannot be written (a folder in its place, a full disk) is skipped with a warning: the translations are
     already out."""
@@ -305,6 +317,7 @@ def plot_block(tr: Any, block: Sequence[Tuple[int, str]], results: Sequence[Any]
     for (n, text), r in zip(block, results):
         path = folder / f"line-{n}.png"
         source = [] if is_blank(text) else tr.source_ids(text, max_input_length)[:-1]
+        assert r.attention is not None                  # translated with return_attention (commands.py)
         rows = np.array(r.attention[0], dtype=np.float64).reshape(len(r.token_ids[0]), len(source) + 1)
         with signals_held():
             try:

@@ -12,7 +12,7 @@ import stat
 import sys
 import time
 from contextlib import contextmanager, suppress
-from typing import BinaryIO, Callable, Iterator, List, Optional, TextIO, Tuple, Union
+from typing import BinaryIO, Callable, Iterator, List, Literal, Optional, TextIO, Tuple, Union
 
 from ..errors import Seq2OnnxError, printable
 
@@ -52,7 +52,8 @@ class Progress:
     def _share(self, elapsed: float) -> str:
         """", 42% of the input, 0:13 left" (bytes read of the input's total), or "" with no total."""
         try:
-            done = min(max(self.source.tell() - self.first, 0), self.total) if self.total else 0
+            done = (min(max(self.source.tell() - self.first, 0), self.total)
+                    if self.total and self.source is not None else 0)
         except (OSError, ValueError):
             done = 0
         if not done:
@@ -172,7 +173,7 @@ _DESCRIPTOR = re.compile(r"/dev/(?:std(?P<std>in|out|err)|fd/(?P<fd>\d+))|/proc/
 _STD_NAMES = ("stdin", "stdout", "stderr")
 
 
-def open_path(option: str, path: str, mode: str) -> BinaryIO:
+def open_path(option: str, path: str, mode: Literal["rb", "wb"]) -> BinaryIO:
     """The file `path` given to `option`, opened with `mode` ("rb", "wb"), or a one-line error."""
     m = _DESCRIPTOR.fullmatch(os.path.abspath(path))
     try:

@@ -9,7 +9,7 @@ import itertools
 import re
 import warnings
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 from .main import OneLineParser, terminate_raises
 from .cli_io import (PROG, UTF8_MAX_BYTES, Progress, decode_line, open_output, open_path, read_lines, stdin_bytes,
@@ -17,8 +17,12 @@ from .cli_io import (PROG, UTF8_MAX_BYTES, Progress, decode_line, open_output, o
 from ..decode.alignment import format_alignment
 from ..errors import Seq2OnnxError, printable
 from ..decode.constraints import check_work, normalize_phrases, require_beam
-from ..options import MAX_CHARS_PER_TOKEN, Arg, DecodingOptions, NamesArgs, check_text, with_defaults
+from ..options import MAX_CHARS_PER_TOKEN, Arg, DecodingOptions, NamesArgs, check_text, samples, with_defaults
 from ..option_table import BOOL, OPTIONS
+
+if TYPE_CHECKING:                       # the Translator (onnxruntime) is imported once a model is loaded
+    from ..results import TranslationResult
+    from ..translator import Translator
 
 # the help sections of option_table's groups
 SECTIONS = {"batching": "input and batching", "decoding": "decoding (as the Python API, with dashes)",
@@ -173,7 +177,7 @@ def _flags() -> Dict[str, str]:
     return flags
 
 
-def cli_message(error: Exception) -> str:
+def cli_message(error: Union[Exception, str]) -> str:
     """An error or warning of the Python API as the command line says it: the arguments an options.OptionError or
     OptionWarning names, named by their flags."""
     if isinstance(error, NamesArgs):
@@ -260,7 +264,7 @@ def translate_options(argv: List[str], parser: Callable[[], argparse.ArgumentPar
     return args, decoding
 
 
-def flag_decoding(args: Any) -> Dict[str, Any]:
+def flag_decoding(args: argparse.Namespace) -> Dict[str, Any]:
     """The decoding options the flags say, as the API's keywords: a flag unset by default (option_table's flag_unset:
     --beam-size, whose value the API's rule picks when sampling) only when given; --no-relative-length as
     max_length_a=0, max_length_b=None."""
@@ -285,7 +289,7 @@ def _given(argv: List[str], parser: Callable[[], argparse.ArgumentParser] = tran
     return set(vars(p.parse_args(argv)))
 
 
-def check_attention(tr: Any, args: Any) -> None:
+def check_attention(tr: Translator, args: argparse.Namespace) -> None:
     """--alignment / --plot-attention need a format-2 package: said once the model is loaded, before any line;
     then --plot-attention's DIR is made."""
     if not tr.engine.has_attention:
@@ -295,11 +299,11 @@ def check_attention(tr: Any, args: Any) -> None:
         make_folder(Path(args.plot_attention))
 
 
-def _translate_and_plot(tr: Any, block: List[Tuple[int, str]], decoding: Dict[str, Any], args: Any, limit: int,
-                        out: BinaryIO) -> None:
+def _translate_and_plot(tr: Translator, block: List[Tuple[int, str]], decoding: Dict[str, Any],
+                        args: argparse.Namespace, limit: int, out: BinaryIO) -> None:
     """A block's translations written and flushed, then its --plot-attention pictures (attention_plot.py):
     a picture never holds back or loses a translation."""
-    results: List[Any] = []
+    results: List[TranslationResult] = []
     out.write(_translate_block(tr, block, decoding, args, limit, out.isatty(), results))
     out.flush()
     if args.plot_attention is not None:
@@ -307,10 +311,10 @@ def _translate_and_plot(tr: Any, block: List[Tuple[int, str]], decoding: Dict[st
         plot_block(tr, block, results, Path(args.plot_attention), args.max_input_length, warn)
 
 
-def _check_options(args: Any, **decoding: Any) -> None:
+def _check_options(args: argparse.Namespace, **decoding: Any) -> None:
     """Options the API would refuse, refused before anything is opened or read (decoding: the API's keywords, its
     defaults applied: options.with_defaults)."""
-    if getattr(args, "constraints", None) and DecodingOptions.sampling.fget(args):   # the API's test of "sampling"
+    if getattr(args, "constraints", None) and samples(args.sampling_topk):   # the API's test of "sampling"
         raise Seq2OnnxError(f"--constraint needs beam search, and --sampling-topk {args.sampling_topk} samples: "
                             "drop one of them")
     if args.max_batch_size < 1:
@@ -326,7 +330,7 @@ def _check_options(args: Any, **decoding: Any) -> None:
         raise Seq2OnnxError(cli_message(e)) from e
 
 
-def _translate_document(args: Any, decoding: Dict[str, Any]) -> int:
+def _translate_document(args: argparse.Namespace, decoding: Dict[str, Any]) -> int:
     """`translate --document`: the input's lines in blocks of --max-batch-size, each block a document (documents/text.py:
     its lines are its paragraphs, so a block's translation is the whole document's part), written as it is done."""
     from ..documents.text import MAX_PARAGRAPH_CHARS
@@ -375,7 +379,7 @@ def _translate_document(args: Any, decoding: Dict[str, Any]) -> int:
     return 0
 
 
-def _translate_html(tr: Any, source: BinaryIO, args: Any, decoding: Dict[str, Any]) -> str:
+def _translate_html(tr: Translator, source: BinaryIO, args: argparse.Namespace, decoding: Dict[str, Any]) -> str:
     """`translate --format html`: the input read whole (at most MAX_HTML_CHARS characters' bytes), translated."""
     from ..documents.translate import alignment_options, layout, translations
     from ..documents.html_document import MAX_HTML_CHARS
@@ -410,9 +414,9 @@ def document_lines(stream: BinaryIO, max_bytes: int) -> Iterator[Tuple[int, str]
         yield number, decode_line(raw, number)
 
 
-def _run_lines(args: Any, max_bytes: Callable[[Any, int], Tuple[int, Optional[int]]],
-               handle: Callable[[Any, int, List[Tuple[int, str]], BinaryIO], Any],
-               check: Optional[Callable[[Any], None]] = None) -> int:
+def _run_lines(args: argparse.Namespace, max_bytes: Callable[[Translator, int], Tuple[int, Optional[int]]],
+               handle: Callable[[Translator, int, List[Tuple[int, str]], BinaryIO], None],
+               check: Optional[Callable[[Translator], None]] = None) -> int:
     """What `translate` and `score` share: open --input and --output (a bad --output, the input file among
     them, is refused before the model loads), load the model, read the lines (cli_io.read_lines, bounded by
     max_bytes(translator, limit): (bytes of a line, None) or, for SOURCE<TAB>TARGET lines, (bytes of a source,
@@ -442,7 +446,7 @@ def _run_lines(args: Any, max_bytes: Callable[[Any, int], Tuple[int, Optional[in
     return 0
 
 
-def load_translator(args: Any) -> Tuple[Any, int]:
+def load_translator(args: argparse.Namespace) -> Tuple[Translator, int]:
     """The Translator of MODEL_DIR with the model options, and the source length limit in tokens."""
     from ..translator import Translator
     try:
@@ -459,7 +463,9 @@ def load_translator(args: Any) -> Tuple[Any, int]:
         tr.prefix_ids(None if getattr(args, "target_prefix", None) is None else [args.target_prefix], 1)
         if getattr(args, "constraints", None):
             beam_size = DecodingOptions.from_kwargs(**with_defaults(flag_decoding(args))).beam_size
-            check_work("constraints", tr.constraint_ids([args.constraints], 1), beam_size)
+            phrases = tr.constraint_ids([args.constraints], 1)
+            if phrases is not None:                     # None: no constraints
+                check_work("constraints", phrases, beam_size)
     except ValueError as e:
         raise Seq2OnnxError(cli_message(e)) from e
     limit = tr.config.max_positions if args.max_input_length is None else args.max_input_length
@@ -469,8 +475,9 @@ def load_translator(args: Any) -> Tuple[Any, int]:
     return tr, limit
 
 
-def _translate_block(tr: Any, block: List[Tuple[int, str]], decoding: Dict[str, Any], args: Any, limit: int,
-                     terminal: bool, results: Optional[List[Any]] = None) -> bytes:
+def _translate_block(tr: Translator, block: List[Tuple[int, str]], decoding: Dict[str, Any],
+                     args: argparse.Namespace, limit: int, terminal: bool,
+                     results: Optional[List[TranslationResult]] = None) -> bytes:
     """Blank lines come back from the Translator as one empty hypothesis with score 0. The results are
     appended to `results` when given."""
     out = translate_texts(tr, [t for _, t in block], decoding, args)
@@ -479,7 +486,8 @@ def _translate_block(tr: Any, block: List[Tuple[int, str]], decoding: Dict[str, 
     return b"".join(output_lines(n, text, r, args, limit, terminal) for (n, text), r in zip(block, out))
 
 
-def translate_texts(tr: Any, texts: List[str], decoding: Dict[str, Any], args: Any) -> List[Any]:
+def translate_texts(tr: Translator, texts: List[str], decoding: Dict[str, Any],
+                    args: argparse.Namespace) -> List[TranslationResult]:
     """The TranslationResults of `translate`'s options (args, decoding: translate_options) for these texts."""
     try:
         with warnings.catch_warnings():
@@ -495,7 +503,7 @@ def translate_texts(tr: Any, texts: List[str], decoding: Dict[str, Any], args: A
         raise Seq2OnnxError(cli_message(e)) from e
 
 
-def output_lines(n: int, text: str, r: Any, args: Any, limit: int, terminal: bool = False,
+def output_lines(n: int, text: str, r: TranslationResult, args: argparse.Namespace, limit: int, terminal: bool = False,
                  warn: Callable[[str], None] = warn) -> bytes:
     """`translate`'s output lines of input line n (`text`, its TranslationResult r), and its warnings ("line n:
     ...", to `warn`)."""
@@ -512,8 +520,11 @@ def output_lines(n: int, text: str, r: Any, args: Any, limit: int, terminal: boo
         warn(f"line {n}: the translation stopped at the length limit before it ended ({len(r.token_ids[0])} "
               "tokens): the model may be looping on this input; --max-length-a/--max-length-b/"
               "--max-decoding-length set the limit")
-    texts = r.hypotheses if not args.return_alignment else \
-        [f"{LINE_BREAKS.sub(' ', t)} ||| {format_alignment(a)}" for t, a in zip(r.hypotheses, r.alignment)]
+    assert r.normalized_scores is not None              # translated with return_scores (translate_texts)
+    texts = r.hypotheses
+    if args.return_alignment:
+        assert r.alignment is not None                  # and with return_alignment
+        texts = [f"{LINE_BREAKS.sub(' ', t)} ||| {format_alignment(a)}" for t, a in zip(r.hypotheses, r.alignment)]
     return format_output(n, texts, r.normalized_scores, args.num_hypotheses, args.scores, terminal)
 
 
@@ -550,13 +561,13 @@ def score_main(argv: List[str]) -> int:
     _check_options(args, length_penalty=args.length_penalty)
     from ..text_input import max_source_chars
 
-    def max_bytes(tr: Any, limit: int) -> Tuple[int, int]:      # a source; a target of at most max_positions
+    def max_bytes(tr: Translator, limit: int) -> Tuple[int, int]:      # a source; a target of at most max_positions
         return UTF8_MAX_BYTES * max_source_chars(limit), UTF8_MAX_BYTES * max_source_chars(tr.config.max_positions)
 
     return _run_lines(args, max_bytes, lambda tr, limit, block, out: _score_lines(tr, block, args, out))
 
 
-def _score_lines(tr: Any, block: List[Tuple[int, str]], args: Any, out: BinaryIO) -> None:
+def _score_lines(tr: Translator, block: List[Tuple[int, str]], args: argparse.Namespace, out: BinaryIO) -> None:
     """Scores of a chunk of lines, written to `out`; at a line without exactly one TAB, the lines before it
     are written and the command stops naming it."""
     bad = next((i for i, (_, text) in enumerate(block) if text.count("\t") != 1), None)
@@ -568,7 +579,7 @@ def _score_lines(tr: Any, block: List[Tuple[int, str]], args: Any, out: BinaryIO
                             "SOURCE<TAB>TARGET (a TAB inside a sentence cannot be scored: replace it with a space)")
 
 
-def _score_block(tr: Any, block: List[Tuple[int, str]], args: Any, terminal: bool) -> bytes:
+def _score_block(tr: Translator, block: List[Tuple[int, str]], args: argparse.Namespace, terminal: bool) -> bytes:
     """Output lines for (line number, SOURCE<TAB>TARGET) lines, each with one TAB."""
     from ..decode.search import normalize
     pairs = [text.split("\t") for _, text in block]

@@ -128,7 +128,9 @@ def training_lines(src: Dict[str, Any]) -> List[str]:
     when it called it undertrained (source_checkpoint.undertrained, recorded by export)."""
     if not src:
         return []
-    meta = src.get("train_meta") if isinstance(src.get("train_meta"), dict) else {}
+    meta = src.get("train_meta")
+    if not isinstance(meta, dict):
+        meta = {}
     about = [f"step {_figure(meta.get('step'), '.0f')}"] if "step" in meta else []
     if "epoch" in meta:
         about.append(f"epoch {_figure(meta.get('epoch'), '.0f')}")

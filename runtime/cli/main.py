@@ -10,9 +10,16 @@ import signal
 import sys
 import threading
 from contextlib import contextmanager
-from typing import Iterator, List, NoReturn, Optional, TextIO, Union
+from typing import Iterator, List, NoReturn, Optional, Protocol, Union
 
 from ..errors import Seq2OnnxError, Terminated, printable
+
+
+class WritesText(Protocol):
+    """What argparse prints help to (typeshed's SupportsWrite[str], which is no module at run time)."""
+
+    def write(self, text: str, /) -> object: ...
+
 
 # name -> (module, function, one-line help, extra that provides its dependencies)
 COMMANDS = {
@@ -70,7 +77,7 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise Seq2OnnxError(f"{message} (see {self.prog} --help)")
 
-    def print_help(self, file: Optional[TextIO] = None) -> None:
+    def print_help(self, file: Optional[WritesText] = None) -> None:
         """argparse's, less its silence on a write error: `--help | head` ends as any output's closed pipe does
         (main), with the same exit status buffered or not."""
         file = file or sys.stdout
@@ -164,7 +171,7 @@ def _stopped(name: str, e: Union[KeyboardInterrupt, Terminated]) -> int:
     return 128 + signal.SIGINT
 
 
-def _signal_behind(e: Optional[BaseException]) -> Optional[BaseException]:
+def _signal_behind(e: Optional[BaseException]) -> Optional[Union[KeyboardInterrupt, Terminated]]:
     """The KeyboardInterrupt or Terminated an error came from: a library may turn one into an error of
     its own (onnxruntime's module, interrupted while it loads, raises ImportError from it)."""
     seen = set()

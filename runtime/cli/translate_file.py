@@ -2,7 +2,8 @@
 (documents/files.py)."""
 from __future__ import annotations
 
-from typing import Any, List
+import argparse
+from typing import List
 
 from ..documents.files import FileError, FileLimits, file_format, translate_file_bytes
 from ..documents.text import require_splitter
@@ -27,7 +28,7 @@ is refused: one line, exit 2.
 """
 
 
-def _file_parser() -> Any:
+def _file_parser() -> argparse.ArgumentParser:
     p = command_parser(NAME, "Translate a file (.txt, .html, .srt, .docx) with a model package.", FILE_FORMAT,
                        NOT_FILE_FLAGS)
     p.add_argument("file_input", metavar="INPUT", help="the file to translate (below)")

@@ -29,7 +29,7 @@ OrtValues on CUDA) and how the cache is kept; DecoderState calls it.
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, Dict, Generator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Generator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -41,6 +41,9 @@ from ..errors import ModelPackageError
 from .logit_filters import LogitFilter, build_filters
 from ..options import DecodingOptions
 from .search import BeamSearch, Hypothesis, NonFiniteScores, RowSearch, Sampler, rank
+
+Search = Union[BeamSearch, RowSearch]       # a Decoding's: beam search, or greedy / sampling rows
+Broken = Callable[[], Exception]            # the error for a step whose log-probs are not finite (_broken_graph's)
 
 
 def _broken_graph(engine: Engine, rows: int) -> ModelPackageError:
@@ -69,10 +72,10 @@ class TextStream:
     the text every live row and finished hypothesis of sentence 0 share (no later step can change it), held back
     while it ends inside a character or a later token rewrote it; at the end the rest of the best hypothesis."""
 
-    def __init__(self, detokenize: Any):
+    def __init__(self, detokenize: Callable[[Sequence[int]], str]):
         self.detokenize, self.emitted = detokenize, ""
 
-    def update(self, search: Any) -> str:
+    def update(self, search: Search) -> str:
         shown = self.detokenize(common_prefix(search.candidates(0)))
         if len(shown) > len(self.emitted) and shown.startswith(self.emitted) and not shown.endswith("\ufffd"):
             piece, self.emitted = shown[len(self.emitted):], shown
@@ -110,14 +113,18 @@ def step_limits(sources: Sequence[Sequence[int]], options: DecodingOptions, conf
     return limits
 
 
-def picks_on_device(engine: Engine, search: Any, filters: List[LogitFilter], vocab_size: int) -> bool:
+def picks_on_device(engine: Engine, search: Search, filters: List[LogitFilter], vocab_size: int) -> bool:
     """Whether beam search picks its candidates where the engine keeps the log-probs (engine.step_top_k, on a GPU):
     no constraints (their banks need every candidate), and every filter edits all rows alike (one bias [1, V])."""
     return (isinstance(search, BeamSearch) and search.constraints is None and engine.picks_top_k
             and 2 * search.k <= vocab_size and all(f.same_for_every_row for f in filters))
 
 
-def head_plan(search: Any, filters: List[LogitFilter]) -> Optional[Tuple[List[Any], List[Any], bool]]:
+# head_plan's: the bias filters, the forcing filters (forces_token: ForceToken's steps and token), renormalize or not
+HeadPlan = Tuple[List[LogitFilter], List[Any], bool]
+
+
+def head_plan(search: Search, filters: List[LogitFilter]) -> Optional[HeadPlan]:
     """How the search head (gather_graph.search_head_model_bytes, engine.step_search) runs this search and filters,
     or None when it cannot: greedy (not sampling) or beam search without constraints, whose filters are, in this
     order, ones that edit every row alike (a bias [1, V]), forced tokens (ForceToken: a forced id per row), and
@@ -127,7 +134,7 @@ def head_plan(search: Any, filters: List[LogitFilter]) -> Optional[Tuple[List[An
         return None
     if isinstance(search, RowSearch) and search.sampler is not None:
         return None
-    phases: List[List[Any]] = [[], [], []]
+    phases: List[List[LogitFilter]] = [[], [], []]
     phase = 0
     for f in filters:
         at = 0 if f.same_for_every_row else 1 if f.forces_token else 2 if f.renormalizes else None
@@ -158,7 +165,7 @@ class Decoding:
         self.todo = np.flatnonzero(limits > 0)                   # a limit of 0 steps: the empty hypothesis
         for i in np.flatnonzero(limits <= 0):
             self.results[i] = [Hypothesis([], 0.0, 0.0, False, missing_constraints=len(phrases[i]) if phrases else 0)]
-        self.sources = [sources[i] for i in self.todo]
+        self.sources = [sources[i] for i in self.todo.tolist()]
         self.max_steps = int(limits[self.todo].max()) if len(self.todo) else 0
         self.done = not len(self.todo)
         if self.done:
@@ -175,7 +182,8 @@ class Decoding:
             sampler = Sampler(options, self.sources, width) if options.sampling else None
             self.search = RowSearch(len(self.todo), width, limits[self.todo], config.eos_id, options.length_penalty,
                                     sampler)
-        self.filters = build_filters(options, config, None if prefixes is None else [prefixes[i] for i in self.todo],
+        self.filters = build_filters(options, config,
+                                     None if prefixes is None else [prefixes[i] for i in self.todo.tolist()],
                                      limits[self.todo])
         self.head = head_plan(self.search, self.filters)          # how the search head runs it, or None
         self.last = np.full((self.rows, 1), config.start_id, dtype=np.int64)     # [R, 1] the tokens to feed
@@ -185,7 +193,7 @@ class Decoding:
     def rows(self) -> int:
         return len(self.search.row_example)
 
-    def advance(self, log_probs: np.ndarray, attention: Optional[np.ndarray], broken: Any) -> np.ndarray:
+    def advance(self, log_probs: np.ndarray, attention: Optional[np.ndarray], broken: Broken) -> np.ndarray:
         """This call's rows' log-probs [R, V] (a view: the filters edit it in place) -> the parents of the rows that
         go on [R'] (empty: the call is done)."""
         for apply_filter in self.filters:
@@ -193,7 +201,7 @@ class Decoding:
         return self._advance(partial(self.search.advance, log_probs), attention, broken)
 
     def advance_top_k(self, values: np.ndarray, indices: np.ndarray, attention: Optional[np.ndarray],
-                      broken: Any) -> np.ndarray:
+                      broken: Broken) -> np.ndarray:
         return self._advance(partial(self.search.advance_top_k, values, indices), attention, broken)
 
     def top_k_bias(self, vocab_size: int) -> np.ndarray:
@@ -203,16 +211,16 @@ class Decoding:
             apply_filter(bias, self.search.tokens[:1], self.search.row_example[:1], self.step)
         return bias
 
-    def head_inputs(self, vocab_size: int, eos_id: int) -> Dict[str, np.ndarray]:
-        """The search head's host inputs this step (head_plan must be): the bias of the filters that edit every row
-        alike, the forced id of each row (only on a step that forces one), and for beam search each row's beam score
-        and the candidates' shape [A, K x V] and count 2K."""
-        bias_filters, forcing, _ = self.head
+    def head_inputs(self, head: HeadPlan, vocab_size: int, eos_id: int) -> Dict[str, np.ndarray]:
+        """The search head's host inputs this step (head: this Decoding's head_plan): the bias of the filters that
+        edit every row alike, the forced id of each row (only on a step that forces one), and for beam search each
+        row's beam score and the candidates' shape [A, K x V] and count 2K."""
+        bias_filters, forcing, _ = head
         tokens, row_example = self.search.tokens, self.search.row_example
         bias = np.zeros((1, vocab_size), dtype=np.float32)
         for apply_filter in bias_filters:
             apply_filter(bias, tokens[:1], row_example[:1], self.step)
-        inputs = {"bias": bias, "check_id": np.array([eos_id], dtype=np.int64)}
+        inputs: Dict[str, np.ndarray] = {"bias": bias, "check_id": np.array([eos_id], dtype=np.int64)}
         forced = np.full((len(row_example), 1), -1, dtype=np.int64)
         for force in forcing:                         # in order: a later one overrides
             forced[force.steps[row_example] == self.step] = force.token
@@ -226,7 +234,7 @@ class Decoding:
         return inputs
 
     def advance_head(self, outputs: Tuple[np.ndarray, ...], vocab_size: int, attention: Optional[np.ndarray],
-                     broken: Any) -> np.ndarray:
+                     broken: Broken) -> np.ndarray:
         """Advance from the search head's outputs (engine.step_search)."""
         if isinstance(self.search, BeamSearch):
             values, flat = outputs[:2]
@@ -234,7 +242,8 @@ class Decoding:
         ids, values = outputs[:2]
         return self._advance(partial(self.search.advance_picks, ids, values), attention, broken)
 
-    def _advance(self, advance: Any, attention: Optional[np.ndarray], broken: Any) -> np.ndarray:
+    def _advance(self, advance: Callable[[int, Optional[np.ndarray]], np.ndarray], attention: Optional[np.ndarray],
+                 broken: Broken) -> np.ndarray:
         try:
             parents = advance(self.step, attention)                              # [R']
         except NonFiniteScores:
@@ -296,7 +305,7 @@ def encoder_runs(widths: Sequence[int], counts: Sequence[int], run_tokens: int =
     return starts[::-1]
 
 
-def _rows_of(places: np.ndarray) -> Any:
+def _rows_of(places: np.ndarray) -> Union[slice, np.ndarray]:
     """A Decoding's batch rows as a slice when they are consecutive (a view of the log-probs), else the index."""
     if len(places) and int(places[-1]) - int(places[0]) + 1 == len(places) and (np.diff(places) == 1).all():
         return slice(int(places[0]), int(places[-1]) + 1)
@@ -393,18 +402,22 @@ class RunningBatch:
         or dropped), which leave the batch with their rows."""
         rows = sum(d.rows for d in self._decodings)                # before the step
         broken = partial(_broken_graph, self.engine, rows)
-        if len(self._decodings) == 1 and self.engine.searches_on_device and self._decodings[0].head is not None:
+        state = self._state
+        assert state is not None, "step() on a batch that holds no rows"     # add() makes it
+        head = self._decodings[0].head if len(self._decodings) == 1 else None
+        kept: List[Optional[np.ndarray]]
+        if head is not None and self.engine.searches_on_device:
             d = self._decodings[0]             # the log-probs stay where the step left them; the search runs there
-            outputs, attention = self._state.step_search(d.last, d.head_inputs(self.config.vocab_size,
-                                                                              self.config.eos_id),
-                                                        d.head[2], d.options.return_attention)
+            outputs, attention = state.step_search(d.last, d.head_inputs(head, self.config.vocab_size,
+                                                                         self.config.eos_id),
+                                                   head[2], d.options.return_attention)
             if not (outputs[-1] < np.inf).all():            # a NaN or +inf logit makes its whole row NaN
                 raise broken()
             kept = [d.advance_head(outputs, self.config.vocab_size, attention, broken)]
         elif len(self._decodings) == 1 and self._on_device(self._decodings[0]):
             d = self._decodings[0]             # the log-probs stay on the GPU; [R, 2K] best come back
-            values, indices, attention = self._state.step_top_k(d.last, d.top_k_bias(self.config.vocab_size),
-                                                               2 * d.search.k, d.options.return_attention)
+            values, indices, attention = state.step_top_k(d.last, d.top_k_bias(self.config.vocab_size),
+                                                          2 * d.search.k, d.options.return_attention)
             if not (values[:, 0] < np.inf).all():           # a NaN or +inf logit makes its whole row NaN
                 raise broken()
             kept = [d.advance_top_k(values, indices, attention, broken)]
@@ -416,7 +429,7 @@ class RunningBatch:
                 last = np.empty((rows, 1), dtype=np.int64)
                 for d, at in zip(self._decodings, places):
                     last[at] = d.last
-            log_probs, attention = self._state.step(last, any(d.options.return_attention for d in self._decodings))
+            log_probs, attention = state.step(last, any(d.options.return_attention for d in self._decodings))
             # a NaN or +inf logit makes its whole log-softmax row NaN: one column tells, without a pass over [R, V]
             if not (log_probs[:, self.config.eos_id] < np.inf).all():
                 raise broken()
@@ -440,14 +453,16 @@ class RunningBatch:
         if not alive:
             self.clear()
             return
+        state = self._state
+        assert state is not None, "rows kept in a batch that holds none"   # add() makes it
         self._decodings = [self._decodings[i] for i in alive]
         sources = np.concatenate([self._places[i][kept[i]] for i in alive])
         if len(alive) > 1:
-            places, index = place_rows(sources, self._state.group)
+            places, index = place_rows(sources, state.group)
         else:
             places, index = np.arange(len(sources)), sources
-        self._state.keep(index)
-        bounds = np.cumsum([0, *(len(kept[i]) for i in alive)])
+        state.keep(index)
+        bounds = np.cumsum([0, *(len(p) for p in kept if p is not None)])
         self._places = [places[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:])]
 
     def _on_device(self, d: Decoding) -> bool:
@@ -457,7 +472,7 @@ class RunningBatch:
 def decode_steps(engine: Engine, config: ModelConfig, sources: Sequence[Sequence[int]], options: DecodingOptions,
                  prefixes: Optional[Sequence[Sequence[int]]] = None, strategy: Optional[str] = None,
                  constraints: Optional[Sequence[Optional[Phrases]]] = None,
-                 ) -> Generator[Any, None, List[List[Hypothesis]]]:
+                 ) -> Generator[Search, None, List[List[Hypothesis]]]:
     """Decode `sources` (id lists ending with EOS); yields the search after every step (streaming)
     and returns, per source, up to num_hypotheses hypotheses, best first.
 

@@ -357,8 +357,8 @@ class BeamSearch:
         new_tokens = np.take_along_axis(token, cols, axis=1).reshape(-1, 1)
         # a sentence whose filters forbid every continuation ends here: its live beams, unfinished
         stuck = ~(new_cum > -np.inf).any(axis=1) & (self.n_finished[self.examples] < k)
-        for a in np.flatnonzero(stuck):
-            for b in np.flatnonzero(self.cum[a] > -np.inf):
+        for a in np.flatnonzero(stuck).tolist():
+            for b in np.flatnonzero(self.cum[a] > -np.inf).tolist():
                 self._add(a, self.tokens[a * k + b], float(self.cum[a, b]), step, False, _row(before, a * k + b),
                           a * k + b)
         self.tokens = np.concatenate([self.tokens[parents], new_tokens], axis=1)
@@ -378,8 +378,8 @@ class BeamSearch:
         at_limit = ~done & last
         if transformers:                                                   # its best K have finished above
             done, at_limit = done | at_limit, np.zeros_like(at_limit)
-        for a in np.flatnonzero(at_limit):                                 # live beams end without EOS
-            for b in np.flatnonzero(new_cum[a] > -np.inf):
+        for a in np.flatnonzero(at_limit).tolist():                        # live beams end without EOS
+            for b in np.flatnonzero(new_cum[a] > -np.inf).tolist():
                 self._add(a, self.tokens[a * k + b], float(new_cum[a, b]), step + 1, False,
                           _row(self.attention, a * k + b), a * k + b)
         stay = ~done & ~at_limit

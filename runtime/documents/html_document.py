@@ -444,7 +444,8 @@ class _Targets:
         for s, t in translation.alignment or []:
             if 0 <= s < len(spans) and spans[s] is not None and n_words:
                 by_word.setdefault(s, set()).add(min(max(t, 0), n_words - 1))   # a target word past the words
-        words = sorted((spans[s], sorted(ts)) for s, ts in by_word.items())     # the text's is its last
+        words = sorted((span, sorted(ts)) for s, ts in by_word.items()          # the text's is its last
+                       if (span := spans[s]) is not None)
         return cls([w for w, _ in words], [ts for _, ts in words])
 
     def of_range(self, start: int, end: int) -> List[int]:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Callable, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from ..errors import Seq2OnnxError
 
@@ -74,7 +74,10 @@ def splitter_missing() -> Seq2OnnxError:
                          f"`seq2onnx translate --no-split`)")
 
 
-def require_splitter() -> Any:
+Segment = Callable[[str, str], Iterable[str]]   # sentencex.segment(language, text) -> the sentences
+
+
+def require_splitter() -> Segment:
     """sentencex.segment, or the one-line error naming the extra."""
     try:
         import sentencex
@@ -107,7 +110,7 @@ class Layout:
         return "".join(out)
 
 
-def _segment(segment: Any, language: str, text: str) -> List[str]:
+def _segment(segment: Segment, language: str, text: str) -> List[str]:
     """The splitter's sentences of one line; a line it fails on is one sentence (a Rust panic of sentencex's is a
     BaseException: anything else, KeyboardInterrupt included, goes on up)."""
     try:
@@ -118,7 +121,7 @@ def _segment(segment: Any, language: str, text: str) -> List[str]:
         return [text]
 
 
-def sentence_spans(text: str, language: str, segment: Any) -> List[Tuple[int, int]]:
+def sentence_spans(text: str, language: str, segment: Segment) -> List[Tuple[int, int]]:
     """(start, end) of each sentence of `text` (one line's content, stripped), without the white space around it.
     The splitter's pieces are found in the text in order, so nothing it might change in them can change the text."""
     spans: List[Tuple[int, int]] = []

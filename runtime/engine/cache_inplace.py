@@ -9,7 +9,7 @@ it in place; another array (a larger buffer, CachePool.refit) receives a plain c
 """
 from __future__ import annotations
 
-from typing import Dict, List, Sequence, Set, Tuple
+from typing import Dict, List, Sequence, Set, Tuple, Union
 
 import numpy as np
 
@@ -17,7 +17,7 @@ SCRATCH = -1                # a move's row -1: the scratch row beside the cache,
 Move = Tuple[int, int, int]  # (dst, src, count): rows dst..dst+count-1 = rows src..src+count-1 (SCRATCH: count 1)
 
 
-def reorder_moves(index: Sequence[int]) -> List[Move]:
+def reorder_moves(index: Union[Sequence[int], np.ndarray]) -> List[Move]:
     """The row copies that make x[:len(index)] = x[index] inside x (index: rows of x, repeats allowed; x has
     max(len(index), its rows) rows), in an order that overwrites no row before every row that reads it was written.
 
@@ -74,9 +74,9 @@ def reorder_rows(buffer: np.ndarray, into: np.ndarray, shape: Tuple[int, ...], i
         np.take(src, index, axis=0, out=into[:len(index) * size].reshape(len(index), *row), mode="wrap")
         return                                   # "wrap": unbuffered; index is in range
     x = buffer[:max(rows, len(index)) * size].reshape(-1, *row)[:, :, :positions]     # [max(R, R'), H, P, Dh]
-    scratch = None
+    scratch = x[:0]                                                  # a row, once a cycle needs one
     for dst, src_row, count in moves:
-        if SCRATCH in (dst, src_row) and scratch is None:
+        if SCRATCH in (dst, src_row) and not len(scratch):
             scratch = np.empty((1, *x.shape[1:]), dtype=x.dtype)                    # [1, H, P, Dh]
         out = scratch if dst == SCRATCH else x[dst:dst + count]
         out[...] = scratch if src_row == SCRATCH else x[src_row:src_row + count]

@@ -113,7 +113,7 @@ class SpareMemory:
     hands its sets here when the call's last cache is dropped, and the next pool starts from them (any values they
     hold are finite: K/V a step wrote, or zeros). One call's worth is kept, the latest."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._sets: Optional[Tuple[int, List[List[np.ndarray]]]] = None
 
@@ -231,7 +231,7 @@ class CrossRows(list):
         index = np.asarray(index, dtype=np.int64)
         rows, buffers = len(self[0]), list(self.buffers)
         compact = len(index) <= rows and bool((np.diff(index) > 0).all())
-        moves = None if compact else reorder_moves(index)
+        moves = [] if compact else reorder_moves(index)
 
         def gather(part: range) -> None:
             for i in part:
@@ -246,7 +246,7 @@ class CrossRows(list):
         each(len(self), gather)
         return CrossRows(buffers, [(len(index), *v.shape[1:]) for v in self])
 
-    def append(self, more: List[np.ndarray], each: Each) -> "CrossRows":
+    def append_rows(self, more: List[np.ndarray], each: Each) -> "CrossRows":
         """more's rows (mask and cross K/V of newly encoded rows, as many tensors) after these; the shorter source axis
         padded with zeros (mask 0)."""
         rows, buffers = len(self[0]), list(self.buffers)

@@ -2,7 +2,8 @@
 memory (cache_memory.py), the cache rewritten in place (cache_inplace.py)."""
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Tuple
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, List, Optional, Tuple
 
 import numpy as np
 import onnxruntime as ort
@@ -12,6 +13,9 @@ from ..package.graph_io import CROSS_ATTENTION, PAST_LENGTH
 from .cache_inplace import append_zero_rows, reorder_moves, reorder_rows, widen
 from .cache_memory import Cache, CachePool, CrossRows, SpareMemory
 from .session import GraphEngine, cache_dtype
+
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
 
 
 class ArrayEngine(GraphEngine):
@@ -31,12 +35,13 @@ class ArrayEngine(GraphEngine):
         super().__init__(*args, **kwargs)
         self.spare = SpareMemory()          # the cache memory of the last call, for the next
         self.copy_threads = max(1, copy_threads)
-        self._copier = None                 # the other copy threads (a ThreadPoolExecutor starts them at first use)
+        # the other copy threads (a ThreadPoolExecutor starts them at first use)
+        self._copier: Optional[ThreadPoolExecutor] = None
         if self.copy_threads > 1:
             from concurrent.futures import ThreadPoolExecutor   # here: the runtime's import stays light
             self._copier = ThreadPoolExecutor(self.copy_threads - 1, thread_name_prefix="seq2onnx-copy")
 
-    def use_few_rows(self, session: ort.InferenceSession, max_rows: int, path: Any) -> None:
+    def use_few_rows(self, session: ort.InferenceSession, max_rows: int, path: Path) -> None:
         """Step with `session` (a format-2 decoder step of the same contract and caches: the variant's few_rows,
         manifest.FewRows) whenever a step has at most max_rows rows."""
         if self.format_version < 2 or cache_dtype(session, self.config) != self.cache_dtype:
@@ -84,11 +89,13 @@ class ArrayEngine(GraphEngine):
         """Format 2: the step writes its K/V into the cache it is given, in place (present_i bound to past_i's
         memory), through the call's kept binding (Binding)."""
         cache = self._fixed_cache(past, len(input_ids))
+        length = cache.length
+        assert length is not None                      # format 2: a cache holds its rows' lengths
         pool = cache.pool
         decoder = self.decoder_for(len(input_ids))
         binding = pool.binding_for(decoder)
         past_length = pool.past_length_view(len(input_ids), self.rows_at_own_positions)
-        past_length[...] = cache.length if self.rows_at_own_positions else cache.length[0]
+        past_length[...] = length if self.rows_at_own_positions else length[0]
         log_probs = pool.log_probs_view(len(input_ids), self.config.vocab_size)
         inputs = [(PAST_LENGTH, past_length), ("input_ids", np.ascontiguousarray(input_ids, dtype=np.int64)),
                   ("encoder_attention_mask", np.ascontiguousarray(encoder_mask)),
@@ -104,8 +111,8 @@ class ArrayEngine(GraphEngine):
         for name, value in outputs:
             binding.bind(name, value, output=True)
         self.run_bound(decoder, binding.io)
-        present = Cache(list(cache), pool, cache.which, cache.length + 1)
-        if with_attention:
+        present = Cache(list(cache), pool, cache.which, length + 1)
+        if attention is not None:
             return log_probs, present, attention.copy()
         return log_probs, present
 
@@ -116,6 +123,7 @@ class ArrayEngine(GraphEngine):
             pool = CachePool(len(self.past_names), self.spare, sets=1)
             return Cache(pool.views(0, (rows, h, self.capacity_for(0, 0), dh)), pool, 0, np.zeros(rows, np.int64))
         capacity = past[0].shape[2]
+        assert past.length is not None                 # format 2: a cache holds its rows' lengths
         longest = int(past.length.max())
         if longest < capacity:
             return past
@@ -148,12 +156,15 @@ class ArrayEngine(GraphEngine):
                       lambda buffer, into: reorder_rows(buffer, into, shape, index, moves, positions))
         return Cache(list(values), values.pool, 0, values.length[index])
 
-    def append_rows(self, values: CrossRows, more: List[np.ndarray]) -> CrossRows:
-        """Masks and cross K/V of new rows after these (decoder_state.py extend), in place (CrossRows.append)."""
-        return values.append(more, lambda count, work: self._each_tensor(count, work, len(values[0]) + len(more[0])))
+    def append_rows(self, values: List[np.ndarray], more: List[np.ndarray]) -> CrossRows:
+        """Masks and cross K/V of new rows after these (decoder_state.py extend), in place (CrossRows.append_rows)."""
+        assert isinstance(values, CrossRows)                    # hold_encoded made them
+        rows = len(values[0]) + len(more[0])
+        return values.append_rows(more, lambda count, work: self._each_tensor(count, work, rows))
 
     def append_empty_cache(self, cache: Cache, n: int) -> Cache:
         """The cache with n rows that have written nothing (zeros, length 0) after its own, in its own buffers."""
+        assert cache.length is not None                # format 2 and 3: a cache holds its rows' lengths
         rows, row = len(cache.length), int(np.prod(cache[0].shape[1:]))
         self._rewrite(cache, (rows + n, *cache[0].shape[1:]), rows + n,
                       lambda buffer, into: append_zero_rows(buffer, into, rows * row, n * row))
@@ -182,10 +193,11 @@ class ArrayEngine(GraphEngine):
         between steps (SPINNING), one core is left."""
         few = self.decoder_for(rows) is not self.decoder
         threads = 1 if few else min(self.copy_threads, count)
-        if threads < 2:
+        copier = self._copier                   # there with copy_threads > 1
+        if threads < 2 or copier is None:
             return work(range(count))
         parts = [range(t * count // threads, (t + 1) * count // threads) for t in range(threads)]
-        others = [self._copier.submit(work, part) for part in parts[1:]]
+        others = [copier.submit(work, part) for part in parts[1:]]
         work(parts[0])
         for done in others:
             done.result()

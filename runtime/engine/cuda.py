@@ -142,6 +142,7 @@ class IoBindingEngine(GraphEngine):
             io.bind_output(CROSS_ATTENTION, "cpu")
         self.run_bound(self.decoder, io)
         out = io.get_outputs()
+        present: List[Any]
         if self.format_version >= 2:
             present = _DeviceCache(past, past.length + 1)
         else:

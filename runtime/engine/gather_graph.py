@@ -20,9 +20,10 @@ onnx.proto's ModelProto, so no onnx package is needed. Field numbers are those o
 """
 from __future__ import annotations
 
-from typing import Iterable, List, Sequence, Tuple
+from typing import Iterable, List, Sequence, Tuple, Union
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 # onnx.TensorProto.DataType values of the dtypes the runtime moves around
 ONNX_ELEM_TYPE = {np.dtype(np.float32): 1, np.dtype(np.int64): 7, np.dtype(np.float16): 10}
@@ -80,7 +81,7 @@ def _pad_node(data: str, pads: str, output: str) -> bytes:
     return _node("Pad", data, pads, output)
 
 
-def _specs(inputs: Iterable[Tuple[np.dtype, int]]) -> List[Tuple[int, int]]:
+def _specs(inputs: Iterable[Tuple[DTypeLike, int]]) -> List[Tuple[int, int]]:
     specs: List[Tuple[int, int]] = []
     for dtype, rank in inputs:
         if np.dtype(dtype) not in ONNX_ELEM_TYPE:
@@ -89,7 +90,7 @@ def _specs(inputs: Iterable[Tuple[np.dtype, int]]) -> List[Tuple[int, int]]:
     return specs
 
 
-def gather_model_bytes(inputs: Iterable[Tuple[np.dtype, int]]) -> bytes:
+def gather_model_bytes(inputs: Iterable[Tuple[DTypeLike, int]]) -> bytes:
     """Serialized ModelProto: inputs `indices` int64 [n] and x_i (dtype, rank); outputs y_i = x_i[indices].
 
     Dimension names are symbolic (`rows`, `d1`...), so one session serves every shape.
@@ -100,7 +101,7 @@ def gather_model_bytes(inputs: Iterable[Tuple[np.dtype, int]]) -> bytes:
     return _model(_gather_node, "indices", ["n"], specs, in_dims, out_dims)
 
 
-def pad_model_bytes(inputs: Iterable[Tuple[np.dtype, int]]) -> bytes:
+def pad_model_bytes(inputs: Iterable[Tuple[DTypeLike, int]]) -> bytes:
     """Serialized ModelProto: inputs `pads` int64 [2 * rank] (ONNX Pad's: every axis's begins, then its ends)
     and x_i (dtype, rank), all of one rank; outputs y_i = x_i padded with zeros."""
     specs = _specs(inputs)
@@ -125,7 +126,7 @@ def top_k_model_bytes() -> bytes:
     return _model_proto(graph)
 
 
-def _op(op_type: str, inputs: Sequence[str], outputs: Sequence[str], **attributes: object) -> bytes:
+def _op(op_type: str, inputs: Sequence[str], outputs: Sequence[str], **attributes: Union[int, Sequence[int]]) -> bytes:
     """A NodeProto of any inputs and outputs (input=1, output=2, name=3, op_type=4); attributes: an int (INT),
     a list of ints (INTS), as AttributeProto{name=1, i=3, ints=8, type=20}."""
     attrs = b""
@@ -139,7 +140,7 @@ def _op(op_type: str, inputs: Sequence[str], outputs: Sequence[str], **attribute
             + _str_field(3, f"{op_type.lower()}_{outputs[0]}") + _str_field(4, op_type) + attrs)
 
 
-def _scalar(name: str, value: np.ndarray) -> bytes:
+def _scalar(name: str, value: Union[np.ndarray, np.generic]) -> bytes:
     """An initializer: TensorProto{data_type=2, name=8, raw_data=9} of a 0-d float32 or int64 value."""
     value = np.asarray(value)
     return _int_field(2, ONNX_ELEM_TYPE[value.dtype]) + _str_field(8, name) + _bytes_field(9, value.tobytes())

@@ -2,27 +2,27 @@
 sessions of a package's graphs (session.py)."""
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Tuple, Union
+from pathlib import Path
+from typing import Callable, Optional, Tuple, Union
 
 import onnxruntime as ort
 
 from ..package.config import ModelConfig
 from ..package.external_data import ExternalGraph
-from .base import Engine
 from .cpu import ArrayEngine
-from .session import SPINNING, SessionConfig, open_session, return_free_heap
+from .session import SPINNING, GraphEngine, SessionConfig, open_session, return_free_heap
 
 
-def open_engine(encoder_path: Any, decoder_path: Any, config: ModelConfig, sc: SessionConfig,
-                cross_per_sentence: bool = False, read: Optional[Callable[[Any], Union[bytes, ExternalGraph]]] = None,
-                format_version: Optional[int] = None, few_rows: Optional[Tuple[Any, int]] = None) -> Engine:
+def open_engine(encoder_path: Path, decoder_path: Path, config: ModelConfig, sc: SessionConfig,
+                cross_per_sentence: bool = False, read: Optional[Callable[[Path], Union[bytes, ExternalGraph]]] = None,
+                format_version: Optional[int] = None, few_rows: Optional[Tuple[Path, int]] = None) -> GraphEngine:
     """The engine for a resolved device: ArrayEngine on CPU, IoBindingEngine on CUDA. read: the package's reader of a
     graph's checked bytes (ModelPackage.read_graph), called for each graph right before its session is built, so that
     one graph's bytes at a time are in memory (open_session lets go of them); None: onnxruntime reads the paths.
     format_version: the package's (the graphs must follow its contract); None: whichever the graph shows.
     few_rows: (path, max_rows) of a decoder step for steps of at most max_rows rows (the variant's few_rows, CPU
     only: ArrayEngine.use_few_rows)."""
-    def session(path: Any, graph: str, version: Optional[int], spinning: Optional[str] = None) -> ort.InferenceSession:
+    def session(path: Path, graph: str, version: Optional[int], spinning: Optional[str] = None) -> ort.InferenceSession:
         built = open_session(path, graph, config, sc, None if read is None else read(path), version, spinning)
         return_free_heap()                     # the graph's bytes and onnxruntime's parsed copies are free by now
         return built

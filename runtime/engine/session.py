@@ -13,6 +13,7 @@ import logging
 import os
 from contextlib import nullcontext
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
@@ -123,7 +124,7 @@ _CACHE_TYPES = ("tensor(float)", "tensor(float16)")       # cross K/V and caches
 SPINNING = {"encoder": "off", "decoder_step": "in_run", "few_rows": "always"}
 
 
-def open_session(path: Any, graph: str, config: ModelConfig, sc: SessionConfig,
+def open_session(path: Path, graph: str, config: ModelConfig, sc: SessionConfig,
                  data: Union[bytes, ExternalGraph, None] = None, format_version: Optional[int] = None,
                  spinning: Optional[str] = None) -> ort.InferenceSession:
     """An InferenceSession of the graph file `path` (or of `data`, its bytes as read and checked by the
@@ -131,9 +132,9 @@ def open_session(path: Any, graph: str, config: ModelConfig, sc: SessionConfig,
     checked against the contract of `format_version` (the package's; None: the decoder contract the graph's inputs
     show). spinning: SPINNING's mode for it (None: the graph's)."""
     options = sc.session_options(spinning or SPINNING[graph])
-    weights = data if isinstance(data, ExternalGraph) else None
-    if weights is not None:
-        data = weights.model
+    weights: Optional[ExternalGraph] = None
+    if isinstance(data, ExternalGraph):
+        weights, data = data, data.model
         weights.session_options(options, sc.device)
     # On CUDA, onnxruntime warns at load for each ScatterND without reduction (a format-2 step's cache write, 2 per
     # layer) that repeated indices are unsafe: ours never repeat (one position per row and head).
@@ -187,7 +188,7 @@ def graph_format(sess: ort.InferenceSession) -> int:
     return 3 if len(past_length[0].shape or []) == 1 else 2
 
 
-def check_graph_io(sess: ort.InferenceSession, path: Any, graph: str, config: ModelConfig,
+def check_graph_io(sess: ort.InferenceSession, path: Path, graph: str, config: ModelConfig,
                    format_version: int) -> None:
     """The session's inputs/outputs are the contract's (docs/CONTRACTS.md) for `config`: names (one pair of
     caches per decoder layer), dtypes, ranks, and heads and head_dim in every cross K/V and cache, so that
@@ -199,6 +200,8 @@ def check_graph_io(sess: ort.InferenceSession, path: Any, graph: str, config: Mo
         raise ModelPackageError(f"{path}: graph inputs/outputs {got_in} -> {got_out} do not match the "
                                 f"{graph} contract of format_version {format_version} for {config.decoder_layers} "
                                 f"decoder layers; re-export the model")
+    types: Tuple[str, ...]
+    want: List[Optional[int]]
     for arg in sess.get_inputs() + sess.get_outputs():
         if arg.name in ID_INPUTS:
             types, want = ("tensor(int64)",), [None, None]

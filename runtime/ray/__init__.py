@@ -25,4 +25,5 @@ def connect(address: Optional[str]) -> None:
     token_auth = logging.getLogger(_TOKEN_AUTH_LOGGER)
     if _not_the_token_auth_notice not in token_auth.filters:
         token_auth.addFilter(_not_the_token_auth_notice)
-    ray.init(address=address, logging_level="WARNING", configure_logging=True)
+    # ray.init annotates logging_level as an int, but takes a level's name too (its own default is "info")
+    ray.init(address=address, logging_level="WARNING", configure_logging=True)  # type: ignore[arg-type]

@@ -182,7 +182,7 @@ class _maybe_output:
 class Writer:
     """Rows of the job (pyarrow Tables, in order) to OUTPUT, counted."""
 
-    def __init__(self, out: BinaryIO, errors: Optional[BinaryIO], args: Any):
+    def __init__(self, out: BinaryIO, errors: Optional[BinaryIO], args: argparse.Namespace):
         self.out, self.errors = out, errors
         self.id_column = args.id_column or LINE
         self.rows = self.failed = self.warned = 0
@@ -206,6 +206,7 @@ class TextWriter(Writer):
     """`seq2onnx translate`'s bytes (the OUTPUT column) to OUTPUT; errors and warnings to the errors file."""
 
     def write(self, batch: Any) -> None:
+        assert self.errors is not None                  # a text OUTPUT has its errors file (translate_dataset_main)
         super().write(batch)
         self.out.write(b"".join(batch.column(OUTPUT).to_pylist()))
         paths = batch.column(PATH).to_pylist() if PATH in batch.column_names else None
@@ -226,7 +227,7 @@ class JsonlWriter(Writer):
 
 
 class ParquetWriter(Writer):
-    def __init__(self, out: BinaryIO, errors: Optional[BinaryIO], args: Any):
+    def __init__(self, out: BinaryIO, errors: Optional[BinaryIO], args: argparse.Namespace):
         super().__init__(out, errors, args)
         self.writer: Any = None
 

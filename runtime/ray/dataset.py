@@ -10,6 +10,7 @@ max_restarts / max_task_retries): the output holds each row once.
 """
 from __future__ import annotations
 
+import argparse
 import copy
 import io
 import json
@@ -115,10 +116,10 @@ class RowsDatasource(FileBasedDatasource):
             ids = batch.column(self.id_column).to_pylist() if self.id_column is not None else None
             for i, text in enumerate(batch.column(self.text_column).to_pylist()):
                 number += 1
-                row = {LINE: number, self.text_column: text if isinstance(text, str) else None,
+                row: Dict[str, Any] = {LINE: number, self.text_column: text if isinstance(text, str) else None,
                        ERROR: None if isinstance(text, str) else _no_text(self.text_column, text, True),
                        WARNINGS: []}
-                if ids is not None:
+                if ids is not None and self.id_column is not None:
                     row[self.id_column] = ids[i]
                 yield row
 
@@ -160,8 +161,8 @@ class Translate:
     hypothesis), HYPOTHESES and SCORES (with --n-best or --scores), OUTPUT (with `output=True`: the command's
     output lines of the row, bytes), ERROR and WARNINGS."""
 
-    def __init__(self, args: Any, decoding: Dict[str, Any], text_column: str = "text", output: bool = False,
-                 threads: int = 1):
+    def __init__(self, args: argparse.Namespace, decoding: Dict[str, Any], text_column: str = "text",
+                 output: bool = False, threads: int = 1):
         self.args, self.decoding = copy.copy(args), decoding
         if self.args.intra_threads == 0:                # onnxruntime's default, every core: the actor's CPUs instead
             self.args.intra_threads = threads
@@ -236,8 +237,9 @@ def translate_dataset(ds: "ray.data.Dataset", model: str, options: Sequence[str]
                           cpus_per_actor=cpus_per_actor, gpus_per_actor=gpus_per_actor, output=output)
 
 
-def translate_rows(ds: "ray.data.Dataset", args: Any, decoding: Dict[str, Any], *, text_column: str, actors: int,
-                   batch_size: int, cpus_per_actor: float, gpus_per_actor: float, output: bool) -> "ray.data.Dataset":
+def translate_rows(ds: "ray.data.Dataset", args: argparse.Namespace, decoding: Dict[str, Any], *, text_column: str,
+                   actors: int, batch_size: int, cpus_per_actor: float, gpus_per_actor: float,
+                   output: bool) -> "ray.data.Dataset":
     """translate_dataset with `seq2onnx translate`'s options parsed (commands.translate_options)."""
     if actors < 1 or batch_size < 1 or cpus_per_actor <= 0 or gpus_per_actor < 0:
         raise Seq2OnnxError(f"--actors and --batch-size must be >= 1, --cpus-per-actor > 0 and --gpus-per-actor >= 0, "

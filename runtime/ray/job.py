@@ -2,11 +2,15 @@
 before it imports Ray (seconds) or starts a cluster, and what dataset.py's actors and pipelines use."""
 from __future__ import annotations
 
+import argparse
 import os
-from typing import Any, Dict, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Sequence, Tuple
 
 from ..cli.commands import check_attention, load_translator, source_line_bytes, translate_options
 from ..errors import Seq2OnnxError
+
+if TYPE_CHECKING:
+    from ..translator import Translator
 
 FORMATS = ("text", "jsonl", "parquet")
 # the columns a job adds to its rows (and the readers' `line`): an input column of one of these names is replaced
@@ -27,7 +31,7 @@ def file_format(path: str) -> str:
     return "parquet" if name.endswith(".parquet") else "text"
 
 
-def parse_options(model: str, options: Sequence[str]) -> Tuple[Any, Dict[str, Any]]:
+def parse_options(model: str, options: Sequence[str]) -> Tuple[argparse.Namespace, Dict[str, Any]]:
     """`seq2onnx translate`'s flags (options) for MODEL, parsed and checked as the command does:
     (its arguments, the translate_batch keywords). A flag a job cannot take is a one-line error."""
     args, decoding = translate_options([model, *options])
@@ -35,7 +39,7 @@ def parse_options(model: str, options: Sequence[str]) -> Tuple[Any, Dict[str, An
     return args, decoding
 
 
-def refuse_flags(args: Any) -> None:
+def refuse_flags(args: argparse.Namespace) -> None:
     """`seq2onnx translate`'s flags that a dataset job does not take (NOT_FLAGS)."""
     for dest in NOT_FLAGS:
         if getattr(args, dest) is not None:
@@ -49,7 +53,7 @@ def model_path(model: str) -> str:
     return os.path.abspath(model) if os.path.exists(model) else model
 
 
-def load_checked(args: Any) -> Tuple[Any, int]:
+def load_checked(args: argparse.Namespace) -> Tuple[Translator, int]:
     """The Translator of `seq2onnx translate`'s arguments and its source limit in tokens, its attention checked
     when --return-alignment asks for it: an actor's, and the driver's check_model."""
     translator, limit = load_translator(args)
@@ -58,7 +62,7 @@ def load_checked(args: Any) -> Tuple[Any, int]:
     return translator, limit
 
 
-def check_model(args: Any) -> int:
+def check_model(args: argparse.Namespace) -> int:
     """Load the model here with the options, as an actor will (a bad model or option is a one-line error before the
     cluster does any work); the bound of a text input line in bytes (commands.source_line_bytes)."""
     return source_line_bytes(load_checked(args)[1])

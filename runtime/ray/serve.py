@@ -51,7 +51,8 @@ def application(argv: List[str], replicas: int = 1, cpus_per_replica: float = 1.
     args, settings, _ = prepare(argv)
     if args.intra_threads == 0:          # onnxruntime's default, every core of the node: the replica's CPUs instead
         argv = [*argv, "--intra-threads", str(max(1, int(cpus_per_replica)))]
-    return TranslationServer.options(
+    # @serve.deployment made the class a Deployment, which mypy cannot see: it keeps a decorated class's own type
+    return TranslationServer.options(  # type: ignore[attr-defined]
         num_replicas=replicas, ray_actor_options={"num_cpus": cpus_per_replica},
         # a replica takes as many requests as its queue holds; past that, Serve queues them before the replicas
         max_ongoing_requests=args.max_queue,

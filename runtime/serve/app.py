@@ -29,7 +29,7 @@ from ..option_table import json_schema, request_options
 from ..options import OptionError
 from .files import ROUTES as FILE_ROUTES, body_limits
 from .libretranslate import detect, frontend_settings, language_table, languages, translate
-from .scheduler import SCORE, STREAM, TRANSLATE, Scheduler
+from .scheduler import SCORE, STREAM, TRANSLATE, Schedules
 from .service import (PENDING_KEY, V1_FIELDS, Answer, BodyTooLarge, HTTPError, Service, Settings, endpoint,
                       error_response, is_ip, job_result, json_object, result_dict)
 
@@ -40,7 +40,7 @@ def v1_options(body: Dict[str, Any]) -> Dict[str, Any]:
     return {k: v for k, v in body.items() if k not in V1_FIELDS}
 
 
-def translate_options(body: Dict[str, Any], scheduler: Scheduler, own: Tuple[str, ...] = ()) -> Dict[str, Any]:
+def translate_options(body: Dict[str, Any], scheduler: Schedules, own: Tuple[str, ...] = ()) -> Dict[str, Any]:
     """A /v1 body's translate_batch options, read and type-checked by the one options table (option_table.py) over
     the model's generation defaults; a bad one is a 400 naming it."""
     try:
@@ -270,8 +270,8 @@ class RequestMetrics:
 
 
 # --- the app -------------------------------------------------------------------------------------------------
-def create_app(schedulers: Dict[str, Scheduler], settings: Settings,
-               load: Optional[Callable[[], Dict[str, Scheduler]]] = None,
+def create_app(schedulers: Dict[str, Schedules], settings: Settings,
+               load: Optional[Callable[[], Dict[str, Schedules]]] = None,
                on_load_error: Optional[Callable[[str], None]] = None) -> Starlette:
     """The app over `schedulers` (model name -> Scheduler). With `load`, the schedulers come from it, run in a
     thread at startup: /health answers at once, /ready and the routes 503 until it returns (on its
@@ -338,12 +338,12 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return error_response(exc.status_code, str(exc.detail), exc.headers)
 
 
-def stop_admitting(schedulers: Dict[str, Scheduler]) -> None:
+def stop_admitting(schedulers: Dict[str, Schedules]) -> None:
     """SIGTERM: new jobs get 503 (Closed); queued and running ones finish."""
     for scheduler in schedulers.values():
         scheduler.close(drain=True, timeout=0)
 
 
-def drain(schedulers: Dict[str, Scheduler]) -> None:
+def drain(schedulers: Dict[str, Schedules]) -> None:
     for scheduler in schedulers.values():
         scheduler.close(drain=True)

@@ -10,6 +10,7 @@ import logging
 import signal
 import warnings
 from pathlib import Path
+from types import FrameType
 from typing import Any, Callable, Dict, FrozenSet, List, Optional, TextIO, Tuple, Type, Union
 
 from ..cli.main import OneLineParser
@@ -18,7 +19,7 @@ from .app import create_app, stop_admitting
 from .service import LOCAL_NAMES, Settings, host_name
 from .continuous import MIN_LENGTH_CLASS
 from .pool import SchedulerPool
-from .scheduler import POLICIES, Scheduler
+from .scheduler import POLICIES, Scheduler, Schedules
 
 BATCHING = ("continuous", "dynamic", "request")
 DEFAULT_BATCHING = "continuous"
@@ -100,7 +101,7 @@ def serve_parser() -> argparse.ArgumentParser:
     return p
 
 
-def policy(name: str) -> type:
+def policy(name: str) -> Type[Scheduler]:
     """The Scheduler class of a --batching name."""
     if name == "continuous":
         from .continuous import ContinuousScheduler
@@ -153,7 +154,7 @@ def model_names(models: List[str]) -> List[str]:
     return names
 
 
-def prepare(argv: List[str]) -> Tuple[argparse.Namespace, Settings, Callable[[], Dict[str, Scheduler]]]:
+def prepare(argv: List[str]) -> Tuple[argparse.Namespace, Settings, Callable[[], Dict[str, Schedules]]]:
     """`seq2onnx serve`'s command line parsed and checked: its arguments, the app's Settings, and the function that
     loads its models, a started Scheduler each (serve_main's; each Ray Serve replica's too: runtime/ray/serve.py)."""
     args = serve_parser().parse_args(argv)
@@ -182,9 +183,9 @@ def prepare(argv: List[str]) -> Tuple[argparse.Namespace, Settings, Callable[[],
     cls = policy(args.batching)
     log = logging.getLogger("seq2onnx.serve")
 
-    def load() -> Dict[str, Scheduler]:
+    def load() -> Dict[str, Schedules]:
         from ..translator import Translator
-        schedulers: Dict[str, Scheduler] = {}
+        schedulers: Dict[str, Schedules] = {}
         for name, model in zip(names, args.models):
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
@@ -222,11 +223,11 @@ def serve_main(argv: List[str]) -> int:
     args, settings, load = prepare(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(message)s")
     warnings.showwarning = _log_warning
-    schedulers: Dict[str, Scheduler] = {}
+    schedulers: Dict[str, Schedules] = {}
     failure: List[str] = []
 
     class Server(uvicorn.Server):
-        def handle_exit(self, sig: int, frame: Any) -> None:
+        def handle_exit(self, sig: int, frame: Optional[FrameType]) -> None:
             stop_admitting(schedulers)                  # new jobs: 503; queued and running ones finish
             super().handle_exit(sig, frame)
 

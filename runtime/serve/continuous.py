@@ -29,13 +29,18 @@ its jobs decode again from the start, each in a batch of its own, where only a j
 from __future__ import annotations
 
 import itertools
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from ..decode.constraints import split_work
 from ..decode.decoding import Decoding, RunningBatch, TextStream, step_limits
 from ..decode.search import BeamSearch
+from ..options import DecodingOptions
 from ..results import TranslationResult
+from ..text_input import TranslateRequest
 from .scheduler import SCORE, STREAM, TRANSLATE, Job, Scheduler
+
+if TYPE_CHECKING:
+    from ..translator import Translator
 
 # the shortest length class, in cache positions: jobs that can run at most this many steps share a batch
 MIN_LENGTH_CLASS = 16
@@ -47,7 +52,7 @@ class _Running:
     (constraints.split_work); a Decoding may hold other jobs' sources too (jobs of equal options admitted
     together); and for a stream its TextStream."""
 
-    def __init__(self, job: Job, request: Any, parts: List[Tuple[Decoding, List[int], List[int]]],
+    def __init__(self, job: Job, request: TranslateRequest, parts: List[Tuple[Decoding, List[int], List[int]]],
                  stream: Optional[TextStream] = None):
         self.job, self.request, self.parts, self.stream = job, request, parts, stream
         self.alone = False          # it decodes in batches of its own (a batch it shared failed)
@@ -72,7 +77,7 @@ class _Running:
 class ContinuousScheduler(Scheduler):
     policy = "continuous"
 
-    def __init__(self, translator: Any, max_queue: int = 256, max_batch_rows: int = 256, name: str = "model",
+    def __init__(self, translator: Translator, max_queue: int = 256, max_batch_rows: int = 256, name: str = "model",
                  min_length_class: int = MIN_LENGTH_CLASS):
         super().__init__(translator, max_queue, max_batch_rows, name)
         self.min_length_class = min_length_class        # the shortest length class (_length_class)
@@ -106,7 +111,7 @@ class ContinuousScheduler(Scheduler):
         one Decoding (one search over them all, each job finishing when its own sources have), and add the rows of
         all (RunningBatch.add: encoder runs by source length)."""
         new: List[Decoding] = []
-        merged: Dict[Any, List[Tuple[Job, Any]]] = {}
+        merged: Dict[Tuple[DecodingOptions, int], List[Tuple[Job, TranslateRequest]]] = {}
         for job in jobs:
             if job.kind == SCORE:
                 self.run_score(job)
@@ -135,8 +140,8 @@ class ContinuousScheduler(Scheduler):
         A batch whose add fails is broken (_broken)."""
         by_group: Dict[Tuple[int, ...], List[Decoding]] = {}
         for d in decodings:
-            group = self._group_of(d)
-            by_group.setdefault(group if alone is None else (*group, alone), []).append(d)
+            at = self._group_of(d)
+            by_group.setdefault(at if alone is None else (*at, alone), []).append(d)
         for key, group in by_group.items():
             held = {id(d) for r in self.running for d in r.decodings}
             group = [d for d in group if id(d) in held]        # not those of a job an earlier group's _broken took
@@ -167,10 +172,10 @@ class ContinuousScheduler(Scheduler):
         at least min_length_class."""
         return max(self.min_length_class, self.translator.engine.capacity_for(steps - 1, 0))
 
-    def _request(self, job: Job) -> Any:
-        return self.translator.prepare_batch(job.texts, job.call, job.decoding)
+    def _request(self, job: Job) -> TranslateRequest:
+        return self.translator.prepare_batch(job.texts, *job.records())
 
-    def _merge_key(self, job: Job, request: Any) -> Any:
+    def _merge_key(self, job: Job, request: TranslateRequest) -> Optional[Tuple[DecodingOptions, int]]:
         """Jobs with equal keys share one Decoding: translations (not streams) without constraints or sampling
         (a sample's draws would not depend on the batch, but its search is per call), of equal decoding options
         and length class."""
@@ -179,7 +184,7 @@ class ContinuousScheduler(Scheduler):
         limits = step_limits(request.sources, request.decode_options, self.translator.config)
         return request.decode_options, self._length_class(int(limits.max()) if len(limits) else 0)
 
-    def _alone(self, job: Job, request: Any, stream: Optional[TextStream] = None) -> _Running:
+    def _alone(self, job: Job, request: TranslateRequest, stream: Optional[TextStream] = None) -> _Running:
         """A job's own Decodings (a few when its constraints are much work); a stream's TextStream (`stream`: the
         one it had, with what it emitted, when it decodes again)."""
         config, phrases = self.translator.config, request.source_phrases
@@ -196,7 +201,7 @@ class ContinuousScheduler(Scheduler):
             stream = TextStream(self.translator.detokenize)
         return _Running(job, request, parts, stream)
 
-    def _each_alone(self, jobs: Sequence[Tuple[Job, Any]]) -> List[_Running]:
+    def _each_alone(self, jobs: Sequence[Tuple[Job, TranslateRequest]]) -> List[_Running]:
         """_alone for each job; a job whose Decodings cannot start fails, alone."""
         out = []
         for job, request in jobs:
@@ -206,7 +211,7 @@ class ContinuousScheduler(Scheduler):
                 self.fail(job, e)
         return out
 
-    def _together(self, group: List[Tuple[Job, Any]]) -> List[_Running]:
+    def _together(self, group: List[Tuple[Job, TranslateRequest]]) -> List[_Running]:
         """One Decoding over the sources of jobs of equal options."""
         sources = [x for _, r in group for x in r.sources]
         prefixed = any(r.prefixes is not None for _, r in group)
@@ -309,7 +314,7 @@ class ContinuousScheduler(Scheduler):
         hyps = running.hypotheses()
         try:
             if running.stream is not None:
-                results = self._stream_result(running, hyps)
+                results = self._stream_result(running, running.stream, hyps)
             else:
                 results = self.translator.batch_results(request, hyps)
         except Exception as e:  # noqa: BLE001
@@ -317,14 +322,14 @@ class ContinuousScheduler(Scheduler):
             return
         self.finish_translations(job, results)
 
-    def _stream_result(self, running: _Running, hyps: List[Any]) -> List[TranslationResult]:
+    def _stream_result(self, running: _Running, stream: TextStream, hyps: List[Any]) -> List[TranslationResult]:
         if not hyps:                                            # a blank text: the empty translation
             return [TranslationResult([""], [[]], [0.0], [0.0], finished=[True])]
         best = hyps[0][0]
-        piece = running.stream.final(best.tokens)
+        piece = stream.final(best.tokens)
         if piece:
             self.emit(running.job, piece)
-        return [TranslationResult([running.stream.emitted], [list(best.tokens)], [best.score],
+        return [TranslationResult([stream.emitted], [list(best.tokens)], [best.score],
                                   [best.normalized_score], finished=[best.finished])]
 
     def _count_rows(self) -> None:

@@ -35,6 +35,7 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from ..documents.files import FileLimits, file_format, translate_file_bytes
+from .scheduler import Schedules
 from .service import PENDING_KEY, HTTPError, Service, Settings, endpoint, request_cost
 from .libretranslate import NPM_KEY_FIELD, pick_pair
 from .scheduler import TRANSLATE
@@ -150,7 +151,7 @@ class SchedulerTranslator:
     request limits allow, one job after another. What a job holds of --max-pending-bytes is given back when it is
     done (its results are taken at once), so a long file does not fill it."""
 
-    def __init__(self, service: Service, request: Request, model: str, scheduler: Any,
+    def __init__(self, service: Service, request: Request, model: str, scheduler: Schedules,
                  loop: asyncio.AbstractEventLoop):
         self.service, self.request, self.model, self.scheduler, self.loop = service, request, model, scheduler, loop
         self.package = scheduler.translator.package

@@ -83,9 +83,9 @@ def language_table(translators: Dict[str, Any], given: Dict[str, Tuple[str, str]
                     if pair[0] != pair[1]:
                         table.setdefault(pair, Pair(name, source, target))
             continue
-        pair = given.get(name) or name_pair(name)
-        if pair is not None:
-            table.setdefault((libretranslate_code(pair[0]), libretranslate_code(pair[1])), Pair(name, None, None))
+        named = given.get(name) or name_pair(name)
+        if named is not None:
+            table.setdefault((libretranslate_code(named[0]), libretranslate_code(named[1])), Pair(name, None, None))
     return table
 
 
@@ -231,7 +231,7 @@ async def translate(request: Request) -> Response:
     text_format = values.get("format") or "text"
     if text_format not in FORMATS:
         raise HTTPError(400, f"{text_format} format is not supported")
-    if not is_json:
+    if not is_json and isinstance(q, str):          # a form's or a query's value is a str
         q = "\n".join(q.splitlines())
     batch = isinstance(q, list)
     texts = service.check_texts(q if batch else [q], "q")
@@ -269,8 +269,8 @@ async def translate(request: Request) -> Response:
     best, alternatives = documents_answer(layouts, hypotheses, n_alt)
     answer: Dict[str, Any] = {"translatedText": best if batch else best[0]}
     if source == "auto":
-        found = [{"confidence": confidence, "language": code} for code, confidence in detected]
-        answer["detectedLanguage"] = found if batch else found[0]
+        languages = [{"confidence": confidence, "language": code} for code, confidence in detected]
+        answer["detectedLanguage"] = languages if batch else languages[0]
     if n_alt:
         answer["alternatives"] = alternatives if batch else alternatives[0]
     return Answer(answer)

@@ -9,14 +9,14 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from .scheduler import Job, Scheduler
+from .scheduler import Job, Schedules
 
 # seconds: a tiny model answers in milliseconds, a large beam in seconds
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
 class _SchedulerCollector(Collector):
-    def __init__(self, schedulers: Dict[str, Scheduler]):
+    def __init__(self, schedulers: Dict[str, Schedules]):
         self.schedulers = schedulers            # the app's dict: filled once the models are loaded
 
     def collect(self) -> Iterator:
@@ -43,7 +43,7 @@ class _SchedulerCollector(Collector):
 
 
 class Metrics:
-    def __init__(self, schedulers: Dict[str, Scheduler]):
+    def __init__(self, schedulers: Dict[str, Schedules]):
         self.registry = CollectorRegistry()
         self.requests = Counter("seq2onnx_requests", "HTTP requests answered", ["route", "status"],
                                 registry=self.registry)

@@ -10,7 +10,7 @@ threads, whose small per-step kernels leave its threads waiting on each other (b
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from .scheduler import OUTCOMES, Job, Scheduler
 
@@ -39,8 +39,8 @@ class SchedulerPool:
         """To the instance with the fewest jobs waiting, then the fewest rows running (QueueFull once it is full)."""
         return min(self.members, key=lambda m: (m.queue_depth, m.running_rows)).submit(*args, **kwargs)
 
-    def rows_of(self, *args: Any) -> int:
-        return self.members[0].rows_of(*args)
+    def rows_of(self, texts: Sequence[str], options: Dict[str, Any]) -> int:
+        return self.members[0].rows_of(texts, options)
 
     def close(self, drain: bool = True, timeout: Optional[float] = None) -> None:
         for m in self.members:                  # each stops admitting at once; then each drains

@@ -32,10 +32,14 @@ import time
 from collections import deque
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import replace
-from typing import Any, Callable, Deque, Dict, Hashable, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, Hashable, List, Optional, Protocol, Sequence, Tuple
 
 from ..options import MAX_BEAM_SIZE, Arg, DecodingOptions, OptionError, TranslationOptions, with_defaults
 from ..results import TranslationResult
+
+if TYPE_CHECKING:
+    from ..translator import Translator
+
 
 log = logging.getLogger("seq2onnx.serve")
 
@@ -78,7 +82,7 @@ class Job:
     `future` resolves to List[TranslationResult] (List[ScoringResult] for SCORE), or to an exception."""
 
     def __init__(self, kind: str, texts: List[str], options: Dict[str, Any], *, targets: Optional[List[str]] = None,
-                 on_text: Optional[Callable[[str], None]] = None, deadline: Optional[float] = None, rows: int = 0):
+                 on_text: Optional[Callable[[str], object]] = None, deadline: Optional[float] = None, rows: int = 0):
         self.kind, self.texts, self.options, self.targets = kind, texts, options, targets
         self.call: Optional[TranslationOptions] = None      # translate_batch's own keywords
         self.decoding: Optional[DecodingOptions] = None     # and the options it decodes with
@@ -91,6 +95,11 @@ class Job:
         self.first_token: Optional[float] = None    # when its first token (or, unstreamed, its results) came
         self.ended: Optional[float] = None
         self._cancelled = False
+
+    def records(self) -> Tuple[TranslationOptions, DecodingOptions]:
+        """A translation's or a stream's records (call, decoding), which Scheduler.check set before it was queued."""
+        assert self.call is not None and self.decoding is not None
+        return self.call, self.decoding
 
     def cancel(self) -> None:
         """Its client went away (or its deadline passed, app side): resolve it with Cancelled now; the worker
@@ -129,6 +138,40 @@ def _resolve(future: Future, result: Any = None, error: Optional[BaseException] 
         return False
 
 
+class Schedules(Protocol):
+    """What the app, the metrics and the loader ask of a model's scheduler: a Scheduler, or a SchedulerPool of
+    several (pool.py)."""
+
+    @property
+    def translator(self) -> Translator: ...
+    @property
+    def policy(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def alive(self) -> bool: ...
+    @property
+    def queue_depth(self) -> int: ...
+    @property
+    def running_rows(self) -> int: ...
+    @property
+    def tokens_generated(self) -> int: ...
+    @property
+    def joined_running(self) -> int: ...
+    @property
+    def decoder_steps(self) -> int: ...
+    @property
+    def outcomes(self) -> Dict[str, int]: ...
+
+    def submit(self, kind: str, texts: Sequence[str], options: Optional[Dict[str, Any]] = None, *,
+               targets: Optional[Sequence[str]] = None, on_text: Optional[Callable[[str], object]] = None,
+               timeout: Optional[float] = None) -> Job: ...
+
+    def rows_of(self, texts: Sequence[str], options: Dict[str, Any]) -> int: ...
+
+    def close(self, drain: bool = True, timeout: Optional[float] = None) -> None: ...
+
+
 class Scheduler:
     """The base: the queue, the worker thread, and what a policy's `run()` uses (take, pending, emit, finish,
     fail, run_score, run_stream, count_tokens). Metrics read queue_depth, running_rows, tokens_generated,
@@ -137,7 +180,7 @@ class Scheduler:
 
     policy = "base"
 
-    def __init__(self, translator: Any, max_queue: int = 256, max_batch_rows: int = 256, name: str = "model"):
+    def __init__(self, translator: Translator, max_queue: int = 256, max_batch_rows: int = 256, name: str = "model"):
         self.translator = translator
         self.name = name
         self.max_queue = max_queue
@@ -161,7 +204,7 @@ class Scheduler:
 
     # --- the app's side ----------------------------------------------------------------------------------
     def submit(self, kind: str, texts: Sequence[str], options: Optional[Dict[str, Any]] = None, *,
-               targets: Optional[Sequence[str]] = None, on_text: Optional[Callable[[str], None]] = None,
+               targets: Optional[Sequence[str]] = None, on_text: Optional[Callable[[str], object]] = None,
                timeout: Optional[float] = None) -> Job:
         """Queue a job and return it at once; QueueFull when max_queue jobs wait, Closed once close() began. A job
         whose options the model refuses (check) is returned resolved with its error, never queued."""
@@ -323,6 +366,7 @@ class Scheduler:
     def run_score(self, job: Job) -> None:
         """A SCORE job: translator.score_batch, on its own."""
         try:
+            assert job.targets is not None                  # a SCORE job has its targets (Service.submit)
             self.finish(job, self.translator.score_batch(job.texts, job.targets, **job.options))
         except Exception as e:  # noqa: BLE001 - one job's fault is that job's answer
             self.fail(job, e)
@@ -331,7 +375,7 @@ class Scheduler:
         """A STREAM job on its own: translator.generate_tokens' pieces to emit(), stopped at the next piece once
         the job is not live; its result: the text, token ids, scores and finished of the Hypothesis streamed."""
         try:
-            steps = self.translator.stream(job.texts[0], job.call, job.decoding)
+            steps = self.translator.stream(job.texts[0], *job.records())
             pieces = []
             while True:
                 try:
@@ -361,12 +405,14 @@ class Scheduler:
         if not jobs:
             return
         texts = [t for j in jobs for t in j.texts]
-        joined = {key: [x for j in jobs for x in getattr(j.call, key) or [None] * len(j.texts)] for key in PER_TEXT
-                  if any(getattr(j.call, key) is not None for j in jobs)}
-        call = replace(jobs[0].call, **joined) if len(jobs) > 1 else jobs[0].call
+        joined: Dict[str, Any] = {
+            key: [x for j in jobs for x in getattr(j.call, key) or [None] * len(j.texts)] for key in PER_TEXT
+            if any(getattr(j.call, key) is not None for j in jobs)}
+        first, decoding = jobs[0].records()
+        call = replace(first, **joined) if len(jobs) > 1 else first
         self.running_rows = sum(j.rows for j in jobs)
         try:
-            results = self.translator.run_batch(texts, call, jobs[0].decoding)
+            results = self.translator.run_batch(texts, call, decoding)
         except Exception as e:  # noqa: BLE001
             if len(jobs) == 1:
                 self.fail(jobs[0], e)
@@ -447,7 +493,8 @@ def batch_key(job: Job) -> Optional[Hashable]:
     (a stream, a score; or sampling, whose random draws depend on the batch)."""
     if job.kind != TRANSLATE or job.call is None or job.decoding is None or job.decoding.sampling:
         return None
-    key = replace(job.call, **dict.fromkeys(PER_TEXT)), job.decoding
+    cleared: Dict[str, Any] = dict.fromkeys(PER_TEXT)
+    key = replace(job.call, **cleared), job.decoding
     try:
         hash(key)
     except TypeError:                   # a value of its own type (a Python caller's): alone
@@ -462,7 +509,7 @@ class DynamicScheduler(Scheduler):
 
     policy = "dynamic"
 
-    def __init__(self, translator: Any, max_queue: int = 256, max_batch_rows: int = 256, name: str = "model",
+    def __init__(self, translator: Translator, max_queue: int = 256, max_batch_rows: int = 256, name: str = "model",
                  max_wait_ms: float = 10.0):
         self.max_wait = max_wait_ms / 1000
         super().__init__(translator, max_queue, max_batch_rows, name)

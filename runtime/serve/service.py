@@ -11,7 +11,8 @@ import ipaddress
 import json
 import logging
 import os
-from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect, Request
@@ -22,9 +23,12 @@ from ..decode.decoding import step_limits
 from ..errors import Seq2OnnxError, printable
 from ..options import DecodingOptions, OptionError, with_defaults
 from ..text_input import token_ids
-from ..translator import SURROGATE
+from ..translator import SURROGATE, Translator
 from .metrics import Metrics
-from .scheduler import (RETRY_AFTER_RANGE, SCORE, Cancelled, Closed, DeadlineExceeded, Job, QueueFull, Scheduler)
+from .scheduler import (RETRY_AFTER_RANGE, SCORE, Cancelled, Closed, DeadlineExceeded, Job, QueueFull, Schedules)
+
+if TYPE_CHECKING:
+    from .libretranslate import Pair
 
 log = logging.getLogger("seq2onnx.serve")
 PENDING_KEY = "seq2onnx.pending_bytes"          # a request's ASGI scope: the bytes it holds of pending_bytes
@@ -95,7 +99,7 @@ class Answer(JSONResponse):
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
-def error_response(status: int, message: str, headers: Optional[Dict[str, str]] = None) -> JSONResponse:
+def error_response(status: int, message: str, headers: Optional[Mapping[str, str]] = None) -> JSONResponse:
     return JSONResponse({"error": printable(message)}, status, headers)
 
 
@@ -112,7 +116,7 @@ class Cost:
         return self.answer_bytes + ATTENTION_VALUE_BYTES * self.attention_values
 
 
-def request_cost(translator: Any, kind: str, texts: Sequence[str], options: Dict[str, Any]) -> Cost:
+def request_cost(translator: Translator, kind: str, texts: Sequence[str], options: Dict[str, Any]) -> Cost:
     """The most a job may cost, from the limits it decodes under: per text, its source tokens (EOS included, at most
     max_input_length) and its step limit (decoding.step_limits: max_decoding_length, max_length_a x source tokens +
     max_length_b, max_positions). A score job answers one log-prob per target token."""
@@ -142,14 +146,14 @@ def request_cost(translator: Any, kind: str, texts: Sequence[str], options: Dict
 class Service:
     """What the routes share: the schedulers by model name, the settings, the metrics, readiness."""
 
-    def __init__(self, schedulers: Dict[str, Scheduler], settings: Settings):
+    def __init__(self, schedulers: Dict[str, Schedules], settings: Settings):
         self.schedulers = schedulers
         self.settings = settings
         self.pending_bytes = 0                  # Cost.held_bytes of the requests admitted and not yet answered
         self.metrics = Metrics(schedulers)
         self.ready = False
         self.load_error: Optional[str] = None
-        self.languages: Dict[Tuple[str, str], Any] = {}     # (source, target) -> libretranslate.Pair
+        self.languages: Dict[Tuple[str, str], Pair] = {}    # (source, target) -> its model and codes
 
     # --- checks ------------------------------------------------------------------------------------------
     def check_key(self, key: Any) -> None:
@@ -179,7 +183,7 @@ class Service:
         if not self.ready:
             raise HTTPError(503, self.load_error or "the models are loading; try again shortly")
 
-    def scheduler(self, name: Any) -> Tuple[str, Scheduler]:
+    def scheduler(self, name: Any) -> Tuple[str, Schedules]:
         self.check_ready()
         if name is None and len(self.schedulers) == 1:
             return next(iter(self.schedulers.items()))
@@ -188,8 +192,8 @@ class Service:
         return name, self.schedulers[name]
 
     # --- jobs --------------------------------------------------------------------------------------------
-    def submit(self, request: Request, scheduler: Scheduler, kind: str, texts: List[str], options: Dict[str, Any],
-               targets: Optional[List[str]] = None, on_text: Optional[Callable[[str], None]] = None) -> Job:
+    def submit(self, request: Request, scheduler: Schedules, kind: str, texts: List[str], options: Dict[str, Any],
+               targets: Optional[List[str]] = None, on_text: Optional[Callable[[str], object]] = None) -> Job:
         """Queue a job within the request limits; what it may hold counts in pending_bytes until its answer has
         been sent (PendingBytes)."""
         limits = self.settings
@@ -241,15 +245,16 @@ class Service:
         # no Host (HTTP/1.0): not a browser's request
         return not name or is_ip(name) or name in allowed
 
-    async def run(self, request: Request, model: str, scheduler: Scheduler, kind: str, texts: List[str],
+    async def run(self, request: Request, model: str, scheduler: Schedules, kind: str, texts: List[str],
                   options: Dict[str, Any], targets: Optional[List[str]] = None) -> List[Any]:
         """Submit a job and await its results; a client that disconnects cancels it, its deadline answers 504."""
         job = self.submit(request, scheduler, kind, texts, options, targets)
         future = asyncio.wrap_future(job.future)
         future.add_done_callback(_consume)
         gone = asyncio.ensure_future(_disconnected(request))
+        waiting: Set["asyncio.Future[Any]"] = {future, gone}
         try:
-            done, _ = await asyncio.wait({future, gone}, timeout=self.settings.timeout,
+            done, _ = await asyncio.wait(waiting, timeout=self.settings.timeout,
                                          return_when=asyncio.FIRST_COMPLETED)
         finally:
             gone.cancel()
@@ -280,7 +285,7 @@ def is_ip(name: str) -> bool:
         return False
 
 
-def job_result(future: Any) -> List[Any]:
+def job_result(future: Union[Future[List[Any]], asyncio.Future[List[Any]]]) -> List[Any]:
     """A resolved job's results (its asyncio or concurrent future), its failure as an HTTPError."""
     try:
         return future.result()

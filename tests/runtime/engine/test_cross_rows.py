@@ -76,7 +76,7 @@ def test_rows_join_and_leave_as_the_copies_make_them(rows, length, steps, thread
         if kind == "join":
             new = list(encoded(rng, args[0], args[1]))
             new = [new[0], *new[1]]
-            held = held.append(CrossRows.hold(new[0], new[1:]), each)
+            held = held.append_rows(CrossRows.hold(new[0], new[1:]), each)
             want = append_padded(want, new)
         else:
             held = held.take(index, each)
@@ -120,7 +120,7 @@ def test_rows_joining_write_only_theirs_and_grow_by_a_factor():
         new = list(encoded(rng, 1 + i % 2, 12 - i % 5))
         new = [new[0], *new[1]]
         buffers = list(held.buffers)
-        held = held.append(CrossRows.hold(new[0], new[1:]), one_thread)
+        held = held.append_rows(CrossRows.hold(new[0], new[1:]), one_thread)
         want = append_padded(want, new)
         replaced += held.buffers[0] is not buffers[0]
         for b, old in zip(held.buffers, buffers):
@@ -138,7 +138,7 @@ def test_a_longer_source_lays_the_rows_out_again_in_place():
     want = append_padded([np.take(w, [1, 4], axis=0) for w in [mask, *cross]], [new_mask, *new_cross])
     held = CrossRows.hold(mask, cross).take(np.array([1, 4]), one_thread)     # room: 8 rows of S 5
     buffers = list(held.buffers)
-    joined = held.append(CrossRows.hold(new_mask, new_cross), one_thread)   # 3 rows of S 9: 27 <= 40 positions
+    joined = held.append_rows(CrossRows.hold(new_mask, new_cross), one_thread)   # 3 rows of S 9: 27 <= 40 positions
     assert all(a is b for a, b in zip(joined.buffers, buffers))
     check(joined, want)
     assert not joined[0][:2, 5:].any() and not joined[1][:2, :, 5:].any()

@@ -45,7 +45,7 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
-            _check_field(f.name, _KINDS[f.type], getattr(self, f.name))
+            _check_field(f.name, _KINDS[str(f.type)], getattr(self, f.name))
         for name in ("pad_id", "bos_id", "eos_id", "unk_id"):
             if getattr(self, name) >= self.vocab_size:
                 raise ValueError(f"{name} must be below vocab_size ({self.vocab_size}), got {getattr(self, name)}")

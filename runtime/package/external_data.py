@@ -146,7 +146,7 @@ def external_graph(model: bytes, tensors: List[ExternalTensor], graph: Path, dat
             raise ModelPackageError(f"{what} is named twice among the external initializers; {REEXPORT}")
         seen.add(t.name)
         # a read-only view of the checked bytes: numpy and onnxruntime copy nothing (OrtValue keeps the array)
-        array = np.frombuffer(view[offset_n:offset_n + length_n], dtype=dtype).reshape(t.dims)
+        array: np.ndarray = np.frombuffer(view[offset_n:offset_n + length_n], dtype=dtype).reshape(t.dims)
         out.names.append(t.name)
         out.values.append(ort.OrtValue.ortvalue_from_numpy(array))
     return out

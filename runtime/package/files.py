@@ -10,6 +10,7 @@ import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Dict
 
 from ..errors import REEXPORT, ModelPackageError
 
@@ -88,7 +89,7 @@ def interrupted_export(root: Path) -> str:
                 f"{root.parent / m.group('name')}: run that export again (it removes this folder)")
     if root.exists() or not root.parent.is_dir():
         return ""
-    left = {}
+    left: Dict[str, Path] = {}
     for p in sorted(root.parent.iterdir()):
         m = _EXPORT_LEFTOVER.match(p.name)
         if m and m.group("name") == root.name and p.is_dir():

@@ -159,7 +159,8 @@ class ModelPackage:
         """SHA-256 of root/name against the manifest."""
         self.read_file(name, verify=True)
 
-    def read_variant(self, name: str, verify: Optional[bool] = None) -> Tuple[bytes, bytes]:
+    def read_variant(self, name: str, verify: Optional[bool] = None) -> Tuple[Union[bytes, ExternalGraph],
+                                                                             Union[bytes, ExternalGraph]]:
         """The bytes of the variant's encoder and decoder step (read_graph)."""
         variant = self.variants[name]
         return self.read_graph(variant.encoder, verify), self.read_graph(variant.decoder_step, verify)
@@ -264,6 +265,7 @@ def _read_manifest(root: Path) -> Dict[str, Any]:
     if len(data) > MAX_MANIFEST_BYTES:
         raise ModelPackageError(f"{path} has more than {MAX_MANIFEST_BYTES} bytes, more than a manifest holds: "
                                 f"this is not a seq2onnx model package; {REEXPORT}")
+    over: Optional[str]
     try:
         manifest = json.loads(data.decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as e:

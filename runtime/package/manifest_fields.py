@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple, Union
 
 from ..errors import REEXPORT, ModelPackageError
 
@@ -21,7 +21,7 @@ def short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def field(obj: Dict[str, Any], key: str, kind: type, where: Path, name: Optional[str] = None,
+def field(obj: Dict[str, Any], key: str, kind: Union[type, Tuple[type, ...]], where: Path, name: Optional[str] = None,
           default: Any = REQUIRED) -> Any:
     """obj[key], which must be a `kind` (a bool is no integer here; an integer is a fine float). name: the field in messages (default
     key). With a default, a missing or null field gives the default."""
@@ -60,7 +60,7 @@ def as_json(value: Any) -> Any:
     """A record's field value as manifest.json holds it: records by their to_manifest(), tuples as lists."""
     if hasattr(value, "to_manifest"):
         return value.to_manifest()
-    if dataclasses.is_dataclass(value):
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.asdict(value)
     if isinstance(value, (list, tuple)):
         return [as_json(v) for v in value]

@@ -221,7 +221,7 @@ def _number_map(obj: Dict[str, Any], where: Path, name: str) -> Dict[str, Any]:
 
 def _strings(value: List[Any], where: Path, name: str) -> Tuple[str, ...]:
     for i in range(len(value)):
-        _field({i: value[i]}, i, str, where, f"{name}[{i}]")    # type: ignore[dict-item]
+        _field({str(i): value[i]}, str(i), str, where, f"{name}[{i}]")
     return tuple(value)
 
 

@@ -50,8 +50,8 @@ def _type_schema(hint: Any, defs: Dict[str, Any]) -> Dict[str, Any]:
     if hint in _SIMPLE:
         return {"type": _SIMPLE[hint]}
     if origin is Literal:                      # the values a field allows (options.BeamRules, ...)
-        kinds = {_SIMPLE[type(a)] for a in args}
-        return {"type": kinds.pop() if len(kinds) == 1 else sorted(kinds), "enum": list(args)}
+        simple = sorted({_SIMPLE[type(a)] for a in args})
+        return {"type": simple[0] if len(simple) == 1 else simple, "enum": list(args)}
     if origin is Union:
         kinds = [_type_schema(a, defs) for a in args if a is not type(None)]
         out = {"type": [k["type"] for k in kinds]} if all(set(k) == {"type"} for k in kinds) else \
@@ -127,7 +127,8 @@ def config_schema() -> Dict[str, Any]:
     hints = typing.get_type_hints(ModelConfig)
     properties = {}
     for f in dataclasses.fields(ModelConfig):
-        schema = {"enum": list(CHOICES[f.name])} if f.name in CHOICES else _type_schema(hints[f.name], {})
+        schema: Dict[str, Any] = ({"enum": list(CHOICES[f.name])} if f.name in CHOICES
+                                  else _type_schema(hints[f.name], {}))
         if f.name in RANGES:
             schema["minimum"], schema["maximum"] = RANGES[f.name]
         properties[f.name] = schema

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Optional, Tuple
+from typing import Any, Iterable, Iterator, Optional, Tuple
 
 from tokenizers import Tokenizer
 
@@ -35,7 +35,7 @@ def foreign_regex(tokenizer_json: Any) -> Optional[Tuple[str, Any]]:
         if isinstance(node, dict):
             if "Regex" in node and node["Regex"] not in ALLOWED_REGEXES:
                 return node["Regex"]
-            children = node.values()
+            children: Iterable[Any] = node.values()
         elif isinstance(node, list):
             children = node
         else:

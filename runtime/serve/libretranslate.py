@@ -30,7 +30,6 @@ Weblate) and its own web front end work unchanged.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -41,7 +40,7 @@ from ..documents.files import FORMATS as FILE_FORMATS
 from ..documents.text import DocumentError, Translation
 from ..documents.translate import FORMATS, alignment_options, layout, translations
 from ..package.languages import language_name, libretranslate_code, resolve
-from .service import Answer, HTTPError, Service, endpoint, json_object
+from .service import Answer, HTTPError, Pair, Service, endpoint, json_object
 from .scheduler import TRANSLATE
 
 # a package name that ends with its language pair, as OPUS-MT's do: "opus-mt-en-de", "numbers-en-de"
@@ -54,15 +53,6 @@ DETECTIONS = 3                  # languages /detect answers per text, as LibreTr
 AUTO_SHARE = 0.5
 # LibreTranslate's --frontend-timeout default: its front end translates this many ms after the last key press
 FRONTEND_TIMEOUT_MS = 500
-
-
-@dataclasses.dataclass(frozen=True)
-class Pair:
-    """How one (source, target) of LibreTranslate's is translated: which model, with which translate_batch
-    languages (None: the package records none, and needs none)."""
-    model: str
-    source_lang: Optional[str]
-    target_lang: Optional[str]
 
 
 def name_pair(name: str) -> Optional[Tuple[str, str]]:

@@ -12,7 +12,7 @@ import json
 import logging
 import os
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, List, Mapping, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Callable, Dict, FrozenSet, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect, Request
@@ -26,9 +26,6 @@ from ..text_input import token_ids
 from ..translator import SURROGATE, Translator
 from .metrics import Metrics
 from .scheduler import (RETRY_AFTER_RANGE, SCORE, Cancelled, Closed, DeadlineExceeded, Job, QueueFull, Schedules)
-
-if TYPE_CHECKING:
-    from .libretranslate import Pair
 
 log = logging.getLogger("seq2onnx.serve")
 PENDING_KEY = "seq2onnx.pending_bytes"          # a request's ASGI scope: the bytes it holds of pending_bytes
@@ -141,6 +138,15 @@ def request_cost(translator: Translator, kind: str, texts: Sequence[str], option
                                + ANSWER_BYTES_PER_HYPOTHESIS) for s, n in zip(steps, lengths))
     values = sum(rows * s * n for s, n in zip(steps, lengths)) if attention else 0
     return Cost(rows * sum(steps), values, answer)
+
+
+@dataclasses.dataclass(frozen=True)
+class Pair:
+    """How one (source, target) of LibreTranslate's is translated: which model, with which translate_batch
+    languages (None: the package records none, and needs none)."""
+    model: str
+    source_lang: Optional[str]
+    target_lang: Optional[str]
 
 
 class Service:

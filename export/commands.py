@@ -412,7 +412,6 @@ class _Int8Graphs:
     dec: Path
     names: GraphNames
     source: Path                 # the fp32 step the int8 one was quantised from: dec, or the fused rewrite of it
-    rewritten: bool
     few_rows: Optional[Path]
     block: int
 
@@ -436,7 +435,7 @@ class _Int8Graphs:
         quantize.quantize_int8(source, dec8, external=external)
         if few_rows is not None:
             quantize.quantize_int8_few_rows(source, few_rows, block, external)
-        graphs = cls(enc, dec, names, source, rewritten, few_rows, block)
+        graphs = cls(enc, dec, names, source, few_rows, block)
         log("      int8: " + (f"{FUSED_DECODER_FILE.lstrip('.')}: onnxruntime's fused attention, "
                                  + (f"rewritten from {dec.name}" if rewritten else "traced") + ", checked; "
                                  if source != dec else "")

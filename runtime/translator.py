@@ -113,7 +113,7 @@ class Translator:
         # each graph read once, checked, and handed to onnxruntime as those bytes (ModelPackage.read_graph)
         self.engine = open_engine(v.encoder, v.decoder_step, self.config, sc,
                                   cross_per_sentence=self.package.cross_per_sentence, read=self.package.read_graph,
-                                  format_version=self.package.decoder_format, few_rows=few_rows)
+                                  decoder_format=self.package.decoder_format, few_rows=few_rows)
         self.package.release_shared()
         for session, path in zip(self.engine.decoders, (v.decoder_step, few_rows and few_rows[0])):
             self._check_graph_vocab(session, path)

@@ -44,7 +44,7 @@ class ArrayEngine(GraphEngine):
     def use_few_rows(self, session: ort.InferenceSession, max_rows: int, path: Path) -> None:
         """Step with `session` (a format-2 decoder step of the same contract and caches: the variant's few_rows,
         manifest.FewRows) whenever a step has at most max_rows rows."""
-        if self.format_version < 2 or cache_dtype(session, self.config) != self.cache_dtype:
+        if self.decoder_format < 2 or cache_dtype(session, self.config) != self.cache_dtype:
             raise ModelPackageError(f"{path}: a few-rows decoder step needs a format_version 2 package and the "
                                     f"caches of its decoder step; re-export the model")
         self.few_rows = (session, max_rows)
@@ -61,7 +61,7 @@ class ArrayEngine(GraphEngine):
         """-> (log_probs [R, V], present), and the cross-attention weights [R, S] with with_attention."""
         if with_attention and not self.has_attention:
             raise self.no_attention_error()
-        if self.format_version >= 2:
+        if self.decoder_format >= 2:
             return self._step_fixed(input_ids, encoder_mask, past, cross, with_attention)
         rows = len(input_ids)
         io = self.decoder.io_binding()

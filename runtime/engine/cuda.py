@@ -124,7 +124,7 @@ class IoBindingEngine(GraphEngine):
             io.bind_output("log_probs", "cpu")
         else:
             io.bind_output("log_probs", self.device, self.device_id)
-        if self.format_version >= 2:
+        if self.decoder_format >= 2:
             past = self._fixed_cache(past, rows)
             io.bind_cpu_input(PAST_LENGTH, past.length if self.rows_at_own_positions else past.length[0])
             for name, value in zip(self.present_names, past):
@@ -143,7 +143,7 @@ class IoBindingEngine(GraphEngine):
         self.run_bound(self.decoder, io)
         out = io.get_outputs()
         present: List[Any]
-        if self.format_version >= 2:
+        if self.decoder_format >= 2:
             present = _DeviceCache(past, past.length + 1)
         else:
             present = list(out[1:len(self.present_names) + 1])

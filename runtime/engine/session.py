@@ -101,9 +101,9 @@ def check_onnxruntime(needed: Tuple[int, ...], what: str, version: str = ort.__v
                             f"onnxruntime for a GPU)")
 
 
-def expected_io(config: ModelConfig, format_version: int) -> Dict[str, Tuple[List[str], List[str]]]:
+def expected_io(config: ModelConfig, decoder_format: int) -> Dict[str, Tuple[List[str], List[str]]]:
     """Graph input/output names of docs/CONTRACTS.md (graph_io.py), by graph."""
-    names = GraphNames.for_config(config, format_version)
+    names = GraphNames.for_config(config, decoder_format)
     return {"encoder": (names.encoder_inputs, names.encoder_outputs),
             "decoder_step": (names.decoder_inputs, names.decoder_outputs)}
 
@@ -125,11 +125,11 @@ SPINNING = {"encoder": "off", "decoder_step": "in_run", "few_rows": "always"}
 
 
 def open_session(path: Path, graph: str, config: ModelConfig, sc: SessionConfig,
-                 data: Union[bytes, ExternalGraph, None] = None, format_version: Optional[int] = None,
+                 data: Union[bytes, ExternalGraph, None] = None, decoder_format: Optional[int] = None,
                  spinning: Optional[str] = None) -> ort.InferenceSession:
     """An InferenceSession of the graph file `path` (or of `data`, its bytes as read and checked by the
     package, with its external weights where it has them: then onnxruntime reads no file), its inputs/outputs
-    checked against the contract of `format_version` (the package's; None: the decoder contract the graph's inputs
+    checked against the decoder contract `decoder_format` (the package's; None: the one the graph's inputs
     show). spinning: SPINNING's mode for it (None: the graph's)."""
     options = sc.session_options(spinning or SPINNING[graph])
     weights: Optional[ExternalGraph] = None
@@ -147,7 +147,7 @@ def open_session(path: Path, graph: str, config: ModelConfig, sc: SessionConfig,
                                 f"re-export the model") from e
     if sc.device == "cuda" and "CUDAExecutionProvider" not in sess.get_providers():
         raise Seq2OnnxError(f"{path}: the CUDA provider did not start for this graph; use device 'cpu'")
-    check_graph_io(sess, path, graph, config, graph_format(sess) if format_version is None else format_version)
+    check_graph_io(sess, path, graph, config, graph_format(sess) if decoder_format is None else decoder_format)
     if data is not None:
         release_model_bytes(sess, data)
     if weights is not None:          # copied into the session, or kept by it (in place: ExternalGraph.release)
@@ -189,16 +189,16 @@ def graph_format(sess: ort.InferenceSession) -> int:
 
 
 def check_graph_io(sess: ort.InferenceSession, path: Path, graph: str, config: ModelConfig,
-                   format_version: int) -> None:
+                   decoder_format: int) -> None:
     """The session's inputs/outputs are the contract's (docs/CONTRACTS.md) for `config`: names (one pair of
     caches per decoder layer), dtypes, ranks, and heads and head_dim in every cross K/V and cache, so that
     a config that does not describe the graph is refused here, not at the first translation."""
-    inputs, outputs = expected_io(config, format_version)[graph]      # bounded: config.py caps decoder_layers
+    inputs, outputs = expected_io(config, decoder_format)[graph]      # bounded: config.py caps decoder_layers
     got_in = [i.name for i in sess.get_inputs()]
     got_out = [o.name for o in sess.get_outputs()]
     if sorted(got_in) != sorted(inputs) or sorted(got_out) != sorted(outputs):
         raise ModelPackageError(f"{path}: graph inputs/outputs {got_in} -> {got_out} do not match the "
-                                f"{graph} contract of format_version {format_version} for {config.decoder_layers} "
+                                f"{graph} contract of decoder format {decoder_format} for {config.decoder_layers} "
                                 f"decoder layers; re-export the model")
     types: Tuple[str, ...]
     want: List[Optional[int]]
@@ -206,7 +206,7 @@ def check_graph_io(sess: ort.InferenceSession, path: Path, graph: str, config: M
         if arg.name in ID_INPUTS:
             types, want = ("tensor(int64)",), [None, None]
         elif arg.name == PAST_LENGTH:                     # one per row from contract 3 on
-            types, want = ("tensor(int64)",), [None] * (format_version >= 3)
+            types, want = ("tensor(int64)",), [None] * (decoder_format >= 3)
         elif arg.name in ("log_probs", CROSS_ATTENTION):   # log_probs' width: Translator._check_graph_vocab
             types, want = ("tensor(float)",), [None, None]
         else:
@@ -241,9 +241,9 @@ class GraphEngine(Engine):
     def __init__(self, encoder: ort.InferenceSession, decoder: ort.InferenceSession, config: ModelConfig,
                  cross_per_sentence: bool = False, decoder_path: str = "the decoder step graph",
                  encoder_path: str = "the encoder graph"):
-        self.format_version = graph_format(decoder)        # 2: fixed-capacity cache written in place; 3: per row
-        self.rows_at_own_positions = self.format_version >= 3     # rows of one step may sit at different positions
-        io = expected_io(config, self.format_version)
+        self.decoder_format = graph_format(decoder)        # 2: fixed-capacity cache written in place; 3: per row
+        self.rows_at_own_positions = self.decoder_format >= 3     # rows of one step may sit at different positions
+        io = expected_io(config, self.decoder_format)
         self.encoder, self.decoder, self.config = encoder, decoder, config
         self.decoder_path = decoder_path                 # the step graph's file, for errors
         self.graph_paths = {id(encoder): encoder_path, id(decoder): decoder_path}  # by session: names it in errors
@@ -253,7 +253,7 @@ class GraphEngine(Engine):
         self.present_names = cache_names("present", config.decoder_layers)
         self.empty_past_shape = (config.n_heads, 0, config.head_dim)
         self.cache_dtype = cache_dtype(decoder, config)
-        self.has_attention = self.format_version >= 2      # the cross_attention output
+        self.has_attention = self.decoder_format >= 2      # the cross_attention output
         self.few_rows: Optional[Tuple[ort.InferenceSession, int]] = None   # ArrayEngine.use_few_rows
 
     @property

@@ -53,7 +53,7 @@ def test_export_writes_a_checked_few_rows_step(tiny_package):
 def _engine(pkg, decoder, few_rows=None):
     v = pkg.variants["int8"]
     return open_engine(v.encoder, decoder, pkg.config, SessionConfig("cpu", intra_threads=1),
-                       cross_per_sentence=pkg.cross_per_sentence, format_version=pkg.decoder_format,
+                       cross_per_sentence=pkg.cross_per_sentence, decoder_format=pkg.decoder_format,
                        few_rows=few_rows)
 
 
@@ -106,7 +106,7 @@ def test_switching_graphs_mid_call_keeps_the_cache(tiny_package):
 
     def engine(few_rows=None):
         return open_engine(pkg.variants["fp32"].encoder, fp32, pkg.config, sc, cross_per_sentence=True,
-                           format_version=pkg.decoder_format, few_rows=few_rows)
+                           decoder_format=pkg.decoder_format, few_rows=few_rows)
     plain = engine()
     sources = _sources(pkg, 6)
     for opts in (DecodingOptions(beam_size=1), DecodingOptions(beam_size=2, num_hypotheses=2),
@@ -210,7 +210,7 @@ def test_sessions_keep_no_graph_bytes(tiny_package):
         return read[-1]
     v = pkg.variants["int8"]
     engine = open_engine(v.encoder, v.decoder_step, pkg.config, SessionConfig("cpu", intra_threads=1),
-                         cross_per_sentence=True, read=reader, format_version=pkg.decoder_format,
+                         cross_per_sentence=True, read=reader, decoder_format=pkg.decoder_format,
                          few_rows=(v.few_rows.decoder_step, v.few_rows.max_rows))
     assert len(read) == 3 and len(engine.decoders) == 2
     control = [bytes(bytearray(16))]                             # held by a list only, as `read` holds the three

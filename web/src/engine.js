@@ -324,7 +324,7 @@ function checkGraphIo(Engine, session, where, graph, config) {
   const same = (a, b) => a.length === b.length && [...a].sort().every((x, i) => x === [...b].sort()[i]);
   if (!same(gotIn, inputs) || !same(gotOut, outputs)) {
     throw new ModelPackageError(`${where}: graph inputs/outputs ${JSON.stringify(gotIn)} -> ${JSON.stringify(gotOut)} do ` +
-      `not match the ${graph} contract of format_version ${Engine.decoderFormat} for ${config.decoder_layers} decoder ` +
+      `not match the ${graph} contract of decoder format ${Engine.decoderFormat} for ${config.decoder_layers} decoder ` +
       `layers; ${REEXPORT}`);
   }
   for (const meta of [...(session.inputMetadata ?? []), ...(session.outputMetadata ?? [])]) {

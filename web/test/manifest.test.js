@@ -117,7 +117,7 @@ const CASES = {
     const m = clone();
     replaceFile(dir, m, "decoder_step.onnx", readFileSync(path.join(MODEL_DIR, "encoder.onnx")));
     return m;
-  }, /decoder_step\.onnx: graph inputs\/outputs .* do not match the decoder_step contract of format_version 3/],
+  }, /decoder_step\.onnx: graph inputs\/outputs .* do not match the decoder_step contract of decoder format 3/],
   "a graph that is no ONNX model": [(dir) => { const m = clone(); replaceFile(dir, m, "encoder.onnx", Buffer.from([0x08, 0x80])); return m; }, /encoder\.onnx is not a valid ONNX model/],
   "a manifest that is not JSON": [() => "{\"format\": ", /manifest\.json is not valid JSON/],
   "a manifest with a byte-order mark": [() => `\ufeff${JSON.stringify(clone())}`, /manifest\.json is not valid JSON/],

@@ -123,7 +123,7 @@ def test_a_format_version_that_does_not_match_the_graphs_is_refused(pkg, capsys)
     graph and the contract it misses."""
     edit_manifest(pkg, lambda m: m.update(format_version=1))
     with pytest.raises(ModelPackageError, match=r"decoder_step.onnx: graph inputs/outputs .* do not match the "
-                                                r"decoder_step contract of format_version 1"):
+                                                r"decoder_step contract of decoder format 1"):
         Translator(pkg, device="cpu")
 
 

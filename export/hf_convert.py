@@ -480,11 +480,22 @@ def _hf_generate(hf_model: Any, sources: List[List[int]], batch_size: int,
         if getattr(got, "sequences_scores", None) is not None:
             scores = got.sequences_scores.tolist()
         else:   # greedy (its scores are the processed logits): the chosen tokens' log-probs, up to and with the EOS
-            steps = hf_model.compute_transition_scores(got.sequences, got.scores, normalize_logits=True)
+            steps = chosen_log_probs(got.sequences, got.scores)
             scores = [float(row[:len(tokens) + 1].sum()) for row, tokens in zip(steps, generated)]
         for i, tokens, score in zip(batch, generated, scores):
             out[i] = (tokens, float(score))
     return out
+
+
+def chosen_log_probs(sequences: Any, scores: Tuple[Any, ...]) -> Any:
+    """Greedy generate()'s chosen tokens' log-probs [B, steps]: the log-softmax of each step's processed logits
+    (`scores`, [B, V] a step) at the token taken, what compute_transition_scores(normalize_logits=True) means. Not
+    that function itself: it takes the log-softmax across a transposed [B, V, steps] view, a strided reduction whose
+    float32 sum over V drifts with the vocabulary's size: at NLLB's 256,206 entries, by more than SCORE_TOLERANCE a
+    token, while the contiguous reduction that PyTorch and onnxruntime both run stays within the parity checks'."""
+    taken = sequences[:, -len(scores):]
+    return torch.stack([step.float().log_softmax(-1).gather(1, taken[:, t:t + 1])[:, 0]
+                        for t, step in enumerate(scores)], dim=1)
 
 
 def compare_generate(ours: List[Any], theirs: List[Tuple[List[int], float]], beam_size: int) -> Dict[str, Any]:

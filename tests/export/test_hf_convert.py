@@ -222,3 +222,24 @@ def test_mapped_model_holds_the_transformers_tensors_not_copies(hf_folders, kind
     assert model.pe.device.type == "cpu" and torch.isfinite(model.pe).all()
     eos = cfg.eos_id
     assert hf_convert.check_log_probs(hf, model, [[5, 9, 7, eos], [11, 4, eos]]) <= 1e-5
+
+
+@pytest.mark.parametrize("vocab", [1000, 256206])
+def test_greedy_scores_of_transformers_are_log_softmax_of_each_step(vocab):
+    """The gate's greedy score of transformers' hypothesis: each step's processed logits' log-softmax, along the
+    vocabulary (the contiguous axis: hf_convert.chosen_log_probs says why not compute_transition_scores), at the
+    token taken; generate()'s sequences hold the decoder start, then one token a step. At NLLB's vocabulary too."""
+    steps = 3
+    gen = torch.Generator().manual_seed(0)
+    scores = tuple(torch.randn(2, vocab, generator=gen) * 4 for _ in range(steps))
+    scores[1][1, :7] = float("-inf")                     # processed logits: ids a processor suppressed
+    sequences = torch.tensor([[2, 5, 9, 11], [2, 3, 8, 6]])
+    got = hf_convert.chosen_log_probs(sequences, scores)
+    assert got.shape == (2, steps) and got.dtype == torch.float32
+    for t, step in enumerate(scores):
+        for b in range(2):
+            assert got[b, t] == step[b].log_softmax(-1)[sequences[b, t + 1]]
+    exact = torch.stack([s.double().log_softmax(-1).gather(1, sequences[:, t + 1:t + 2])[:, 0]
+                         for t, s in enumerate(scores)], dim=1)
+    if vocab == 1000:                                    # a sum of 1,000 float32 terms: far within the gate's
+        assert float((got.double() - exact).abs().max()) < hf_convert.SCORE_TOLERANCE / 100

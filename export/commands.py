@@ -19,7 +19,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Dict, List, Optional, Sequence
+from typing import Any, BinaryIO, Callable, Dict, List, Optional, Sequence, Tuple
 
 import onnx
 import onnxruntime as ort
@@ -234,7 +234,7 @@ def write_package(model, contents: PackageContents, opts: ExportOptions, parity_
             fp32_report = parity.measure_on(side, model, fp32_pair, batches)
             int8 = (_Int8Graphs.make(model, staging, enc, dec, names, opts.opset, opts.format_version,
                                      opts.external_data, opts.few_rows, log) if opts.int8 else None)
-            fp32 = parity.check_fp32(fp32_report())
+            fp32 = parity.check_fp32(fp32_report(), noise=lambda: parity.float32_noise(model, batches))
         stage_seconds["parity"] = time.perf_counter() - t
         log(f"[3/5] parity: max diff encoder {fp32.encoder_max_abs_diff:.2g}, log-probs "
             f"{fp32.decoder_max_abs_diff:.2g}; greedy and beam-4 tokens identical on {fp32.sentences} sentences "
@@ -454,6 +454,8 @@ class _Int8Graphs:
         _check_variant(self.dec, dec8, self.names.decoder_inputs, self.names.decoder_outputs)
         if self.few_rows is not None:
             _check_variant(self.dec, self.few_rows, self.names.decoder_inputs, self.names.decoder_outputs)
+        def noise() -> Tuple[float, float]:
+            return parity.float32_noise(model, batches)
         with ThreadPoolExecutor(2) as pool:         # every graph's batches, on the two cores
             fused = (parity.measure_on(pool, model, parity.OnnxPair(self.enc, self.source, model.cfg,
                                                                      options=TorchWeights(model)), batches)
@@ -463,7 +465,8 @@ class _Int8Graphs:
                    if self.few_rows is not None else None)
             if fused is not None:
                 attention = AttentionRecord(tuple(f"{FUSED_ATTENTION_DOMAIN}.{op}" for op in FUSED_ATTENTION_OPS),
-                                            version_text(MIN_ONNXRUNTIME), parity.check_fp32(fused()).to_dict())
+                                            version_text(MIN_ONNXRUNTIME),
+                                            parity.check_fp32(fused(), noise=noise).to_dict())
             report = _int8_checked(report(), validate)
             if few is not None:
                 few_rows_record = FewRowsRecord(

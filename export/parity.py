@@ -18,7 +18,8 @@ random pieces (fixed seed) in batches of 1, 3 and 4, right-padded, 1 to 64 token
     over an engine on the graphs just written) versus training/reference.py's greedy_search / beam_search,
     the independent PyTorch oracle                                      -> greedy_token_match, beam4_token_match
 
-Thresholds. fp32: every diff <= FP32_TOLERANCE (caches: FP32_CACHE_TOLERANCE) and identical tokens; a diff is
+Thresholds. fp32: every diff <= FP32_TOLERANCE (caches: FP32_CACHE_TOLERANCE; where the model's own float32 noise
+is larger, NOISE_FACTOR times it: `float32_noise`, `check_fp32`) and identical tokens; a diff is
 |onnx - torch| / max(1, |torch|) elementwise (absolute below 1, relative above: `_max_diff`). Reduced precision
 (int8, fp16): top1_agreement >= MIN_TOP1_AGREEMENT and greedy_token_match >= MIN_GREEDY_TOKEN_MATCH.
 greedy_token_match compares position by position, so after a first differing token the rest of that
@@ -45,9 +46,9 @@ import tempfile
 import threading
 from concurrent.futures import Executor
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import BinaryIO, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, BinaryIO, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import onnxruntime as ort
@@ -71,6 +72,9 @@ FP32_TOLERANCE = 1e-4          # max diff (_max_diff) of encoder outputs and log
 # cache element after 24 steps of a synthetic source while every log-prob stayed within 1.1e-5 and every
 # token matched. A wrong cache shows in the next steps' log-probs, which the 1e-4 above already checks.
 FP32_CACHE_TOLERANCE = 1e-3
+# A model whose float32 arithmetic is itself noisier than FP32_TOLERANCE (wide layers, large activations: NLLB-200's
+# shape) gets a tolerance from its own noise instead: NOISE_FACTOR times float32_noise's figures (`check_fp32`).
+NOISE_FACTOR = 2.0
 MIN_TOP1_AGREEMENT = 0.98      # reduced precision: share of steps whose argmax token agrees
 MIN_GREEDY_TOKEN_MATCH = 0.90  # reduced precision: share of greedy token positions that agree
 STEPS = 24                     # chained decoder steps compared (past lengths 0 .. STEPS-1)
@@ -103,6 +107,8 @@ class ParityReport:
     batch_sizes: List[int] = field(default_factory=list)
     src_lengths: List[int] = field(default_factory=list)
     past_lengths: List[int] = field(default_factory=list)   # [min, max] compared
+    encoder_tolerance: float = FP32_TOLERANCE    # what check_fp32 allowed encoder_max_abs_diff
+    decoder_tolerance: float = FP32_TOLERANCE    # ... and decoder_max_abs_diff (the log-probs)
 
     def to_dict(self) -> Dict[str, object]:
         return asdict(self)
@@ -619,14 +625,57 @@ def _report(model: Transformer, pair: OnnxPair, batches: List[ParityBatch], tall
 
 
 # --- the checks ------------------------------------------------------------------------------------
-def check_fp32(report: ParityReport, what: str = "fp32") -> ParityReport:
-    """fp32 graphs: every difference <= FP32_TOLERANCE and identical greedy / beam-4 tokens."""
-    for check, figure, tolerance in (("encoder outputs", report.encoder_max_abs_diff, FP32_TOLERANCE),
-                                     ("decoder log-probs", report.decoder_max_abs_diff, FP32_TOLERANCE),
+@torch.no_grad()
+def float32_noise(model: Transformer, batches: List[ParityBatch]) -> Tuple[float, float]:
+    """How far the model's own float32 rounding moves its encoder outputs and log-probs: each batch's reference
+    (encoder outputs, then the chained steps teacher-forced on the reference's tokens) computed again with the output
+    of every Linear and LayerNorm multiplied by 1 + e, e uniform in +-sqrt(d_model) u (u = 2^-24, seeded): the
+    rounding two float32 engines' dot products of d_model terms typically differ by (Higham and Mary, SIAM J. Sci.
+    Comput. 41(5), 2019). -> the max _max_diff of each against the reference. A well-conditioned model stays far
+    below FP32_TOLERANCE; a wide one with large activations does not, and then an exported graph that lies within a
+    small multiple of it is as close to PyTorch as float32 lets any engine be."""
+    scale = math.sqrt(model.cfg.d_model) * 2.0 ** -24
+    gen = torch.Generator().manual_seed(0)
+    with one_torch_thread():
+        refs = [reference(model, batch) for batch in batches]          # unjittered: before the hooks
+
+    def jitter(module: torch.nn.Module, inputs: Any, out: torch.Tensor) -> torch.Tensor:
+        return out * (1 + scale * (torch.rand(out.shape, generator=gen, dtype=out.dtype) * 2 - 1))
+    hooks = [m.register_forward_hook(jitter) for m in model.modules()
+             if isinstance(m, (torch.nn.Linear, torch.nn.LayerNorm))]
+    enc = dec = 0.0
+    try:
+        with one_torch_thread():
+            for batch, ref in zip(batches, refs):
+                ids, mask = batch_arrays(batch, model.cfg.pad_id)
+                cross = model.cross_kv(model.encode(ids, mask))
+                enc = max(enc, _max_diff(_flat(cross), ref.cross))
+                past = model.empty_cache(ids.shape[0])
+                for tokens, log_probs in zip(ref.chain.tokens, ref.chain.log_probs):
+                    logp, past = model.decode_step(torch.from_numpy(tokens), mask, past, cross)
+                    dec = max(dec, _max_diff([logp.numpy()], [log_probs]))
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return enc, dec
+
+
+def check_fp32(report: ParityReport, what: str = "fp32",
+               noise: Optional[Callable[[], Tuple[float, float]]] = None) -> ParityReport:
+    """fp32 graphs: every difference within its tolerance and identical greedy / beam-4 tokens -> the report, with
+    the tolerances it was held to. The encoder outputs and log-probs: FP32_TOLERANCE, or where a diff is above it
+    and `noise` is given (float32_noise of the model, called only then), NOISE_FACTOR times the model's own float32
+    noise where that is larger."""
+    if noise is not None and max(report.encoder_max_abs_diff, report.decoder_max_abs_diff) > FP32_TOLERANCE:
+        enc, dec = noise()
+        report = replace(report, encoder_tolerance=max(FP32_TOLERANCE, NOISE_FACTOR * enc),
+                         decoder_tolerance=max(FP32_TOLERANCE, NOISE_FACTOR * dec))
+    for check, figure, tolerance in (("encoder outputs", report.encoder_max_abs_diff, report.encoder_tolerance),
+                                     ("decoder log-probs", report.decoder_max_abs_diff, report.decoder_tolerance),
                                      ("decoder caches", report.cache_max_abs_diff, FP32_CACHE_TOLERANCE)):
         if not figure <= tolerance:
             raise ParityError(f"{what} parity check '{check}' failed: max diff {figure:.3g} > "
-                              f"{tolerance:g} vs PyTorch; the package was not written")
+                              f"{tolerance:.3g} vs PyTorch; the package was not written")
     for check, figure in (("greedy tokens", report.greedy_token_match),
                           ("greedy sentences", report.greedy_sentence_match),
                           ("beam-4 tokens", report.beam4_token_match)):

@@ -277,6 +277,47 @@ def test_parity_batches_measured_on_threads_give_the_figures_of_one_thread(fp32_
     assert torch.get_num_threads() == threads
 
 
+def _report(encoder: float, decoder: float) -> parity.ParityReport:
+    return parity.ParityReport("CPUExecutionProvider", encoder, decoder, 0.0, 1.0, 1.0, 1.0, 1.0, 0.0, 8, 0)
+
+
+def test_fp32_tolerance_rises_to_the_models_own_float32_noise_only_where_the_fixed_one_is_passed():
+    """check_fp32: within FP32_TOLERANCE the model's noise is not computed and the tolerances stay; above it, each
+    of the encoder's and the log-probs' tolerances is NOISE_FACTOR times that figure's own noise (at least
+    FP32_TOLERANCE), recorded in the report, and a diff above it is still refused, naming the tolerance."""
+    def never() -> tuple:
+        raise AssertionError("the noise was computed for a report within FP32_TOLERANCE")
+    within = parity.check_fp32(_report(9e-5, 9e-5), noise=never)
+    assert (within.encoder_tolerance, within.decoder_tolerance) == (parity.FP32_TOLERANCE,) * 2
+    raised = parity.check_fp32(_report(3e-4, 5e-5), noise=lambda: (2e-4, 1e-5))
+    assert (raised.encoder_tolerance, raised.decoder_tolerance) == (4e-4, parity.FP32_TOLERANCE)
+    assert raised.to_dict()["encoder_tolerance"] == 4e-4
+    with pytest.raises(parity.ParityError, match=r"'decoder log-probs' failed: max diff 0.0003 > 0.0001 vs PyTorch"):
+        parity.check_fp32(_report(5e-5, 3e-4), noise=lambda: (2e-4, 1e-5))
+    with pytest.raises(parity.ParityError, match=r"'encoder outputs' failed: max diff 0.0003 > 0.0001"):
+        parity.check_fp32(_report(3e-4, 5e-5))                                  # no noise given: the fixed one
+
+
+def test_float32_noise_is_small_for_a_well_conditioned_model_and_does_not_pass_a_wrong_graph(fp32_pair, tiny_model):
+    """parity.float32_noise jitters every Linear's and LayerNorm's output by sqrt(d_model) float32 roundings: on the
+    tiny model it moves the outputs (a real recomputation), the same each time (seeded), far less than FP32_TOLERANCE,
+    and leaves no hook behind; a graph of another model (a weight changed by 0.5) is refused however the tolerance
+    is derived."""
+    import copy
+
+    batches = parity.parity_batches(tiny_model.cfg)[:2]
+    enc, dec = parity.float32_noise(tiny_model, batches)
+    assert 0 < enc < parity.FP32_TOLERANCE / 10 and 0 < dec < parity.FP32_TOLERANCE / 10
+    assert parity.float32_noise(tiny_model, batches) == (enc, dec)
+    assert not any(m._forward_hooks for m in tiny_model.modules())
+    changed = copy.deepcopy(tiny_model)
+    with torch.no_grad():
+        changed.output_projection.weight[:, 0] += 0.5
+    with pytest.raises(parity.ParityError, match=r"fp32 parity check '.*' failed: max diff"):
+        parity.check_fp32(parity.measure(changed, fp32_pair, batches),
+                          noise=lambda: parity.float32_noise(changed, batches))
+
+
 def test_spilled_reference_reads_back_what_was_written():
     """The reference's log-probs and caches live in a temporary file (parity.Spilled): each item reads back as written,
     an array as an array, a list of arrays as a list, in any order and as often as asked."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, Callable, Collection, Dict, List, Literal, Mapping, Optional, Sequence, Tuple, Union, get_args
 
 import numpy as np
@@ -36,6 +36,7 @@ BATCH_TYPES = get_args(BatchType)
 # translate_batch's arguments of one entry per text: a target prefix (or None), phrases (or None)
 TargetPrefixes = Sequence[Optional[str]]
 Phrases = Sequence[Optional[Sequence[str]]]
+PER_TEXT = ("target_prefix", "constraints")     # TranslationOptions' fields of one entry per text
 # A text is never tokenized whole, only a prefix that holds its first max_input_length tokens, of at most
 # max_input_length x MAX_CHARS_PER_TOKEN characters (translator.token_ids): tokenized whole, a line's memory grows
 # with its length many times over (NFKC turns one U+FDFA into 18 characters).
@@ -311,6 +312,12 @@ class TranslationOptions:
 
     def to_dict(self) -> Dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def repeated(self, n: int) -> "TranslationOptions":
+        """This call, made for one text (its per-text entries one each), for n texts that each get those entries:
+        a command line's --target-prefix and --constraint, given to every line."""
+        entries: Dict[str, Any] = {k: list(getattr(self, k)) * n for k in PER_TEXT if getattr(self, k) is not None}
+        return replace(self, **entries)
 
 
 def with_defaults(given: Mapping[str, Any], defaults: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:

@@ -8,6 +8,7 @@ import functools
 import itertools
 import re
 import warnings
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
@@ -17,12 +18,17 @@ from .cli_io import (PROG, UTF8_MAX_BYTES, Progress, decode_line, open_output, o
 from ..decode.alignment import format_alignment
 from ..errors import Seq2OnnxError, printable
 from ..decode.constraints import check_work, normalize_phrases, require_beam
-from ..options import MAX_CHARS_PER_TOKEN, Arg, DecodingOptions, NamesArgs, check_text, samples, with_defaults
+from ..options import (MAX_CHARS_PER_TOKEN, Arg, DecodingOptions, NamesArgs, TranslationOptions, check_text, samples,
+                       with_defaults)
 from ..option_table import BOOL, OPTIONS
 
 if TYPE_CHECKING:                       # the Translator (onnxruntime) is imported once a model is loaded
     from ..results import TranslationResult
     from ..translator import Translator
+
+# translate's options as the Translator checked them (Translator.check_options) for one line: what each line is
+# translated with (translate_texts)
+Records = Tuple[TranslationOptions, DecodingOptions]
 
 # the help sections of option_table's groups
 SECTIONS = {"batching": "input and batching", "decoding": "decoding (as the Python API, with dashes)",
@@ -241,10 +247,14 @@ def translate_main(argv: List[str]) -> int:
     if args.plot_attention is not None:
         from .attention_plot import check_folder
         check_folder(args.plot_attention)              # made by check_attention, once the run will proceed
-    return _run_lines(args, lambda tr, limit: (source_line_bytes(limit), None),
-                      lambda tr, limit, block, out: _translate_and_plot(tr, block, decoding, args, limit, out),
-                      check=lambda tr: check_attention(tr, args)
-                      if args.return_alignment or args.plot_attention is not None else None)
+
+    def start(tr: Translator, limit: int) -> Callable[[List[Tuple[int, str]], BinaryIO], None]:
+        if args.return_alignment or args.plot_attention is not None:
+            check_attention(tr, args)
+        records = translation_records(tr, args, decoding)
+        return lambda block, out: _translate_and_plot(tr, block, records, args, limit, out)
+
+    return _run_lines(args, lambda tr, limit: (source_line_bytes(limit), None), start)
 
 
 def translate_options(argv: List[str], parser: Callable[[], argparse.ArgumentParser] = translate_parser
@@ -289,6 +299,21 @@ def _given(argv: List[str], parser: Callable[[], argparse.ArgumentParser] = tran
     return set(vars(p.parse_args(argv)))
 
 
+def translation_records(tr: Translator, args: argparse.Namespace, decoding: Dict[str, Any]) -> Records:
+    """`translate`'s options (args, decoding: translate_options) as the records the Translator makes of them
+    (check_options), for one line: its --target-prefix and --constraint one entry, which translate_texts gives every
+    line. A bad option: a Seq2OnnxError naming its flag, once the model is loaded and before any line."""
+    try:
+        return tr.check_options(1, max_batch_size=args.max_batch_size, batch_type=args.batch_type,
+                                max_input_length=args.max_input_length, return_scores=True,
+                                target_prefix=None if args.target_prefix is None else [args.target_prefix],
+                                constraints=None if args.constraints is None else [args.constraints],
+                                return_alignment=args.return_alignment,
+                                return_attention=getattr(args, "plot_attention", None) is not None, **decoding)
+    except ValueError as e:
+        raise Seq2OnnxError(cli_message(e)) from e
+
+
 def check_attention(tr: Translator, args: argparse.Namespace) -> None:
     """--alignment / --plot-attention need a format-2 package: said once the model is loaded, before any line;
     then --plot-attention's DIR is made."""
@@ -299,12 +324,12 @@ def check_attention(tr: Translator, args: argparse.Namespace) -> None:
         make_folder(Path(args.plot_attention))
 
 
-def _translate_and_plot(tr: Translator, block: List[Tuple[int, str]], decoding: Dict[str, Any],
+def _translate_and_plot(tr: Translator, block: List[Tuple[int, str]], records: Records,
                         args: argparse.Namespace, limit: int, out: BinaryIO) -> None:
     """A block's translations written and flushed, then its --plot-attention pictures (attention_plot.py):
     a picture never holds back or loses a translation."""
     results: List[TranslationResult] = []
-    out.write(_translate_block(tr, block, decoding, args, limit, out.isatty(), results))
+    out.write(_translate_block(tr, block, records, args, limit, out.isatty(), results))
     out.flush()
     if args.plot_attention is not None:
         from .attention_plot import plot_block
@@ -345,7 +370,6 @@ def _translate_document(args: argparse.Namespace, decoding: Dict[str, Any]) -> i
     if args.split_sentences:
         from ..documents.text import require_splitter
         require_splitter()                              # a missing splitter, said before the model loads
-    language = decoding.get("source_lang")
     line_bytes = UTF8_MAX_BYTES * MAX_PARAGRAPH_CHARS
     with terminate_raises():
         source = stdin_bytes() if args.input is None else open_path("--input", args.input, "rb")
@@ -353,8 +377,10 @@ def _translate_document(args: argparse.Namespace, decoding: Dict[str, Any]) -> i
             with open_output(args.output, source=source,
                              source_name="stdin" if args.input is None else f"--input {args.input}") as out:
                 tr, limit = load_translator(args)
+                records = translation_records(tr, args, decoding)
+                language = records[0].source_lang
                 if args.format == "html":
-                    out.write(_translate_html(tr, source, args, decoding).encode("utf-8"))
+                    out.write(_translate_html(tr, source, args, records).encode("utf-8"))
                     return 0
                 lines = document_lines(source, line_bytes)
                 for block in iter(lambda: list(itertools.islice(lines, args.max_batch_size)), []):
@@ -366,7 +392,7 @@ def _translate_document(args: argparse.Namespace, decoding: Dict[str, Any]) -> i
                             raise Seq2OnnxError(re.sub(r"^line \d+", f"line {n}", str(e))) from None
                     numbers = [n for (n, _), lay in zip(block, layouts) for _ in lay.sentences]
                     sentences = [t for lay in layouts for t in lay.sentences]
-                    results = translate_texts(tr, sentences, decoding, args) if sentences else []
+                    results = translate_texts(tr, sentences, records) if sentences else []
                     for n, text, r in zip(numbers, sentences, results):
                         output_lines(n, text, r, args, limit)       # its warnings, naming the line
                     best = iter(r.hypotheses[0] for r in results)
@@ -379,7 +405,7 @@ def _translate_document(args: argparse.Namespace, decoding: Dict[str, Any]) -> i
     return 0
 
 
-def _translate_html(tr: Translator, source: BinaryIO, args: argparse.Namespace, decoding: Dict[str, Any]) -> str:
+def _translate_html(tr: Translator, source: BinaryIO, args: argparse.Namespace, records: Records) -> str:
     """`translate --format html`: the input read whole (at most MAX_HTML_CHARS characters' bytes), translated."""
     from ..documents.translate import alignment_options, layout, translations
     from ..documents.html_document import MAX_HTML_CHARS
@@ -389,12 +415,13 @@ def _translate_html(tr: Translator, source: BinaryIO, args: argparse.Namespace, 
         raise Seq2OnnxError(f"the input is longer than {max_bytes} bytes; an HTML document may hold at most "
                             f"{MAX_HTML_CHARS} characters: translate it in parts")
     text = decode_line(raw[len(codecs.BOM_UTF8):] if raw.startswith(codecs.BOM_UTF8) else raw, 1)
-    lay = layout(text, args.split_sentences, decoding.get("source_lang"), format="html")
+    call, decoding = records
+    lay = layout(text, args.split_sentences, call.source_lang, format="html")
     sentences = list(lay.sentences)
-    options = argparse.Namespace(**{**vars(args), **alignment_options(tr, [lay])})
-    results = translate_texts(tr, sentences, decoding, options) if sentences else []
-    best = [t[0] for t in translations(tr, sentences, results, decoding.get("source_lang"),
-                                       decoding.get("target_lang"))]
+    if alignment_options(tr, [lay]):
+        call = replace(call, return_alignment=True)
+    results = translate_texts(tr, sentences, (call, decoding)) if sentences else []
+    best = [t[0] for t in translations(tr, sentences, results, call.source_lang, call.target_lang)]
     return lay.join(best)
 
 
@@ -415,27 +442,26 @@ def document_lines(stream: BinaryIO, max_bytes: int) -> Iterator[Tuple[int, str]
 
 
 def _run_lines(args: argparse.Namespace, max_bytes: Callable[[Translator, int], Tuple[int, Optional[int]]],
-               handle: Callable[[Translator, int, List[Tuple[int, str]], BinaryIO], None],
-               check: Optional[Callable[[Translator], None]] = None) -> int:
+               start: Callable[[Translator, int], Callable[[List[Tuple[int, str]], BinaryIO], None]]) -> int:
     """What `translate` and `score` share: open --input and --output (a bad --output, the input file among
-    them, is refused before the model loads), load the model, read the lines (cli_io.read_lines, bounded by
-    max_bytes(translator, limit): (bytes of a line, None) or, for SOURCE<TAB>TARGET lines, (bytes of a source,
-    bytes of a target)) in chunks of --max-batch-size (64 for token batches), let handle(translator, limit,
-    chunk, out) write each chunk's output, flush it, and show progress on a terminal."""
+    them, is refused before the model loads), load the model, let start(translator, limit) check what needs it
+    and give the handler of the lines, read the lines (cli_io.read_lines, bounded by max_bytes(translator, limit):
+    (bytes of a line, None) or, for SOURCE<TAB>TARGET lines, (bytes of a source, bytes of a target)) in chunks of
+    --max-batch-size (64 for token batches), let handle(chunk, out) write each chunk's output, flush it, and show
+    progress on a terminal."""
     with terminate_raises():                           # SIGTERM, SIGHUP: the temporary output file goes too
         source = stdin_bytes() if args.input is None else open_path("--input", args.input, "rb")
         try:
             with open_output(args.output, source=source,
                              source_name="stdin" if args.input is None else f"--input {args.input}") as out:
                 tr, limit = load_translator(args)
-                if check is not None:
-                    check(tr)
+                handle = start(tr, limit)
                 chunk = args.max_batch_size if args.batch_type == "examples" else 64
                 lines = read_lines(source, *max_bytes(tr, limit))
                 progress = Progress(source)
                 try:
                     for block in iter(lambda: list(itertools.islice(lines, chunk)), []):
-                        handle(tr, limit, block, out)
+                        handle(block, out)
                         out.flush()
                         progress.add(len(block))
                 finally:
@@ -475,30 +501,24 @@ def load_translator(args: argparse.Namespace) -> Tuple[Translator, int]:
     return tr, limit
 
 
-def _translate_block(tr: Translator, block: List[Tuple[int, str]], decoding: Dict[str, Any],
+def _translate_block(tr: Translator, block: List[Tuple[int, str]], records: Records,
                      args: argparse.Namespace, limit: int, terminal: bool,
                      results: Optional[List[TranslationResult]] = None) -> bytes:
     """Blank lines come back from the Translator as one empty hypothesis with score 0. The results are
     appended to `results` when given."""
-    out = translate_texts(tr, [t for _, t in block], decoding, args)
+    out = translate_texts(tr, [t for _, t in block], records)
     if results is not None:
         results.extend(out)
     return b"".join(output_lines(n, text, r, args, limit, terminal) for (n, text), r in zip(block, out))
 
 
-def translate_texts(tr: Translator, texts: List[str], decoding: Dict[str, Any],
-                    args: argparse.Namespace) -> List[TranslationResult]:
-    """The TranslationResults of `translate`'s options (args, decoding: translate_options) for these texts."""
+def translate_texts(tr: Translator, texts: List[str], records: Records) -> List[TranslationResult]:
+    """The TranslationResults of `translate`'s options (translation_records') for these texts."""
+    call, decoding = records
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")            # truncation: reported by output_lines with line numbers
-            prefix = None if args.target_prefix is None else [args.target_prefix] * len(texts)
-            phrases = None if args.constraints is None else [args.constraints] * len(texts)
-            return tr.translate_batch(texts, max_batch_size=args.max_batch_size,
-                                      batch_type=args.batch_type, max_input_length=args.max_input_length,
-                                      return_scores=True, target_prefix=prefix, constraints=phrases,
-                                      return_alignment=args.return_alignment,
-                                      return_attention=args.plot_attention is not None, **decoding)
+            return tr.run_batch(texts, call.repeated(len(texts)), decoding)
     except ValueError as e:
         raise Seq2OnnxError(cli_message(e)) from e
 
@@ -564,7 +584,7 @@ def score_main(argv: List[str]) -> int:
     def max_bytes(tr: Translator, limit: int) -> Tuple[int, int]:      # a source; a target of at most max_positions
         return UTF8_MAX_BYTES * max_source_chars(limit), UTF8_MAX_BYTES * max_source_chars(tr.config.max_positions)
 
-    return _run_lines(args, max_bytes, lambda tr, limit, block, out: _score_lines(tr, block, args, out))
+    return _run_lines(args, max_bytes, lambda tr, limit: lambda block, out: _score_lines(tr, block, args, out))
 
 
 def _score_lines(tr: Translator, block: List[Tuple[int, str]], args: argparse.Namespace, out: BinaryIO) -> None:

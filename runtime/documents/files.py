@@ -33,8 +33,9 @@ from xml.parsers import expat
 from xml.sax.saxutils import escape
 
 from .text import Layout
-from .translate import layout, translate_document, translate_documents
+from .translate import alignment_options, join_translations, layout, splitter_language
 from ..errors import Seq2OnnxError
+from ..options import DecodingOptions, TranslationOptions
 
 FORMATS = (".txt", ".html", ".srt", ".docx")        # what LibreTranslate's argos-translate-files calls them
 ALIASES = {".htm": ".html"}
@@ -73,23 +74,59 @@ def file_format(name: str) -> str:
 def translate_file_bytes(translator: Any, data: bytes, fmt: str, limits: FileLimits = FileLimits(),
                          language: Optional[str] = None, split_sentences: bool = True, **options: Any) -> bytes:
     """A file's bytes (format `fmt`, file_format's) translated with a Translator (or anything with its
-    translate_batch and package): the translated file's bytes, in the same format. language: the source language's
-    code (the sentence splitter's rules); options: translate_batch's. FileError (or documents.DocumentError) for a
-    file that cannot be translated."""
+    check_options, run_batch, engine and package): the translated file's bytes, in the same format. language: the
+    source language's code (the sentence splitter's rules); options: translate_batch's. FileError (or
+    documents.DocumentError) for a file that cannot be translated."""
+    call, decoding = translator.check_options(1, **options)
+    return translate_file_with(translator, data, fmt, call, decoding, limits, language, split_sentences,
+                               call.return_alignment if "return_alignment" in options else None)
+
+
+def translate_file_with(translator: Any, data: bytes, fmt: str, call: TranslationOptions, decoding: DecodingOptions,
+                        limits: FileLimits = FileLimits(), language: Optional[str] = None, split_sentences: bool = True,
+                        alignment: Optional[bool] = None) -> bytes:
+    """translate_file_bytes with the records check_options made of its options, for one text (a target_prefix or
+    constraints entry, if any, is given to every document). alignment: whether the sentences are translated with
+    return_alignment; None: where the documents' markup needs it and the model has attention (a .docx: always)."""
     if len(data) > limits.max_bytes:
         raise FileError(f"the file has {len(data):,} bytes; at most {limits.max_bytes:,} (--max-file-bytes)")
-    kwargs = dict(split_sentences=split_sentences, language=language, **options)
+    how = _How(translator, call, decoding, split_sentences, splitter_language(translator, language, call.source_lang),
+               alignment)
     if fmt == ".docx":
-        return _translate_docx(translator, data, limits, kwargs)
+        return _translate_docx(how, data, limits)
     bom, text = _decode(data)
     if fmt == ".srt":
-        return bom + _translate_srt(translator, text, limits, kwargs).encode("utf-8")
+        return bom + _translate_srt(how, text, limits).encode("utf-8")
     _check_chars(len(text), limits)
-    if fmt == ".html":
-        return bom + translate_document(translator, text, format="html", **kwargs).encode("utf-8")
-    if fmt == ".txt":
-        return bom + translate_document(translator, text, **kwargs).encode("utf-8")
+    if fmt in (".html", ".txt"):
+        return bom + how.documents([text], "html" if fmt == ".html" else "text")[0].encode("utf-8")
     raise FileError(f"{fmt} files cannot be translated; send one of {', '.join(FORMATS)}")
+
+
+@dataclasses.dataclass(frozen=True)
+class _How:
+    """How a file's text is translated: the translator, the records check_options made of the options (their
+    target_prefix and constraints, if any, one entry for every document), the sentence splitter's rules, and
+    whether the sentences are translated with return_alignment (None: where the documents need it)."""
+    translator: Any
+    call: TranslationOptions
+    decoding: DecodingOptions
+    split_sentences: bool
+    language: Optional[str]
+    alignment: Optional[bool]
+
+    def layouts(self, texts: Sequence[str], format: str = "text") -> List[Any]:
+        return [layout(t, self.split_sentences, self.language, format) for t in texts]
+
+    def with_alignment(self, needed: bool) -> TranslationOptions:
+        """The call, with return_alignment as `alignment` says, else where the documents need it."""
+        return dataclasses.replace(self.call, return_alignment=needed if self.alignment is None else self.alignment)
+
+    def documents(self, texts: Sequence[str], format: str = "text") -> List[str]:
+        """Each text translated as a document (translate.join_translations)."""
+        layouts = self.layouts(texts, format)
+        call = self.with_alignment(bool(alignment_options(self.translator, layouts)))
+        return join_translations(self.translator, layouts, call.repeated(len(layouts)), self.decoding)
 
 
 def _check_chars(n: int, limits: FileLimits) -> None:
@@ -171,10 +208,10 @@ def srt_cues(text: str) -> List[_Cue]:
     return cues
 
 
-def _translate_srt(translator: Any, text: str, limits: FileLimits, kwargs: Dict[str, Any]) -> str:
+def _translate_srt(how: _How, text: str, limits: FileLimits) -> str:
     cues = srt_cues(text)
     _check_chars(sum(len(c.text) for c in cues), limits)
-    translations = translate_documents(translator, [c.text for c in cues], **kwargs) if cues else []
+    translations = how.documents([c.text for c in cues]) if cues else []
     return "".join(c.head + t + c.end for c, t in zip(cues, translations))
 
 
@@ -435,7 +472,7 @@ def _check_zip(z: zipfile.ZipFile) -> List[zipfile.ZipInfo]:
     return members
 
 
-def _translate_docx(translator: Any, data: bytes, limits: FileLimits, kwargs: Dict[str, Any]) -> bytes:
+def _translate_docx(how: _How, data: bytes, limits: FileLimits) -> bytes:
     try:
         z = zipfile.ZipFile(io.BytesIO(data))
     except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError) as e:
@@ -450,7 +487,7 @@ def _translate_docx(translator: Any, data: bytes, limits: FileLimits, kwargs: Di
                     parts[m.filename] = (raw, docx_groups(raw, m.filename))
             groups = [g for _, gs in parts.values() for g in gs]
             _check_chars(sum(len(g.text) for g in groups), limits)
-            edits = _translate_groups(translator, groups, kwargs)
+            edits = _translate_groups(how, groups)
             out = io.BytesIO()
             with zipfile.ZipFile(out, "w") as w:
                 for m in members:
@@ -481,14 +518,14 @@ def _splice(data: bytes, edits: List[Tuple[int, int, bytes]]) -> bytes:
     return b"".join(out)
 
 
-def _translate_groups(translator: Any, groups: List[_Group], kwargs: Dict[str, Any]) -> Dict[int, bytes]:
-    """Each group's new bytes (by id), its runs holding its translation."""
-    kwargs = dict(kwargs)
-    split, language = kwargs.pop("split_sentences"), kwargs.pop("language")
-    layouts = [layout(g.text, split, language) for g in groups]
+def _translate_groups(how: _How, groups: List[_Group]) -> Dict[int, bytes]:
+    """Each group's new bytes (by id), its runs holding its translation (placed by the word alignment where the
+    model has attention)."""
+    layouts = how.layouts([g.text for g in groups])
     sentences = [s for lay in layouts for s in lay.sentences]
-    aligned = translator.engine.has_attention
-    results = translator.translate_batch(sentences, return_alignment=aligned, **kwargs) if sentences else []
+    call = how.with_alignment(how.translator.engine.has_attention)
+    aligned = call.return_alignment
+    results = how.translator.run_batch(sentences, call.repeated(len(sentences)), how.decoding) if sentences else []
     edits: Dict[int, bytes] = {}
     pos = 0
     for g, lay in zip(groups, layouts):

@@ -2,10 +2,12 @@
 its sentences translated as one `translate_batch`, and put back together (`Layout.join`)."""
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Dict, List, Optional, Sequence
 
 from .html_document import html_layout
 from .text import DocumentError, Layout, Translation, text_layout
+from ..options import DecodingOptions, TranslationOptions
 
 FORMATS = ("text", "html")          # what a document is written in: LibreTranslate's `format` values
 
@@ -23,13 +25,17 @@ def layout(text: str, split_sentences: bool = True, language: Optional[str] = No
     return text_layout(text, split_sentences, language)
 
 
-def _per_sentence(name: str, value: Optional[Sequence[Any]], layouts: List[Layout]) -> Optional[List[Any]]:
-    """A per-document option (target_prefix, constraints) as translate_batch's per-text one: each sentence gets its
+def _per_document(name: str, value: Optional[Sequence[Any]], n: int) -> None:
+    """A per-document option (target_prefix, constraints): None, or a list of one entry per document."""
+    if value is not None and (isinstance(value, (str, bytes)) or len(value) != n):
+        raise ValueError(f"{name} must be a list with one entry per document ({n})")
+
+
+def _per_sentence(value: Optional[Sequence[Any]], layouts: Sequence[Layout]) -> Optional[List[Any]]:
+    """A per-document entry (target_prefix, constraints) as translate_batch's per-text one: each sentence gets its
     document's."""
     if value is None:
         return None
-    if isinstance(value, (str, bytes)) or len(value) != len(layouts):
-        raise ValueError(f"{name} must be a list with one entry per document ({len(layouts)})")
     return [value[i] for i, lay in enumerate(layouts) for _ in lay.sentences]
 
 
@@ -55,6 +61,16 @@ def translations(translator: Any, sentences: Sequence[str], results: Sequence[An
     return out
 
 
+def splitter_language(translator: Any, language: Optional[str], source_lang: Optional[str]) -> Optional[str]:
+    """The sentence splitter's language: `language`, else the call's source_lang, else the package's one source
+    language (None: the splitter's default)."""
+    if language is not None:
+        return language
+    languages = translator.package.languages
+    return source_lang or (languages.default_source or (languages.source[0] if len(languages.source) == 1 else None)
+                           if languages is not None else None)
+
+
 def translate_documents(translator: Any, documents: Sequence[str], split_sentences: bool = True,
                         language: Optional[str] = None, target_prefix: Optional[Sequence[Any]] = None,
                         constraints: Optional[Sequence[Any]] = None, format: str = "text",
@@ -65,20 +81,28 @@ def translate_documents(translator: Any, documents: Sequence[str], split_sentenc
     its sentences), and put back together. language: the source language's code for the sentence splitter
     (default: options' source_lang, else the package's one source language, else "en"). Returns one string per
     document: its best translation."""
-    if language is None:
-        languages = translator.package.languages
-        language = options.get("source_lang") or (
-            languages.default_source or (languages.source[0] if len(languages.source) == 1 else None)
-            if languages is not None else None)
+    language = splitter_language(translator, language, options.get("source_lang"))
     layouts = [layout(d, split_sentences, language, format) for d in documents]
-    sentences = [s for lay in layouts for s in lay.sentences]
+    _per_document("target_prefix", target_prefix, len(layouts))
+    _per_document("constraints", constraints, len(layouts))
     options = {**alignment_options(translator, layouts), **options}
-    results = translator.translate_batch(sentences, target_prefix=_per_sentence("target_prefix", target_prefix,
-                                                                              layouts),
-                                         constraints=_per_sentence("constraints", constraints, layouts),
-                                         **options) if sentences else []
-    best = iter(t[0] for t in translations(translator, sentences, results, options.get("source_lang"),
-                                           options.get("target_lang")))
+    call, decoding = translator.check_options(len(layouts), target_prefix=target_prefix, constraints=constraints,
+                                              **options)
+    return join_translations(translator, layouts, call, decoding)
+
+
+def join_translations(translator: Any, layouts: Sequence[Layout], call: TranslationOptions,
+                      decoding: DecodingOptions) -> List[str]:
+    """The documents taken apart as `layouts`, their sentences translated as one batch with the records that
+    check_options made of the documents' options (call's target_prefix and constraints one entry per document, which
+    each of its sentences gets), and put back together: one string per document, its best translation."""
+    sentences = [s for lay in layouts for s in lay.sentences]
+    if not sentences:
+        return [lay.join([]) for lay in layouts]
+    call = replace(call, target_prefix=_per_sentence(call.target_prefix, layouts),
+                   constraints=_per_sentence(call.constraints, layouts))
+    results = translator.run_batch(sentences, call, decoding)
+    best = iter(t[0] for t in translations(translator, sentences, results, call.source_lang, call.target_lang))
     return [lay.join([next(best) for _ in lay.sentences]) for lay in layouts]
 
 

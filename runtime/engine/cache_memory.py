@@ -22,8 +22,8 @@ class CachePool:
     writes in place, and a reorder, rows joining and a larger capacity rewrite the cache inside its buffers
     (cache_inplace.py); a buffer too small for the new layout is replaced by a larger one (refit), tensor by tensor.
     Nothing is allocated once the buffers are big enough. Fresh arrays cost a page fault per 4 KiB every step: for
-    the Transformer-base beam-4 cache (12 x [64, 8, P, 64]) np.take into new arrays measured 5-15x slower than
-    into reused ones. Buffers start as zeros, so every position a format-2 graph reads holds a finite float
+    the Transformer-base beam-4 cache (12 x [64, 8, P, 64]) np.take into new arrays is several times slower than
+    into reused ones (bench/results/design-notes.md). Buffers start as zeros, so every position a format-2 graph reads holds a finite float
     (positions after past_length are masked out, and 0 x a finite value is 0).
     """
 
@@ -140,8 +140,8 @@ class Binding:
 
     Every tensor is bound by address; a step binds again only the arrays that are not the ones bound before (its
     token ids, a cache that grew or was reordered, cross K/V after sentences left), so a greedy step re-binds one
-    input where a fresh binding makes ~40 bind calls (0.085 ms a step on the benchmark model: 7% of an int8
-    batch-1 step). It holds each bound array, so that its memory outlives the binding."""
+    input where a fresh binding makes ~40 bind calls (a measurable part of an int8 batch-1 step:
+    bench/results/design-notes.md). It holds each bound array, so that its memory outlives the binding."""
 
     def __init__(self, session: ort.InferenceSession):
         self.io = session.io_binding()

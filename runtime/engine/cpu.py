@@ -187,8 +187,8 @@ class ArrayEngine(GraphEngine):
 
     def _each_tensor(self, count: int, work: Callable[[range], None], rows: int) -> None:
         """work(part) for parts of the cache tensors range(count), split between copy_threads threads (numpy copies
-        without the GIL). A format-1 reorder copies 12 x [64, 8, 64, 64] float32 at batch 16 beam 4 (96 MiB), which
-        one thread copied at 29-43 GB/s, depending on the host; the in-place one only the rows that move, up to the
+        without the GIL). A format-1 reorder copies 12 x [64, 8, 64, 64] float32 at batch 16 beam 4 (96 MiB), where
+        one thread's copy speed shows (bench/results/design-notes.md); the in-place one only the rows that move, up to the
         longest row's length. One thread where the few-rows step runs `rows` rows: its session's workers spin
         between steps (SPINNING), one core is left."""
         few = self.decoder_for(rows) is not self.decoder

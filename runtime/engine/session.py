@@ -111,16 +111,14 @@ def expected_io(config: ModelConfig, decoder_format: int) -> Dict[str, Tuple[Lis
 _CACHE_TYPES = ("tensor(float)", "tensor(float16)")       # cross K/V and caches: [batch, heads, len, head_dim]
 # Which sessions' intra-op threads spin while they wait for work (SessionConfig.session_options). Each session has its
 # own thread pool; the decoder step runs hundreds of small parallel sections per translation and needs its workers
-# awake (without spinning a batch-1 int8 step took 1.07 ms instead of 0.62). The encoder runs once per call, and its
-# spinning workers then took a core from the decoder's: on 2 cores one decoder step in ~12 stalled for a scheduler
-# tick (4-5 ms), which cost 30% of the batch-1 int8 decoding time (mean step 1.19 -> 0.84 ms with the encoder's
-# spinning off; the encoder itself takes 2.7 -> 3.4 ms at batch 1, 27 -> 30 ms at batch 16). The decoder step's
-# workers spin only within a run (session.force_spinning_stop): between steps the search's numpy work and the beam
-# reorder's copy threads (ArrayEngine.take) have the cores to themselves (spinning on after a run, batch 16 beam 4
-# int8 took 7% longer). The few-rows step (at most a few rows: batch 1) spins between runs too: the numpy work
-# between its steps is short and its reorders copy on one thread (ArrayEngine.take), and a worker that slept
-# after every step is woken at the next step's first parallel section (batch-1 greedy int8 1.03-1.04x in
-# bench/ab_code.py over 15 and 25 rounds; 0.94x in a 9-round run: a small gain at this host's noise).
+# awake (a step whose workers sleep takes much longer). The encoder runs once per call, and its spinning workers
+# then took a core from the decoder's: a decoder step now and then stalled for a scheduler tick, which cost more
+# than the encoder's own spinning saves it. The decoder step's workers spin only within a run
+# (session.force_spinning_stop): between steps the search's numpy work and the beam reorder's copy threads
+# (ArrayEngine.take) have the cores to themselves. The few-rows step (at most a few rows: batch 1) spins between
+# runs too: the numpy work between its steps is short and its reorders copy on one thread (ArrayEngine.take), and
+# a worker that slept after every step is woken at the next step's first parallel section (a small gain, near the
+# host's noise). The figures of each choice: bench/results/design-notes.md.
 SPINNING = {"encoder": "off", "decoder_step": "in_run", "few_rows": "always"}
 
 
@@ -170,7 +168,7 @@ def return_free_heap() -> None:
     """Hand the C heap's free pages back to the system (glibc's malloc_trim; nothing elsewhere). Building a session
     frees onnxruntime's parsed copies of the graph (the protobuf, each initializer's proto) in pieces below glibc's
     mmap threshold, which it has raised by then (it follows the largest block freed, up to 32 MiB): they stay in
-    the heap, resident, unless trimmed (bench/results/memory_profile.md: 38 MiB after an int8 load at vocab 32000)."""
+    the heap, resident, unless trimmed (bench/results/memory_profile.md measures what trimming gives back)."""
     try:
         import ctypes
         trim = ctypes.CDLL(None).malloc_trim

@@ -102,7 +102,7 @@ def translate_dataset_main(argv: List[str]) -> int:
     with _open_input(args.dataset_input) as source, \
             open_output(args.dataset_output, "OUTPUT", source, f"INPUT {args.dataset_input}") as out, \
             _maybe_output(errors_path, source, f"INPUT {args.dataset_input}") as errors_out:
-        max_bytes = check_model(args)
+        max_bytes = check_model(args, decoding)
         import ray                      # the extra's modules (a missing one is the CLI's one-line hint): seconds
 
         from .dataset import read_rows, translate_rows

@@ -14,7 +14,7 @@ import argparse
 import copy
 import io
 import json
-from typing import Any, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -23,7 +23,7 @@ from ray.data.block import Block
 from ray.data.datasource import FileBasedDatasource
 
 from ..cli.cli_io import read_lines
-from ..cli.commands import format_output, output_lines, translate_texts
+from ..cli.commands import Records, format_output, output_lines, translate_texts, translation_records
 from ..errors import Seq2OnnxError, printable
 from ..translator import SURROGATE
 from .job import (ERROR, FORMATS, HYPOTHESES, LINE, OUTPUT, PATH, SCORES, TRANSLATION, WARNINGS, load_checked,
@@ -163,10 +163,17 @@ class Translate:
 
     def __init__(self, args: argparse.Namespace, decoding: Dict[str, Any], text_column: str = "text",
                  output: bool = False, threads: int = 1):
-        self.args, self.decoding = copy.copy(args), decoding
+        self.args = copy.copy(args)
         if self.args.intra_threads == 0:                # onnxruntime's default, every core: the actor's CPUs instead
             self.args.intra_threads = threads
         self.translator, self.limit = load_checked(self.args)
+        # the options as records, made once; a bad one (translate_dataset does not load the model to check them) is
+        # every row's error, as its translation's would be
+        self.records: Union[Records, Seq2OnnxError]
+        try:
+            self.records = translation_records(self.translator, self.args, decoding)
+        except Seq2OnnxError as e:
+            self.records = e
         self.text_column, self.output = text_column, output
         self.lists = self.args.num_hypotheses > 1 or self.args.scores
 
@@ -211,14 +218,17 @@ class Translate:
     def _translate(self, texts: List[str]) -> List[Any]:
         """A TranslationResult for each text; where the batch fails, each text alone, and a failing text's
         error (one line, a str) in its result's place."""
+        if isinstance(self.records, Seq2OnnxError):
+            return [printable(str(self.records))] * len(texts)
         try:
-            return translate_texts(self.translator, texts, self.decoding, self.args)
+            return translate_texts(self.translator, texts, self.records)
         except Exception:  # noqa: BLE001 - one bad row must not fail the others: each is tried alone
             return [self._translate_one(t) for t in texts]
 
     def _translate_one(self, text: str) -> Any:
         try:
-            return translate_texts(self.translator, [text], self.decoding, self.args)[0]
+            assert not isinstance(self.records, Seq2OnnxError)
+            return translate_texts(self.translator, [text], self.records)[0]
         except Exception as e:  # noqa: BLE001 - recorded in the row's `error`, the job goes on
             return printable(str(e)) if isinstance(e, Seq2OnnxError) else f"{type(e).__name__}: {printable(str(e))}"
 

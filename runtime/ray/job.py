@@ -6,7 +6,8 @@ import argparse
 import os
 from typing import TYPE_CHECKING, Any, Dict, Sequence, Tuple
 
-from ..cli.commands import check_attention, load_translator, source_line_bytes, translate_options
+from ..cli.commands import (check_attention, load_translator, source_line_bytes, translate_options,
+                            translation_records)
 from ..errors import Seq2OnnxError
 
 if TYPE_CHECKING:
@@ -62,7 +63,10 @@ def load_checked(args: argparse.Namespace) -> Tuple[Translator, int]:
     return translator, limit
 
 
-def check_model(args: argparse.Namespace) -> int:
-    """Load the model here with the options, as an actor will (a bad model or option is a one-line error before the
-    cluster does any work); the bound of a text input line in bytes (commands.source_line_bytes)."""
-    return source_line_bytes(load_checked(args)[1])
+def check_model(args: argparse.Namespace, decoding: Dict[str, Any]) -> int:
+    """Load the model here with the options, as an actor will, and make the records its options become (a bad
+    model or option is a one-line error before the cluster does any work); the bound of a text input line in bytes
+    (commands.source_line_bytes)."""
+    translator, limit = load_checked(args)
+    translation_records(translator, args, decoding)
+    return source_line_bytes(limit)

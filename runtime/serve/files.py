@@ -27,6 +27,7 @@ import time
 import unicodedata
 import weakref
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any, Dict, List, Optional, Tuple
 
 from starlette.datastructures import UploadFile
@@ -35,10 +36,10 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from ..documents.files import FileLimits, file_format, translate_file_bytes
-from .scheduler import Schedules
-from .service import PENDING_KEY, HTTPError, Service, Settings, endpoint, request_cost
+from ..options import PER_TEXT, DecodingOptions, TranslationOptions
+from .scheduler import TRANSLATE, Records, Schedules, record_rows
+from .service import PENDING_KEY, HTTPError, Service, Settings, endpoint, records_cost
 from .libretranslate import NPM_KEY_FIELD, pick_pair
-from .scheduler import TRANSLATE
 
 TRANSLATE_FILE, DOWNLOAD_FILE = "/translate_file", "/download_file"
 MAX_STORED_FILES = 1024
@@ -146,50 +147,55 @@ def _store(request: Request) -> FileStore:
 
 
 class SchedulerTranslator:
-    """translate_batch over the server's scheduler, for documents/files.py in a worker thread: the texts go as jobs
-    of the request on the event loop (Service.run: its limits, deadline, disconnect), as many texts a job as the
-    request limits allow, one job after another. What a job holds of --max-pending-bytes is given back when it is
-    done (its results are taken at once), so a long file does not fill it."""
+    """A Translator's check_options and run_batch over the server's scheduler, for documents/files.py in a worker
+    thread: the texts go as jobs of the request on the event loop (Service.run: its limits, deadline, disconnect),
+    with the records check_options made, as many texts a job as the request limits allow, one job after another.
+    What a job holds of --max-pending-bytes is given back when it is done (its results are taken at once), so a long
+    file does not fill it."""
 
     def __init__(self, service: Service, request: Request, model: str, scheduler: Schedules,
                  loop: asyncio.AbstractEventLoop):
         self.service, self.request, self.model, self.scheduler, self.loop = service, request, model, scheduler, loop
-        self.package = scheduler.translator.package
-        self.engine = scheduler.translator.engine
+        translator = scheduler.translator
+        self.package, self.engine = translator.package, translator.engine
+        self.check_options, self.source_words = translator.check_options, translator.source_words
 
-    def translate_batch(self, texts: List[str], return_alignment: bool = False, **options: Any) -> List[Any]:
-        options = {**options, **({"return_alignment": True} if return_alignment else {})}
+    def run_batch(self, texts: List[str], call: TranslationOptions, decoding: DecodingOptions) -> List[Any]:
         results: List[Any] = []
-        for chunk in self._chunks(texts, options):
+        for start, end in self._chunks(texts, call, decoding):
+            part = replace(call, **{k: getattr(call, k)[start:end] for k in PER_TEXT if getattr(call, k) is not None})
             # bounded: a job ends by its deadline, and a loop that stopped running it leaves no thread waiting
-            future = asyncio.run_coroutine_threadsafe(self._run(chunk, options), self.loop)
+            future = asyncio.run_coroutine_threadsafe(self._run(texts[start:end], (part, decoding)), self.loop)
             results += future.result(timeout=self.service.settings.timeout + LOOP_GRACE)
         return results
 
-    def _chunks(self, texts: List[str], options: Dict[str, Any]) -> List[List[str]]:
-        """Consecutive texts, each chunk within the request limits (a text over them alone: its job says why)."""
+    def _chunks(self, texts: List[str], call: TranslationOptions,
+                decoding: DecodingOptions) -> List[Tuple[int, int]]:
+        """Runs of consecutive texts ([start, end)), each within the request limits (a text over them alone: its job
+        says why)."""
         limits = self.service.settings
-        per_rows = self.scheduler.rows_of(["."], options)
+        per_rows = record_rows(["."], decoding)
         bounds = (limits.max_request_rows, limits.max_request_tokens, limits.max_attention_values,
                   limits.max_answer_bytes, limits.max_pending_bytes)
-        chunks: List[List[str]] = []
+        chunks: List[Tuple[int, int]] = []
         total = [0] * len(bounds)
-        for text in texts:
-            cost = request_cost(self.scheduler.translator, TRANSLATE, [text], options)
+        for i, text in enumerate(texts):
+            cost = records_cost(self.scheduler.translator, [text], call, decoding)
             mine = (per_rows, cost.tokens, cost.attention_values, cost.answer_bytes, cost.held_bytes)
             if chunks and all(t + m <= b for t, m, b in zip(total, mine, bounds)):
-                chunks[-1].append(text)
+                chunks[-1] = (chunks[-1][0], i + 1)
                 total = [t + m for t, m in zip(total, mine)]
             else:
-                chunks.append([text])
+                chunks.append((i, i + 1))
                 total = list(mine)
         return chunks
 
-    async def _run(self, texts: List[str], options: Dict[str, Any]) -> List[Any]:
+    async def _run(self, texts: List[str], records: Records) -> List[Any]:
         scope = self.request.scope
         before = scope.get(PENDING_KEY, 0)
         try:
-            return await self.service.run(self.request, self.model, self.scheduler, TRANSLATE, texts, options)
+            return await self.service.run(self.request, self.model, self.scheduler, TRANSLATE, texts, {},
+                                          records=records)
         finally:
             held = scope.get(PENDING_KEY, 0) - before
             self.service.pending_bytes -= held

@@ -49,7 +49,7 @@ NAME_PAIR = re.compile(r"(?:^|[-_.])([a-z]{2,3})-([a-z]{2,3})$")
 NPM_KEY_FIELD = "apiKey"
 DETECTIONS = 3                  # languages /detect answers per text, as LibreTranslate's
 # source "auto" takes a language the server translates from if the detector gives it at least this share of its
-# first guess's confidence: a short text's guesses are close ("dreiundzwanzig": Dutch 19%, German 12%)
+# first guess's confidence: a short text's guesses are close (bench/results/design-notes.md has one)
 AUTO_SHARE = 0.5
 # LibreTranslate's --frontend-timeout default: its front end translates this many ms after the last key press
 FRONTEND_TIMEOUT_MS = 500

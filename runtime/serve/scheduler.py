@@ -34,7 +34,7 @@ from concurrent.futures import Future, InvalidStateError
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, Hashable, List, Optional, Protocol, Sequence, Tuple
 
-from ..options import MAX_BEAM_SIZE, Arg, DecodingOptions, OptionError, TranslationOptions, with_defaults
+from ..options import MAX_BEAM_SIZE, PER_TEXT, Arg, DecodingOptions, OptionError, TranslationOptions, with_defaults
 from ..results import TranslationResult
 
 if TYPE_CHECKING:
@@ -44,14 +44,15 @@ if TYPE_CHECKING:
 log = logging.getLogger("seq2onnx.serve")
 
 TRANSLATE, SCORE, STREAM = "translate", "score", "stream"
-# translate_batch's arguments that hold one entry per text: jobs whose other options are equal share a batch with
-# these lists joined (a job that lacks one gives None per text, which translate_batch reads as "none")
-PER_TEXT = ("target_prefix", "constraints")
+# translate_batch's arguments that hold one entry per text (PER_TEXT): jobs whose other options are equal share a
+# batch with these lists joined (a job that lacks one gives None per text, which translate_batch reads as "none")
 # translate_batch's keywords that generate_tokens (a stream) does not take; a stream always returns its scores
 NOT_STREAMED = ("return_scores", "max_batch_size", "batch_type")
 # how a job ended: results, an error (its own fault, or a bug), its client gone, its deadline passed
 OUTCOMES = ("done", "failed", "cancelled", "expired")
 RETRY_AFTER_RANGE = (1, 60)                 # seconds a full queue tells a client to wait (Retry-After)
+# a translation's options as Translator.check_options makes them: translate_batch's own, and how it decodes
+Records = Tuple[TranslationOptions, DecodingOptions]
 
 
 class QueueFull(Exception):
@@ -165,7 +166,7 @@ class Schedules(Protocol):
 
     def submit(self, kind: str, texts: Sequence[str], options: Optional[Dict[str, Any]] = None, *,
                targets: Optional[Sequence[str]] = None, on_text: Optional[Callable[[str], object]] = None,
-               timeout: Optional[float] = None) -> Job: ...
+               timeout: Optional[float] = None, records: Optional[Records] = None) -> Job: ...
 
     def rows_of(self, texts: Sequence[str], options: Dict[str, Any]) -> int: ...
 
@@ -205,17 +206,22 @@ class Scheduler:
     # --- the app's side ----------------------------------------------------------------------------------
     def submit(self, kind: str, texts: Sequence[str], options: Optional[Dict[str, Any]] = None, *,
                targets: Optional[Sequence[str]] = None, on_text: Optional[Callable[[str], object]] = None,
-               timeout: Optional[float] = None) -> Job:
+               timeout: Optional[float] = None, records: Optional[Records] = None) -> Job:
         """Queue a job and return it at once; QueueFull when max_queue jobs wait, Closed once close() began. A job
-        whose options the model refuses (check) is returned resolved with its error, never queued."""
+        whose options the model refuses (check) is returned resolved with its error, never queued. A translation
+        whose options are already records (check_options', for these texts) gives them as `records`, not options."""
         options = dict(options or {})
+        rows = self.rows_of(texts, options) if records is None else record_rows(texts, records[1])
         job = Job(kind, list(texts), options, targets=None if targets is None else list(targets), on_text=on_text,
-                  deadline=None if timeout is None else time.monotonic() + timeout, rows=self.rows_of(texts, options))
-        try:
-            self.check(job)
-        except Exception as e:  # noqa: BLE001 - its own answer, at once: it never reaches a batch
-            self.fail(job, e)
-            return job
+                  deadline=None if timeout is None else time.monotonic() + timeout, rows=rows)
+        if records is not None:
+            job.call, job.decoding = records
+        else:
+            try:
+                self.check(job)
+            except Exception as e:  # noqa: BLE001 - its own answer, at once: it never reaches a batch
+                self.fail(job, e)
+                return job
         with self._cond:
             if self._closed:
                 raise Closed("the server is shutting down")
@@ -464,6 +470,11 @@ class Scheduler:
                 self.running_rows = 0
                 if self.drained and not self.held:
                     return
+
+
+def record_rows(texts: Sequence[str], decoding: DecodingOptions) -> int:
+    """Decoder rows the texts take when they decode with `decoding` (rows_of, for records)."""
+    return len(texts) * max(decoding.beam_size, decoding.num_hypotheses)
 
 
 def stream_options(options: Dict[str, Any]) -> Dict[str, Any]:

@@ -21,11 +21,12 @@ from starlette.types import Receive, Scope, Send
 
 from ..decode.decoding import step_limits
 from ..errors import Seq2OnnxError, printable
-from ..options import DecodingOptions, OptionError, with_defaults
+from ..options import DecodingOptions, OptionError, TranslationOptions, with_defaults
 from ..text_input import token_ids
 from ..translator import SURROGATE, Translator
 from .metrics import Metrics
-from .scheduler import (RETRY_AFTER_RANGE, SCORE, Cancelled, Closed, DeadlineExceeded, Job, QueueFull, Schedules)
+from .scheduler import (RETRY_AFTER_RANGE, SCORE, Cancelled, Closed, DeadlineExceeded, Job, QueueFull, Records,
+                        Schedules, record_rows)
 
 log = logging.getLogger("seq2onnx.serve")
 PENDING_KEY = "seq2onnx.pending_bytes"          # a request's ASGI scope: the bytes it holds of pending_bytes
@@ -129,6 +130,21 @@ def request_cost(translator: Translator, kind: str, texts: Sequence[str], option
     if type(limit) is not int or not 1 <= limit <= config.max_positions:
         limit = config.max_positions            # translate_batch refuses a bad one
     attention = decoding.return_attention or given.get("return_alignment") is True   # alignment is read from it
+    return decoding_cost(translator, texts, decoding, limit, attention)
+
+
+def records_cost(translator: Translator, texts: Sequence[str], call: TranslationOptions,
+                 decoding: DecodingOptions) -> Cost:
+    """request_cost of a translation whose options are records (Translator.check_options')."""
+    limit = translator.config.max_positions if call.max_input_length is None else call.max_input_length
+    return decoding_cost(translator, texts, decoding, limit, decoding.return_attention or call.return_alignment)
+
+
+def decoding_cost(translator: Translator, texts: Sequence[str], decoding: DecodingOptions, limit: int,
+                  attention: bool) -> Cost:
+    """request_cost of texts cut to `limit` source tokens, decoded with `decoding` (attention: kept for
+    return_attention or return_alignment)."""
+    config = translator.config
     texts = [SURROGATE.sub("\ufffd", t) for t in texts]        # as translate_batch reads them (with a warning)
     lengths = [min(limit, len(ids) + 1) for ids in token_ids(translator.tokenizer, texts, limit)[0]]
     steps = [int(s) for s in step_limits([range(n) for n in lengths], decoding, config)]
@@ -199,15 +215,18 @@ class Service:
 
     # --- jobs --------------------------------------------------------------------------------------------
     def submit(self, request: Request, scheduler: Schedules, kind: str, texts: List[str], options: Dict[str, Any],
-               targets: Optional[List[str]] = None, on_text: Optional[Callable[[str], object]] = None) -> Job:
+               targets: Optional[List[str]] = None, on_text: Optional[Callable[[str], object]] = None,
+               records: Optional[Records] = None) -> Job:
         """Queue a job within the request limits; what it may hold counts in pending_bytes until its answer has
-        been sent (PendingBytes)."""
+        been sent (PendingBytes). A translation whose options are records (check_options') gives them as
+        `records` (options: {})."""
         limits = self.settings
-        rows = scheduler.rows_of(texts, options)
+        rows = scheduler.rows_of(texts, options) if records is None else record_rows(texts, records[1])
         if rows > limits.max_request_rows:
             raise HTTPError(400, f"the request takes {rows} decoder rows (texts x max(beam_size, num_hypotheses)); "
                                  f"at most {limits.max_request_rows} (--max-request-rows)")
-        cost = request_cost(scheduler.translator, kind, texts, options)
+        cost = (request_cost(scheduler.translator, kind, texts, options) if records is None
+                else records_cost(scheduler.translator, texts, *records))
         if cost.tokens > limits.max_request_tokens:
             raise HTTPError(400, f"the request may decode {cost.tokens:,} tokens (decoder rows x step limit); at most "
                                  f"{limits.max_request_tokens:,} (--max-request-tokens): send fewer texts, or a "
@@ -231,7 +250,8 @@ class Service:
                                  f"{held:,}, of {limits.max_pending_bytes:,} (--max-pending-bytes); retry after "
                                  f"{RETRY_AFTER_RANGE[0]} s", {"Retry-After": str(RETRY_AFTER_RANGE[0])})
         try:
-            job = scheduler.submit(kind, texts, options, targets=targets, on_text=on_text, timeout=limits.timeout)
+            job = scheduler.submit(kind, texts, options, targets=targets, on_text=on_text, timeout=limits.timeout,
+                                   records=records)
         except QueueFull as e:
             raise HTTPError(429, f"Slowdown: {e}", {"Retry-After": str(e.retry_after)}) from None
         except Closed as e:
@@ -252,9 +272,10 @@ class Service:
         return not name or is_ip(name) or name in allowed
 
     async def run(self, request: Request, model: str, scheduler: Schedules, kind: str, texts: List[str],
-                  options: Dict[str, Any], targets: Optional[List[str]] = None) -> List[Any]:
+                  options: Dict[str, Any], targets: Optional[List[str]] = None,
+                  records: Optional[Records] = None) -> List[Any]:
         """Submit a job and await its results; a client that disconnects cancels it, its deadline answers 504."""
-        job = self.submit(request, scheduler, kind, texts, options, targets)
+        job = self.submit(request, scheduler, kind, texts, options, targets, records=records)
         future = asyncio.wrap_future(job.future)
         future.add_done_callback(_consume)
         gone = asyncio.ensure_future(_disconnected(request))

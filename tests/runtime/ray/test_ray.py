@@ -388,3 +388,28 @@ def test_translate_dataset_refuses_bad_arguments_before_ray(tmp_path):
     assert report["ray"] == []                       # no cluster could have started
     assert (tmp_path / "in.txt").read_text() == "one\n"
     assert sorted(os.listdir(tmp_path)) == ["fifo", "folder", "hard.txt", "in.jsonl", "in.txt", "link.txt"]
+
+
+def test_an_actor_translates_with_the_options_records_and_a_bad_one_fails_each_row():
+    """dataset.Translate (an actor's callable, here in this process: no cluster) makes the records of its options
+    once: its rows come out as `seq2onnx translate`'s with those flags; an option that only the model can refuse
+    (translate_dataset does not load the model to check it) is each row's error, one line naming the flag, and the
+    job's other columns are a failed row's."""
+    import pyarrow as pa
+
+    from seq2onnx.runtime.ray.dataset import Translate
+    from seq2onnx.runtime.ray.job import parse_options
+
+    rows = pa.table({"text": ["three hundred and one", "seven"], "line": [1, 2]})
+    args, decoding = parse_options(MODEL, ["--beam-size", "2", "--n-best", "2", "--scores"])
+    got = Translate(args, decoding, output=True)(rows)
+    want = subprocess.run([*CLI, "translate", MODEL, "--beam-size", "2", "--n-best", "2", "--scores"],
+                          input=b"three hundred and one\nseven\n", capture_output=True, timeout=120, check=True)
+    assert b"".join(got.column("output").to_pylist()) == want.stdout
+    assert got.column("error").to_pylist() == [None, None]
+    args, decoding = parse_options(MODEL, ["--target-lang", "fra"])
+    got = Translate(args, decoding, output=True)(rows)
+    errors = got.column("error").to_pylist()
+    assert errors == ["--target-lang 'fra' is not a target language of this model; it has de (seq2onnx info MODEL "
+                      "lists them)"] * 2
+    assert got.column("translation").to_pylist() == ["", ""]

@@ -12,6 +12,7 @@ and beam search's candidates are picked where the log-probs are, so only [rows, 
 
     values, indices = TopK(log_probs + bias, k)     log_probs [rows, V], bias [1, V] (0 or -inf) -> [rows, k]
 
+the positions a step writes at advance there too (add_one_model_bytes: y = x + 1 on a past_length),
 and the search head (search_head_model_bytes) runs a step's filters and its greedy or beam selection there, so
 that [rows] ids or [sentences, 2K] candidates come back instead of [rows, V] log-probs.
 
@@ -126,6 +127,17 @@ def top_k_model_bytes() -> bytes:
     return _model_proto(graph)
 
 
+def add_one_model_bytes(rank: int) -> bytes:
+    """Serialized ModelProto: input `x` int64 of `rank` (a decoder step's past_length: [rows] for contract 3, 0-d
+    for contract 2); output `y` = x + 1, so that the positions advance where they are."""
+    i64 = ONNX_ELEM_TYPE[np.dtype(np.int64)]
+    dims = [f"d{j}" for j in range(rank)]
+    graph = _bytes_field(1, _op("Add", ["x", "one"], ["y"])) + _str_field(2, "seq2onnx_add_one")
+    graph += _bytes_field(5, _scalar("one", np.int64(1)))
+    graph += _bytes_field(11, _value_info("x", i64, dims)) + _bytes_field(12, _value_info("y", i64, dims))
+    return _model_proto(graph)
+
+
 def _op(op_type: str, inputs: Sequence[str], outputs: Sequence[str], **attributes: Union[int, Sequence[int]]) -> bytes:
     """A NodeProto of any inputs and outputs (input=1, output=2, name=3, op_type=4); attributes: an int (INT),
     a list of ints (INTS), as AttributeProto{name=1, i=3, ints=8, type=20}."""
@@ -151,7 +163,7 @@ def search_head_model_bytes(beam: bool, forcing: bool, renormalize: bool) -> byt
 
         inputs   log_probs float32 [rows, V], bias float32 [1, V] (0, or -inf for an id no row may take),
                  check_id int64 [1]; forcing: forced int64 [rows, 1] (the id the row must take, -1: none);
-                 beam: cum float32 [rows, 1] (each row's beam score), shape int64 [2] ([sentences, K x V]), k int64 [1]
+                 beam: cum float32 [rows, 1] (each row's beam score), shape int64 [2] ([sentences or -1, K x V]), k int64 [1]
         scores   log_probs + bias; forcing: a forced row's scores all -inf but 0 at its id; renormalize: each row
                  whose max is finite, (scores - max) - log(sum(exp(scores - max)))
         outputs  check float32 [rows, 1]: log_probs[:, check_id] (NaN for a row that holds one: the step's is a

@@ -8,8 +8,8 @@ in numpy), and beam search steps only each row's 2K best (step_top_k: a TopK gra
 cache's beam reorder and its growth (format 2) run on the device as small Gather and Pad graphs (gather_graph.py).
 
 What goes up after the first step: the ids, and what the search on the host decided (beam search's scores, the rows
-that go on: Gather's indices). The positions (past_length) stay on the device, advanced by a graph of x + 1 and
-gathered with their rows; the small graphs' other inputs are kept there by content (_DeviceConstants).
+that go on: Gather's indices). The positions (past_length) stay on the device, advanced there (+ 1 in the search
+head's run where it follows the step, else in a graph of its own) and gathered with their rows; the small graphs' other inputs are kept there by content (_DeviceConstants).
 The engine also runs on the CPU provider, which is how the tests check it without a GPU.
 """
 from __future__ import annotations
@@ -129,8 +129,11 @@ class IoBindingEngine(GraphEngine):
         beam search) -> (outputs, present[, attention [R, S]]): outputs (ids [R], values [R], check [R, 1]) for
         greedy, (values [A, k], indices [A, k], check [R, 1]) for beam search, numpy. Of the inputs only the
         search's own numbers of this step go up (HEAD_STEP_INPUTS); the rest are kept on the device by content."""
-        log_probs, present, attention = self._step(input_ids, encoder_mask, past, cross, with_attention, self.device)
-        head = self._small_session(search_head_model_bytes, ("cum" in inputs, "forced" in inputs, renormalize))
+        log_probs, present, attention = self._step(input_ids, encoder_mask, past, cross, with_attention, self.device,
+                                                   advance=False)
+        positions = present.positions if isinstance(present, _DeviceCache) else None
+        head = self._small_session(search_head_model_bytes, ("cum" in inputs, "forced" in inputs, renormalize,
+                                                             None if positions is None else len(positions.shape())))
         io = self._binding(head)
         io.bind_ortvalue_input("log_probs", log_probs)
         for name, value in inputs.items():
@@ -139,13 +142,22 @@ class IoBindingEngine(GraphEngine):
             else:
                 io.bind_ortvalue_input(name, self._constants.get(name, value))
         for out in head.get_outputs():
-            io.bind_output(out.name, "cpu")
+            if out.name == "next_length":
+                io.bind_ortvalue_input(PAST_LENGTH, positions)
+                io.bind_output(out.name, self.device, self.device_id)     # last: it stays on the device
+            else:
+                io.bind_output(out.name, "cpu")
         self.run_bound(head, io)
-        outputs = tuple(v.numpy() for v in io.get_outputs())
-        return (outputs, present) + ((attention,) if with_attention else ())
+        outputs = [v.numpy() for v in io.get_outputs()]
+        if positions is not None:                           # the head advanced the positions: + 1 on the device
+            present.positions = io.get_outputs()[-1]
+            outputs.pop()
+        return (tuple(outputs), present) + ((attention,) if with_attention else ())
 
-    def _step(self, input_ids, encoder_mask, past, cross, with_attention: bool, log_probs_on: str):
-        """-> (log_probs OrtValue on `log_probs_on`, present, attention numpy or None)"""
+    def _step(self, input_ids, encoder_mask, past, cross, with_attention: bool, log_probs_on: str,
+              advance: bool = True):
+        """-> (log_probs OrtValue on `log_probs_on`, present, attention numpy or None); advance: present's positions
+        are the next step's (+ 1, add_one_model_bytes), else still this step's (the caller advances them)."""
         if with_attention and not self.has_attention:
             raise self.no_attention_error()
         rows = len(input_ids)
@@ -176,7 +188,7 @@ class IoBindingEngine(GraphEngine):
         out = io.get_outputs()
         present: List[Any]
         if self.decoder_format >= 2:
-            present = _DeviceCache(past, past.length + 1, self._add_one(past.positions))
+            present = _DeviceCache(past, past.length + 1, self._add_one(past.positions) if advance else past.positions)
         else:
             present = list(out[1:len(self.present_names) + 1])
         return out[0], present, out[-1].numpy() if with_attention else None
@@ -235,8 +247,8 @@ class IoBindingEngine(GraphEngine):
 class _DeviceCache(list):
     """IoBindingEngine's format-2/3 cache: OrtValues [R, H, capacity, Dh]; the positions each row has written,
     int64 [R] on the host (`length`: what capacity decisions read), and the same as the step graph's past_length on
-    the device (`positions`: [R], or 0-d for contract 2), advanced there after each step (add_one_model_bytes) and
-    gathered with the rows, so that no step copies it up."""
+    the device (`positions`: [R], or 0-d for contract 2), advanced there after each step (by the search head, else
+    add_one_model_bytes) and gathered with the rows, so that no step copies it up."""
 
     def __init__(self, values: List[ort.OrtValue], length: np.ndarray, positions: ort.OrtValue):
         super().__init__(values)

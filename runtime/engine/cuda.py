@@ -148,11 +148,11 @@ class IoBindingEngine(GraphEngine):
             else:
                 io.bind_output(out.name, "cpu")
         self.run_bound(head, io)
-        outputs = [v.numpy() for v in io.get_outputs()]
+        values = io.get_outputs()
         if positions is not None:                           # the head advanced the positions: + 1 on the device
-            present.positions = io.get_outputs()[-1]
-            outputs.pop()
-        return (tuple(outputs), present) + ((attention,) if with_attention else ())
+            present.positions = values[-1]
+            values = values[:-1]
+        return (tuple(v.numpy() for v in values), present) + ((attention,) if with_attention else ())
 
     def _step(self, input_ids, encoder_mask, past, cross, with_attention: bool, log_probs_on: str,
               advance: bool = True):

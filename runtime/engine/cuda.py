@@ -9,7 +9,8 @@ cache's beam reorder and its growth (format 2) run on the device as small Gather
 
 What goes up after the first step: the ids, and what the search on the host decided (beam search's scores, the rows
 that go on: Gather's indices). The positions (past_length) stay on the device, advanced there (+ 1 in the search
-head's run where it follows the step, else in a graph of its own) and gathered with their rows; the small graphs' other inputs are kept there by content (_DeviceConstants).
+head's run where it follows the step, else in a graph of its own) and gathered with their rows; the small graphs'
+other inputs are kept there by content (_DeviceConstants).
 The engine also runs on the CPU provider, which is how the tests check it without a GPU.
 """
 from __future__ import annotations
@@ -201,7 +202,8 @@ class IoBindingEngine(GraphEngine):
             capacity = self.capacity_for(0, 0)
             length = np.zeros(rows, np.int64)
             return _DeviceCache([self._upload(name, np.zeros((rows, h, capacity, dh), self.cache_dtype))
-                                 for name in self.past_names], length, self._upload(PAST_LENGTH, self._positions(length)))
+                                 for name in self.past_names], length,
+                                self._upload(PAST_LENGTH, self._positions(length)))
         capacity = past[0].shape()[2]
         longest = int(past.length.max())
         if longest < capacity:
@@ -213,7 +215,8 @@ class IoBindingEngine(GraphEngine):
     def _positions(self, length: np.ndarray) -> np.ndarray:
         """The past_length the step graph takes for rows that have written `length` [R]: per row (contract 3), or
         the one all rows share (contract 2: 0-d)."""
-        return np.array(length) if self.rows_at_own_positions else np.array(length[0])   # its own: the CPU provider wraps it
+        # a copy of its own: on the CPU provider the OrtValue wraps the array
+        return np.array(length) if self.rows_at_own_positions else np.array(length[0])
 
     def row_count(self, value: ort.OrtValue) -> int:
         return int(value.shape()[0])

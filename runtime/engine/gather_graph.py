@@ -163,7 +163,8 @@ def search_head_model_bytes(beam: bool, forcing: bool, renormalize: bool, positi
 
         inputs   log_probs float32 [rows, V], bias float32 [1, V] (0, or -inf for an id no row may take),
                  check_id int64 [1]; forcing: forced int64 [rows, 1] (the id the row must take, -1: none);
-                 beam: cum float32 [rows, 1] (each row's beam score), shape int64 [2] ([sentences or -1, K x V]), k int64 [1];
+                 beam: cum float32 [rows, 1] (each row's beam score), shape int64 [2] ([sentences or -1, K x V]),
+                 k int64 [1];
                  positions (a rank): past_length int64 of that rank (the step's, as add_one_model_bytes takes it)
         scores   log_probs + bias; forcing: a forced row's scores all -inf but 0 at its id; renormalize: each row
                  whose max is finite, (scores - max) - log(sum(exp(scores - max)))

@@ -214,7 +214,7 @@ class Decoding:
     def head_inputs(self, head: HeadPlan, vocab_size: int, eos_id: int) -> Dict[str, np.ndarray]:
         """The search head's host inputs this step (head: this Decoding's head_plan): the bias of the filters that
         edit every row alike, the forced id of each row (only on a step that forces one), and for beam search each
-        row's beam score and the candidates' shape [A, K x V] and count 2K."""
+        row's beam score and the candidates' shape [-1 (A), K x V] and count 2K."""
         bias_filters, forcing, _ = head
         tokens, row_example = self.search.tokens, self.search.row_example
         bias = np.zeros((1, vocab_size), dtype=np.float32)
@@ -229,7 +229,7 @@ class Decoding:
         if isinstance(self.search, BeamSearch):
             k = self.search.k
             inputs["cum"] = np.ascontiguousarray(self.search.cum.reshape(-1, 1))
-            inputs["shape"] = np.array([len(self.search.examples), k * vocab_size], dtype=np.int64)
+            inputs["shape"] = np.array([-1, k * vocab_size], dtype=np.int64)     # -1: the sentences, the same each step
             inputs["k"] = np.array([2 * k], dtype=np.int64)
         return inputs
 

@@ -12,6 +12,7 @@ and beam search's candidates are picked where the log-probs are, so only [rows, 
 
     values, indices = TopK(log_probs + bias, k)     log_probs [rows, V], bias [1, V] (0 or -inf) -> [rows, k]
 
+the positions a step writes at advance there too (add_one_model_bytes: y = x + 1 on a past_length),
 and the search head (search_head_model_bytes) runs a step's filters and its greedy or beam selection there, so
 that [rows] ids or [sentences, 2K] candidates come back instead of [rows, V] log-probs.
 
@@ -20,7 +21,7 @@ onnx.proto's ModelProto, so no onnx package is needed. Field numbers are those o
 """
 from __future__ import annotations
 
-from typing import Iterable, List, Sequence, Tuple, Union
+from typing import Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 from numpy.typing import DTypeLike
@@ -126,6 +127,17 @@ def top_k_model_bytes() -> bytes:
     return _model_proto(graph)
 
 
+def add_one_model_bytes(rank: int) -> bytes:
+    """Serialized ModelProto: input `x` int64 of `rank` (a decoder step's past_length: [rows] for contract 3, 0-d
+    for contract 2); output `y` = x + 1, so that the positions advance where they are."""
+    i64 = ONNX_ELEM_TYPE[np.dtype(np.int64)]
+    dims = [f"d{j}" for j in range(rank)]
+    graph = _bytes_field(1, _op("Add", ["x", "one"], ["y"])) + _str_field(2, "seq2onnx_add_one")
+    graph += _bytes_field(5, _scalar("one", np.int64(1)))
+    graph += _bytes_field(11, _value_info("x", i64, dims)) + _bytes_field(12, _value_info("y", i64, dims))
+    return _model_proto(graph)
+
+
 def _op(op_type: str, inputs: Sequence[str], outputs: Sequence[str], **attributes: Union[int, Sequence[int]]) -> bytes:
     """A NodeProto of any inputs and outputs (input=1, output=2, name=3, op_type=4); attributes: an int (INT),
     a list of ints (INTS), as AttributeProto{name=1, i=3, ints=8, type=20}."""
@@ -146,19 +158,22 @@ def _scalar(name: str, value: Union[np.ndarray, np.generic]) -> bytes:
     return _int_field(2, ONNX_ELEM_TYPE[value.dtype]) + _str_field(8, name) + _bytes_field(9, value.tobytes())
 
 
-def search_head_model_bytes(beam: bool, forcing: bool, renormalize: bool) -> bytes:
+def search_head_model_bytes(beam: bool, forcing: bool, renormalize: bool, positions: Optional[int] = None) -> bytes:
     """Serialized ModelProto of a step's search (decoding.py SearchHead), run on the step's log-probs where they are:
 
         inputs   log_probs float32 [rows, V], bias float32 [1, V] (0, or -inf for an id no row may take),
                  check_id int64 [1]; forcing: forced int64 [rows, 1] (the id the row must take, -1: none);
-                 beam: cum float32 [rows, 1] (each row's beam score), shape int64 [2] ([sentences, K x V]), k int64 [1]
+                 beam: cum float32 [rows, 1] (each row's beam score), shape int64 [2] ([sentences or -1, K x V]),
+                 k int64 [1];
+                 positions (a rank): past_length int64 of that rank (the step's, as add_one_model_bytes takes it)
         scores   log_probs + bias; forcing: a forced row's scores all -inf but 0 at its id; renormalize: each row
                  whose max is finite, (scores - max) - log(sum(exp(scores - max)))
         outputs  check float32 [rows, 1]: log_probs[:, check_id] (NaN for a row that holds one: the step's is a
                  log-softmax); greedy: ids int64 [rows] (ArgMax: the lowest id of the best) and values float32
                  [rows] (their scores); beam: values float32 and indices int64 [sentences, k] = TopK of
                  (scores + cum) reshaped to `shape`: the flat ids beam x V + id, best first, equal values in the
-                 order of their ids."""
+                 order of their ids; positions: next_length = past_length + 1 (last), so that the step's
+                 positions advance in the run that follows it anyway."""
     f32, i64 = ONNX_ELEM_TYPE[np.dtype(np.float32)], ONNX_ELEM_TYPE[np.dtype(np.int64)]
     nodes = [_op("Gather", ["log_probs", "check_id"], ["check"], axis=1),
              _op("Add", ["log_probs", "bias"], ["biased"])]
@@ -203,6 +218,12 @@ def search_head_model_bytes(beam: bool, forcing: bool, renormalize: bool) -> byt
                   _op("ReduceMax", [scores], ["values"], axes=[1], keepdims=0)]
         outputs = [_value_info("ids", i64, ["rows"]), _value_info("values", f32, ["rows"])]
     outputs.append(_value_info("check", f32, ["rows", "one_check_out"]))
+    if positions is not None:
+        dims = [f"p{j}" for j in range(positions)]
+        inputs.append(_value_info("past_length", i64, dims))
+        inits.append(_scalar("one_position", np.int64(1)))
+        nodes.append(_op("Add", ["past_length", "one_position"], ["next_length"]))
+        outputs.append(_value_info("next_length", i64, dims))
     graph = b"".join(_bytes_field(1, n) for n in nodes) + _str_field(2, "seq2onnx_search_head")
     graph += b"".join(_bytes_field(5, t) for t in inits)
     graph += b"".join(_bytes_field(11, i) for i in inputs) + b"".join(_bytes_field(12, o) for o in outputs)

@@ -403,31 +403,35 @@ function checkDecoder(pkg, decoder, decoderPath) {
   }
 }
 
-/** The engine of a package variant: its sessions from the bytes the package read and checked (fewRowsBytes: the
- * variant's few-rows step, or null). sessionOptions(graph): the onnxruntime session options of "encoder" and
- * "decoder_step". */
-export async function openEngine(pkg, variantName, [encoderBytes, decoderBytes], sessionOptions, fewRowsBytes = null) {
+/** The engine of a package variant. read(file): the package's reader of a graph's checked bytes (pkg.readGraph),
+ * called for each graph right before its session is built and let go of once it is, so that one graph's bytes at a
+ * time are held beside the sessions (runtime/engine/loader.py open_engine; onnxruntime keeps its own copy).
+ * fewRows: build the variant's few-rows step too. sessionOptions(graph): the onnxruntime session options of
+ * "encoder" and "decoder_step". */
+export async function openEngine(pkg, variantName, read, sessionOptions, fewRows = false) {
   const { config } = pkg, ort = pkg.platform.ort;
   const Engine = ENGINES.get(pkg.decoderFormat);
   const variant = pkg.variants[variantName];
-  const encoderPath = pkg.describe(variant.encoder), decoderPath = pkg.describe(variant.decoderStep);
-  const encoder = await openSession(ort, encoderBytes, encoderPath, sessionOptions("encoder"));
-  const decoder = await openSession(ort, decoderBytes, decoderPath, sessionOptions("decoder_step"));
-  checkGraphIo(Engine, encoder, encoderPath, "encoder", config);
-  checkGraphIo(Engine, decoder, decoderPath, "decoder_step", config);
-  checkDecoder(pkg, decoder, decoderPath);
-  let fewRows = null;
-  if (fewRowsBytes !== null) {
+  const session = async (file, graph) => {
+    const where = pkg.describe(file);
+    const built = await openSession(ort, await read(file), where, sessionOptions(graph));
+    checkGraphIo(Engine, built, where, graph, config);
+    if (graph === "decoder_step") checkDecoder(pkg, built, where);
+    return built;
+  };
+  const decoderPath = pkg.describe(variant.decoderStep);
+  const encoder = await session(variant.encoder, "encoder");
+  const decoder = await session(variant.decoderStep, "decoder_step");
+  let steps = null;
+  if (fewRows) {
     const fewPath = pkg.describe(variant.fewRows.decoderStep);
     if (Engine.decoderFormat < 2) {
       throw new ModelPackageError(`${fewPath}: a few-rows decoder step needs a format_version 2 package and the caches of ` +
         `its decoder step; ${REEXPORT}`);
     }
-    const session = await openSession(ort, fewRowsBytes, fewPath, sessionOptions("decoder_step"));
-    checkGraphIo(Engine, session, fewPath, "decoder_step", config);
-    checkDecoder(pkg, session, fewPath);
-    fewRows = { session, maxRows: variant.fewRows.maxRows, path: fewPath };
+    steps = { session: await session(variant.fewRows.decoderStep, "decoder_step"), maxRows: variant.fewRows.maxRows,
+      path: fewPath };
   }
   return new Engine(ort, encoder, decoder, config, { crossPerSentence: pkg.crossPerSentence, decoderPath,
-    outputsInto: pkg.platform.outputsInto === true, fewRows });
+    outputsInto: pkg.platform.outputsInto === true, fewRows: steps });
 }

@@ -140,12 +140,16 @@ export class Translator {
     }
     checkOnnxruntime(platform.ort, variant.minOnnxruntime, `${pkg.describe()}: the ${variantName} variant`,
       platform.name === "node" ? "onnxruntime-node" : "onnxruntime-web");
-    const graphs = await pkg.readVariant(variantName);
-    // a second decoder step for steps of few rows, where this onnxruntime runs it (engine.js runsFewRows)
-    const fewRows = runsFewRows(platform.ort, variant.fewRows) ? await pkg.readGraph(variant.fewRows.decoderStep) : null;
-    const engine = await openEngine(pkg, variantName, graphs,
-      (graph) => platform.sessionOptions({ intraThreads, interThreads, spinning: SPINNING[graph] }), fewRows);
-    pkg.releaseShared();
+    // each graph read once, checked, and handed to onnxruntime as those bytes right before its session (openEngine);
+    // a second decoder step for steps of few rows where this onnxruntime runs it (engine.js runsFewRows)
+    let engine;
+    try {
+      engine = await openEngine(pkg, variantName, (file) => pkg.readGraph(file),
+        (graph) => platform.sessionOptions({ intraThreads, interThreads, spinning: SPINNING[graph] }),
+        runsFewRows(platform.ort, variant.fewRows));
+    } finally {
+      pkg.releaseShared();
+    }
     return new this(pkg, variantName, engine, onWarning);
   }
 

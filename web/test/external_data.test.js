@@ -147,7 +147,9 @@ test("onnxruntime reads no data file: it computes with the bytes the runtime rea
   const pkg = await readPackage(nodePlatform, dir);
   const graphs = await pkg.readVariant("fp32");
   for (const name of Object.values(pkg.variants.fp32.externalData)) unlinkSync(path.join(dir, name)); // nowhere on disk now
-  const engine = await openEngine(pkg, "fp32", graphs, () => nodePlatform.sessionOptions({ intraThreads: 1 }));
+  const files = [pkg.variants.fp32.encoder, pkg.variants.fp32.decoderStep];
+  const engine = await openEngine(pkg, "fp32", async (file) => graphs[files.indexOf(file)],
+    () => nodePlatform.sessionOptions({ intraThreads: 1 }));
   for (const graph of graphs) graph.weights.fill(0); // the sessions hold their own copy: the runtime lets go of these
   const translator = new Translator(pkg, "fp32", engine, () => {});
   try {
@@ -179,6 +181,28 @@ test("a variant's shared data file (what every export writes): read once for its
     } finally {
       await shared.release();
     }
+  }
+});
+
+test("one graph's bytes at a time: each graph is read right before its session is built, after the previous one's", async () => {
+  const events = [];
+  const ort = { ...nodePlatform.ort, InferenceSession: { create: async (...args) => {
+    const session = await nodePlatform.ort.InferenceSession.create(...args);
+    events.push("session");
+    return session;
+  } } };
+  const logging = { ...nodePlatform, ort, readFile: (root, name, ...rest) => {
+    if (name.endsWith(".onnx") || name.endsWith(".data")) events.push(name);
+    return nodePlatform.readFile(root, name, ...rest);
+  } };
+  const translator = await Translator.open(logging, MODEL_DIR, { computeType: "float32", intraThreads: 1 });
+  try {
+    const v = readManifest(MODEL_DIR).variants.fp32;
+    assert.deepEqual(v.external_data, { [v.encoder]: "fp32.shared.data", [v.decoder_step]: "fp32.shared.data" });
+    assert.deepEqual(events, [v.encoder, "fp32.shared.data", "session", v.decoder_step, "session"]);
+    assert.equal(await translator.translate("three hundred forty two"), "dreihundertzweiundvierzig");
+  } finally {
+    await translator.release();
   }
 });
 

@@ -1,8 +1,8 @@
 """Work run on a machine's second core while this process does its own: a forked child process.
 
 The converter's steps are single-threaded Python for the most part (torch.export's tracing, transformers'
-generate()), so two independent ones (the encoder's trace and the decoder step's; the gate's greedy and beam search)
-take the time of the longer one on two cores instead of their sum. Threads would not: the Python parts hold the
+generate()), so two independent ones (the graphs' traces and the parity checks' PyTorch side; the gate's greedy and
+beam search) take the time of the longer one on two cores instead of their sum. Threads would not: the Python parts hold the
 interpreter's lock. A forked child starts at once (no imports) and shares this process's memory pages, copy on
 write: work that only reads the model's weights adds no copy of them.
 """

@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import onnx
@@ -37,7 +37,7 @@ import onnxscript  # noqa: F401 - the dynamo exporter needs it; a missing one is
 import torch
 import torch.nn as nn
 
-from seq2onnx.export import fuse
+from seq2onnx.export import fuse, stamp
 from seq2onnx.export.beside import beside
 from seq2onnx.runtime.package.config import ModelConfig
 from seq2onnx.runtime.errors import Seq2OnnxError
@@ -195,7 +195,9 @@ def _dynamic_shapes(cfg: ModelConfig, format_version: int) -> Tuple[dict, tuple]
 
 
 def _export_one(module: nn.Module, args: tuple, input_names: List[str], output_names: List[str],
-                dynamic_shapes: Any, opset: int, path: Path) -> None:
+                dynamic_shapes: Any, opset: int, path: Path, grow: Optional[Callable[[Any], None]] = None) -> None:
+    """The module traced into `path` (its weights in a data file beside it). grow: the traced graph (onnx_ir, before
+    the exporter's optimizer) -> the whole model's, in place (export/stamp.py); the optimizer then runs on that."""
     registration_log = logging.getLogger("torch.onnx._internal.exporter._registration")
     level = registration_log.level
     with warnings.catch_warnings():
@@ -210,11 +212,14 @@ def _export_one(module: nn.Module, args: tuple, input_names: List[str], output_n
             with torch._dynamo.config.patch(fake_tensor_cache_enabled=False):
                 program = torch.onnx.export(module.eval(), args, input_names=input_names, output_names=output_names,
                                             dynamic_shapes=dynamic_shapes, dynamo=True, opset_version=opset,
-                                            external_data=False, verbose=False)
+                                            external_data=False, verbose=False, optimize=grow is None)
         finally:
             registration_log.setLevel(level)
     if program is None:
         raise RuntimeError("torch.onnx.export returned no program (is the dynamo exporter available?)")
+    if grow is not None:
+        grow(program.model)
+        program.optimize()
     # the weights straight into a data file, tensor by tensor from the model's own (a graph serialized whole holds
     # them twice more); _fuse_projections writes the graph again as graph_files.save_graph decides
     program.save(str(path), external_data=True)
@@ -226,8 +231,10 @@ def export_graphs(model: Transformer, out_dir: Path, opset: int = DEFAULT_OPSET,
                   meanwhile: Callable[[], None] = lambda: None) -> Tuple[Path, Path]:
     """Write encoder.onnx and decoder_step.onnx (fp32, the decoder step of `format_version`) into out_dir, their
     weights inside, or in a data file beside each with `external` or past protobuf's limit (graph_files.py).
-    The decoder step is traced in a child process on the second core (export/beside.py) while this one traces the
-    encoder (about half the step's time at 6 + 6 layers) and then runs `meanwhile`.
+    Each graph is traced from the model's first two layers of each stack and stamped to all of them
+    (export/stamp.py; the whole model where it has no more). Both traces run in a child process on the second core
+    (export/beside.py) while this one runs `meanwhile` (the parity checks' PyTorch side: at OPUS-MT en-de's size about
+    the CPU time of the two stamped traces).
 
     torch.export assumes dynamic sizes are >= 2 while tracing; the graph traced at P = 3 has no
     branch on P, and parity checks run it at P = 0 and P = 1 (export/parity.py).
@@ -235,18 +242,42 @@ def export_graphs(model: Transformer, out_dir: Path, opset: int = DEFAULT_OPSET,
     model = model.float().eval()
     if model.cfg.max_positions <= TRACE_SRC_LEN:
         raise ValueError(f"max_positions must be > {TRACE_SRC_LEN} to export, got {model.cfg.max_positions}")
-    names = GraphNames.for_config(model.cfg, format_version)
-    enc_args, _ = trace_inputs(model.cfg, format_version=format_version)
-    enc_shapes, _ = _dynamic_shapes(model.cfg, format_version)
     out_dir = Path(out_dir)
     enc_path, dec_path = out_dir / ENCODER_FILE, out_dir / DECODER_FILE
-    with beside(lambda: _export_decoder(model, dec_path, opset, format_version, external=external),
-                "the decoder step's trace"):
-        _export_one(EncoderGraph(model), enc_args, names.encoder_inputs, names.encoder_outputs, enc_shapes, opset,
-                    enc_path)
-        _fuse_projections(enc_path, external)
+
+    def traces() -> None:
+        _export_decoder(model, dec_path, opset, format_version, external=external)
+        _export_encoder(model, enc_path, opset, format_version, external)
+
+    with beside(traces, "the traces"):
         meanwhile()
     return enc_path, dec_path
+
+
+def _export_encoder(model: Transformer, path: Path, opset: int, format_version: int, external: bool) -> Path:
+    def one(m: Transformer, stamp_to: Optional[Callable[[Any], None]]) -> None:
+        names = GraphNames.for_config(m.cfg, format_version)
+        args, _ = trace_inputs(m.cfg, format_version=format_version)
+        shapes, _ = _dynamic_shapes(m.cfg, format_version)
+        _export_one(EncoderGraph(m), args, names.encoder_inputs, names.encoder_outputs, shapes, opset, path, stamp_to)
+
+    _stamped_or_whole(model, model.cfg.encoder_layers > stamp.TRACED_LAYERS or
+                      model.cfg.decoder_layers > stamp.TRACED_LAYERS, one, lambda g: stamp.stamp_encoder(g, model))
+    _fuse_projections(path, external)
+    return path
+
+
+def _stamped_or_whole(model: Transformer, worth: bool, export: Callable[[Transformer, Any], None],
+                      stamp_to: Callable[[Any], None]) -> None:
+    """export(model's two-layer truncation, stamp_to) where it has more layers (export/stamp.py), else (or where the
+    trace is not one stamp can grow) export(model, None): the whole model traced."""
+    if worth:
+        try:
+            export(stamp.truncated(model), stamp_to)
+            return
+        except stamp.NotStampable:
+            pass
+    export(model, None)
 
 
 @torch.no_grad()
@@ -278,11 +309,15 @@ def fused_decoder_from_plain(plain: Path, path: Path, cfg: ModelConfig, external
 
 def _export_decoder(model: Transformer, path: Path, opset: int, format_version: int,
                     step_type: type = FixedCacheStep, external: bool = False) -> Path:
-    names = GraphNames.for_config(model.cfg, format_version)
-    _, dec_args = trace_inputs(model.cfg, format_version=format_version)
-    _, dec_shapes = _dynamic_shapes(model.cfg, format_version)
-    graph = STEP_GRAPHS[format_version](model, step_type) if format_version >= 2 else STEP_GRAPHS[1](model)
-    _export_one(graph, dec_args, names.decoder_inputs, names.decoder_outputs, dec_shapes, opset, path)
+    def one(m: Transformer, stamp_to: Optional[Callable[[Any], None]]) -> None:
+        names = GraphNames.for_config(m.cfg, format_version)
+        _, args = trace_inputs(m.cfg, format_version=format_version)
+        _, shapes = _dynamic_shapes(m.cfg, format_version)
+        graph = STEP_GRAPHS[format_version](m, step_type) if format_version >= 2 else STEP_GRAPHS[1](m)
+        _export_one(graph, args, names.decoder_inputs, names.decoder_outputs, shapes, opset, path, stamp_to)
+
+    _stamped_or_whole(model, model.cfg.decoder_layers > stamp.TRACED_LAYERS, one,
+                      lambda g: stamp.stamp_decoder(g, model, format_version))
     _fuse_projections(path, external)
     return path
 

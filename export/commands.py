@@ -64,7 +64,7 @@ class ExportOptions:
     overwrite: bool = False
     parity_data: Optional[Path] = None     # source sentences for the parity checks (else synthetic only)
     int8_validation: bool = True           # False: int8 parity is measured and recorded, not enforced
-    format_version: int = DECODER_FORMAT   # the decoder step contract; 1: the earlier one (graph_io.py), for comparisons
+    decoder_format: int = DECODER_FORMAT   # the decoder step contract; 1: the earlier one (graph_io.py), for comparisons
     source_lang: Optional[str] = None      # recorded in the manifest's languages (--source-lang / --target-lang)
     target_lang: Optional[str] = None
     external_data: bool = False            # every graph's weights in a data file beside it (graph_files.py)
@@ -97,7 +97,9 @@ def parse_args(argv: List[str]) -> ExportOptions:
     p.add_argument("--parity-data", type=Path, metavar="FILE",
                    help="source sentences for the parity checks, one per line (a .tsv: its first column); "
                         f"the first {PARITY_LINES} are used besides the synthetic sources")
-    p.add_argument("--format-version", type=int, choices=DECODER_FORMATS, default=DECODER_FORMAT,
+    # --format-version: its earlier name (the manifest's format_version is another number: 4 for decoder format 3)
+    p.add_argument("--decoder-format", "--format-version", dest="decoder_format", type=int, choices=DECODER_FORMATS,
+                   default=DECODER_FORMAT,
                    help=f"the decoder step contract (default {DECODER_FORMAT}: a fixed-capacity decoder cache written in "
                         "place, one past_length per row, and cross-attention weights); 2 and 1 write the earlier "
                         "decoder steps (one past_length for all rows; a growing cache), for comparisons")
@@ -107,7 +109,7 @@ def parse_args(argv: List[str]) -> ExportOptions:
     a = p.parse_args(argv)
     check_int8_args(p, a)
     return ExportOptions(a.checkpoint, a.out_dir, a.int8, a.fp16, a.opset, a.overwrite, a.parity_data,
-                         int8_validation=not a.skip_int8_validation, format_version=a.format_version,
+                         int8_validation=not a.skip_int8_validation, decoder_format=a.decoder_format,
                          source_lang=a.source_lang, target_lang=a.target_lang, external_data=a.external_data,
                          few_rows=a.few_rows)
 
@@ -211,14 +213,14 @@ def write_package(model, contents: PackageContents, opts: ExportOptions, parity_
     try:
         t = time.perf_counter()
         enc, dec = onnx_export.export_graphs(
-            model, staging, opts.opset, opts.format_version, opts.external_data,
-            meanwhile=lambda: parity.compute_references(model, batches, opts.format_version))
+            model, staging, opts.opset, opts.decoder_format, opts.external_data,
+            meanwhile=lambda: parity.compute_references(model, batches, opts.decoder_format))
         stage_seconds["trace"] = time.perf_counter() - t
         log(f"[1/5] trace: {ENCODER_FILE} + {DECODER_FILE} at opset {opts.opset}, and the parity checks' "
             f"PyTorch side ({stage_seconds['trace']:.1f}s)")
 
         t = time.perf_counter()
-        names = GraphNames.for_config(model.cfg, opts.format_version)
+        names = GraphNames.for_config(model.cfg, opts.decoder_format)
         in_place = TorchWeights(model)
         _check(enc, names.encoder_inputs, names.encoder_outputs, in_place)
         _check(dec, names.decoder_inputs, names.decoder_outputs, in_place)
@@ -232,7 +234,7 @@ def write_package(model, contents: PackageContents, opts: ExportOptions, parity_
             # the fp32 parity (onnxruntime and numpy, on one thread each) on the second core, while this thread
             # rewrites and quantises the int8 variant's graphs (Python, most of it): neither reads the other's work
             fp32_report = parity.measure_on(side, model, fp32_pair, batches)
-            int8 = (_Int8Graphs.make(model, staging, enc, dec, names, opts.opset, opts.format_version,
+            int8 = (_Int8Graphs.make(model, staging, enc, dec, names, opts.opset, opts.decoder_format,
                                      opts.external_data, opts.few_rows, log) if opts.int8 else None)
             fp32 = parity.check_fp32(fp32_report(), noise=lambda: parity.float32_noise(model, batches))
         stage_seconds["parity"] = time.perf_counter() - t
@@ -264,7 +266,7 @@ def write_package(model, contents: PackageContents, opts: ExportOptions, parity_
                                 # the decoder step takes cross K/V + encoder mask once per sentence (docs/CONTRACTS.md)
                                 dataclasses.replace(graph_record(dec), cross_per_sentence=True)),
             variants=variants, exporter=exporter_versions(), source_checkpoint=contents.source_checkpoint,
-            seq2onnx_version=__version__, format_version=opts.format_version, tokenizer=contents.tokenizer,
+            seq2onnx_version=__version__, decoder_format=opts.decoder_format, tokenizer=contents.tokenizer,
             languages=contents.languages, generation=contents.generation, source_model=contents.source_model)
         record = package.finish_package(staging, record)
         if contents.gate is not None:
@@ -417,19 +419,19 @@ class _Int8Graphs:
 
     @classmethod
     def make(cls, model, staging: Path, enc: Path, dec: Path, names: GraphNames, opset: int = DEFAULT_OPSET,
-             format_version: int = DECODER_FORMAT, external: bool = False, with_few_rows: bool = False,
+             decoder_format: int = DECODER_FORMAT, external: bool = False, with_few_rows: bool = False,
              log: Callable[[str], None] = lambda msg: None) -> "_Int8Graphs":
         enc8, dec8 = (staging / f for f in VARIANT_FILES["int8"])
         t = time.perf_counter()
         source, rewritten = dec, False
-        few_rows = (staging / FEW_ROWS_FILE if with_few_rows and format_version >= 2
+        few_rows = (staging / FEW_ROWS_FILE if with_few_rows and decoder_format >= 2
                     and onnxruntime_version() >= quantize.FEW_ROWS_MIN_ONNXRUNTIME else None)
         block = quantize.few_rows_block(model.cfg.d_model)
-        if format_version >= 2:
+        if decoder_format >= 2:
             source = staging / FUSED_DECODER_FILE
             rewritten = onnx_export.fused_decoder_from_plain(dec, source, model.cfg, external)
             if not rewritten:
-                onnx_export.export_fused_decoder(model, source, opset, external, format_version)
+                onnx_export.export_fused_decoder(model, source, opset, external, decoder_format)
             _check(source, names.decoder_inputs, names.decoder_outputs)
         quantize.quantize_int8(enc, enc8, external=external)
         quantize.quantize_int8(source, dec8, external=external)

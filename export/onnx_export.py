@@ -148,7 +148,7 @@ def model_from_checkpoint(ckpt: Dict[str, Any]) -> Transformer:
 # --- export ------------------------------------------------------------------------------------------
 def trace_inputs(cfg: ModelConfig, batch: int = TRACE_BATCH, src_len: int = TRACE_SRC_LEN,
                  past_len: int = TRACE_PAST_LEN, rows_per_sentence: int = TRACE_ROWS_PER_SENTENCE,
-                 format_version: int = DECODER_FORMAT) -> Tuple[tuple, tuple]:
+                 decoder_format: int = DECODER_FORMAT) -> Tuple[tuple, tuple]:
     """Example inputs of (encoder, decoder_step) at the given sizes; the second source row is padded.
     The decoder step gets `batch` sentences (mask, cross) and batch * rows_per_sentence rows; in formats 2 and 3
     a cache of TRACE_CAPACITY positions, past_len of them written (format 3: each row's from TRACE_PAST_LENGTHS,
@@ -161,18 +161,18 @@ def trace_inputs(cfg: ModelConfig, batch: int = TRACE_BATCH, src_len: int = TRAC
     ids[mask == 0] = cfg.pad_id
     h, dh, n = cfg.n_heads, cfg.head_dim, cfg.decoder_layers
     rows = batch * rows_per_sentence
-    capacity = past_len if format_version == 1 else max(TRACE_CAPACITY, past_len + 1)
+    capacity = past_len if decoder_format == 1 else max(TRACE_CAPACITY, past_len + 1)
     row_lengths = [TRACE_PAST_LENGTHS[r % len(TRACE_PAST_LENGTHS)] % capacity for r in range(rows)]
     row_lengths[0] = past_len
     past = [torch.randn(rows, h, capacity, dh, generator=g) for _ in range(2 * n)]
     cross = [torch.randn(batch, h, src_len, dh, generator=g) for _ in range(2 * n)]
     last = ids[:, :1].repeat_interleave(rows_per_sentence, 0)                       # [rows, 1]
     length = {1: (), 2: (torch.tensor(past_len, dtype=torch.long),),
-              3: (torch.tensor(row_lengths, dtype=torch.long),)}[format_version]        # format 3: [rows]
+              3: (torch.tensor(row_lengths, dtype=torch.long),)}[decoder_format]        # format 3: [rows]
     return (ids, mask), (last, mask, *length, *past, *cross)
 
 
-def _dynamic_shapes(cfg: ModelConfig, format_version: int) -> Tuple[dict, tuple]:
+def _dynamic_shapes(cfg: ModelConfig, decoder_format: int) -> Tuple[dict, tuple]:
     Dim = torch.export.Dim
     batch = Dim("batch", min=1)
     src_len = Dim("src_len", min=1, max=cfg.max_positions)          # positions of the source
@@ -185,11 +185,11 @@ def _dynamic_shapes(cfg: ModelConfig, format_version: int) -> Tuple[dict, tuple]
     capacity = Dim("capacity", min=1, max=cfg.max_positions)
     n = cfg.decoder_layers
     encoder = {"input_ids": {0: batch, 1: src_len}, "attention_mask": {0: batch, 1: src_len}}
-    if format_version == 1:
+    if decoder_format == 1:
         decoder = ({0: rows}, {0: sentences, 1: src_len},
                    tuple([{0: rows, 2: past_len}] * (2 * n) + [{0: sentences, 2: src_len}] * (2 * n)))
     else:                                   # past_length: 0-d (format 2) or one per row (format 3)
-        decoder = ({0: rows}, {0: sentences, 1: src_len}, None if format_version == 2 else {0: rows},
+        decoder = ({0: rows}, {0: sentences, 1: src_len}, None if decoder_format == 2 else {0: rows},
                    tuple([{0: rows, 2: capacity}] * (2 * n) + [{0: sentences, 2: src_len}] * (2 * n)))
     return encoder, decoder
 
@@ -227,9 +227,9 @@ def _export_one(module: nn.Module, args: tuple, input_names: List[str], output_n
 
 @torch.no_grad()
 def export_graphs(model: Transformer, out_dir: Path, opset: int = DEFAULT_OPSET,
-                  format_version: int = DECODER_FORMAT, external: bool = False,
+                  decoder_format: int = DECODER_FORMAT, external: bool = False,
                   meanwhile: Callable[[], None] = lambda: None) -> Tuple[Path, Path]:
-    """Write encoder.onnx and decoder_step.onnx (fp32, the decoder step of `format_version`) into out_dir, their
+    """Write encoder.onnx and decoder_step.onnx (fp32, the decoder step of `decoder_format`) into out_dir, their
     weights inside, or in a data file beside each with `external` or past protobuf's limit (graph_files.py).
     Each graph is traced from the model's first two layers of each stack and stamped to all of them
     (export/stamp.py; the whole model where it has no more). Both traces run in a child process on the second core
@@ -246,19 +246,19 @@ def export_graphs(model: Transformer, out_dir: Path, opset: int = DEFAULT_OPSET,
     enc_path, dec_path = out_dir / ENCODER_FILE, out_dir / DECODER_FILE
 
     def traces() -> None:
-        _export_decoder(model, dec_path, opset, format_version, external=external)
-        _export_encoder(model, enc_path, opset, format_version, external)
+        _export_decoder(model, dec_path, opset, decoder_format, external=external)
+        _export_encoder(model, enc_path, opset, decoder_format, external)
 
     with beside(traces, "the traces"):
         meanwhile()
     return enc_path, dec_path
 
 
-def _export_encoder(model: Transformer, path: Path, opset: int, format_version: int, external: bool) -> Path:
+def _export_encoder(model: Transformer, path: Path, opset: int, decoder_format: int, external: bool) -> Path:
     def one(m: Transformer, stamp_to: Optional[Callable[[Any], None]]) -> None:
-        names = GraphNames.for_config(m.cfg, format_version)
-        args, _ = trace_inputs(m.cfg, format_version=format_version)
-        shapes, _ = _dynamic_shapes(m.cfg, format_version)
+        names = GraphNames.for_config(m.cfg, decoder_format)
+        args, _ = trace_inputs(m.cfg, decoder_format=decoder_format)
+        shapes, _ = _dynamic_shapes(m.cfg, decoder_format)
         _export_one(EncoderGraph(m), args, names.encoder_inputs, names.encoder_outputs, shapes, opset, path, stamp_to)
 
     _stamped_or_whole(model, model.cfg.encoder_layers > stamp.TRACED_LAYERS or
@@ -282,14 +282,14 @@ def _stamped_or_whole(model: Transformer, worth: bool, export: Callable[[Transfo
 
 @torch.no_grad()
 def export_fused_decoder(model: Transformer, path: Path, opset: int = DEFAULT_OPSET, external: bool = False,
-                         format_version: int = DECODER_FORMAT) -> Path:
-    """The decoder step of `format_version` (2 or 3; fp32) with its attention as onnxruntime's fused CPU ops (FUSED_ATTENTION_OPS),
+                         decoder_format: int = DECODER_FORMAT) -> Path:
+    """The decoder step of `decoder_format` (2 or 3; fp32) with its attention as onnxruntime's fused CPU ops (FUSED_ATTENTION_OPS),
     written to `path`: what the int8 variant is quantised from (export/commands.py; fused_decoder_from_plain writes
     the same graph without tracing, where it applies). Measured on the benchmark
     model against the plain graph (bench/ab_packages.py, same process): batch-1 greedy 1.08x int8 and 1.04x fp32,
     batch 16 beam 4 1.00x. The fp32 and fp16 variants keep the plain attention: onnxruntime's CUDA provider has
     GroupQueryAttention for float16 and bfloat16 only, and would run a float32 one on the CPU."""
-    return _export_decoder(model.float().eval(), Path(path), opset, format_version, step_type=FusedAttentionStep,
+    return _export_decoder(model.float().eval(), Path(path), opset, decoder_format, step_type=FusedAttentionStep,
                            external=external)
 
 
@@ -307,17 +307,17 @@ def fused_decoder_from_plain(plain: Path, path: Path, cfg: ModelConfig, external
     return True
 
 
-def _export_decoder(model: Transformer, path: Path, opset: int, format_version: int,
+def _export_decoder(model: Transformer, path: Path, opset: int, decoder_format: int,
                     step_type: type = FixedCacheStep, external: bool = False) -> Path:
     def one(m: Transformer, stamp_to: Optional[Callable[[Any], None]]) -> None:
-        names = GraphNames.for_config(m.cfg, format_version)
-        _, args = trace_inputs(m.cfg, format_version=format_version)
-        _, shapes = _dynamic_shapes(m.cfg, format_version)
-        graph = STEP_GRAPHS[format_version](m, step_type) if format_version >= 2 else STEP_GRAPHS[1](m)
+        names = GraphNames.for_config(m.cfg, decoder_format)
+        _, args = trace_inputs(m.cfg, decoder_format=decoder_format)
+        _, shapes = _dynamic_shapes(m.cfg, decoder_format)
+        graph = STEP_GRAPHS[decoder_format](m, step_type) if decoder_format >= 2 else STEP_GRAPHS[1](m)
         _export_one(graph, args, names.decoder_inputs, names.decoder_outputs, shapes, opset, path, stamp_to)
 
     _stamped_or_whole(model, model.cfg.decoder_layers > stamp.TRACED_LAYERS, one,
-                      lambda g: stamp.stamp_decoder(g, model, format_version))
+                      lambda g: stamp.stamp_decoder(g, model, decoder_format))
     _fuse_projections(path, external)
     return path
 

@@ -23,7 +23,8 @@ from typing import Any, Dict, List, Optional
 
 from seq2onnx.runtime.errors import Seq2OnnxError
 from seq2onnx.runtime.package.config import ModelConfig
-from seq2onnx.runtime.package.manifest import FORMAT, MANIFEST, manifest_format, sha256_of   # the reader owns the format
+from seq2onnx.runtime.package.manifest import (  # the reader owns the format
+    FORMAT, MANIFEST, decoder_format, manifest_format, sha256_of)
 from seq2onnx.runtime.package.manifest_records import (FileRecord, GraphsRecord, Languages, Manifest, SourceCheckpoint,
                                                        SourceModel, Tokenizers, VariantRecord)
 
@@ -150,14 +151,14 @@ def utc_now() -> str:
 
 def build_manifest(*, config: ModelConfig, special_tokens: Dict[str, str], opset: int, ir_version: int,
                    graphs: GraphsRecord, variants: Dict[str, VariantRecord], exporter: Dict[str, str],
-                   source_checkpoint: SourceCheckpoint, seq2onnx_version: str, format_version: int = 2,
+                   source_checkpoint: SourceCheckpoint, seq2onnx_version: str, decoder_format: int = 2,
                    tokenizer: Tokenizers = Tokenizers(TOKENIZER_FILE, TOKENIZER_FILE),
                    languages: Optional[Languages] = None, generation: Optional[Dict[str, Any]] = None,
                    source_model: Optional[SourceModel] = None) -> Manifest:
-    """The manifest of docs/CONTRACTS.md; its `files` are filled in by finish_package. format_version: the decoder
+    """The manifest of docs/CONTRACTS.md; its `files` are filled in by finish_package. decoder_format: the decoder
     step contract (the manifest's own is manifest_format of it); languages, generation, source_model: the optional
     fields (manifest_records.py)."""
-    return Manifest(format=FORMAT, format_version=manifest_format(format_version), seq2onnx_version=seq2onnx_version,
+    return Manifest(format=FORMAT, format_version=manifest_format(decoder_format), seq2onnx_version=seq2onnx_version,
                     created=utc_now(), config=config, special_tokens=special_tokens, vocab_size=config.vocab_size,
                     tokenizer=tokenizer, opset=opset, ir_version=ir_version, graphs=graphs, variants=variants,
                     files={}, exporter=exporter, source_checkpoint=source_checkpoint, generation=generation,
@@ -217,7 +218,8 @@ def graph_lines(manifest: Dict[str, Any]) -> List[str]:
     for v in manifest["variants"].values():
         files["encoder"].append(v["encoder"])
         files["decoder_step"] += [v["decoder_step"]] + ([v["few_rows"]["decoder_step"]] if "few_rows" in v else [])
-    lines = [f"Decoder step contract: format_version {manifest['format_version']}. Each graph's inputs and "
+    lines = [f"Decoder step contract {decoder_format(manifest['format_version'])} (manifest format_version "
+             f"{manifest['format_version']}). Each graph's inputs and "
              "outputs as `manifest.json` records them (the types are the float32 files'"
              + (f"; the {', '.join(half)} variant's cross K/V and past/present caches are float16" if half else "")
              + "):", ""]

@@ -184,8 +184,8 @@ class OnnxPair:
         self.encoder = ort.InferenceSession(str(encoder), opts(encoder), providers=[provider])
         self.decoder = ort.InferenceSession(str(decoder), opts(decoder), providers=[provider])
         self.provider = self.decoder.get_providers()[0]
-        self.format_version = graph_format(self.decoder)
-        self.names = GraphNames.for_config(cfg, self.format_version)
+        self.decoder_format = graph_format(self.decoder)
+        self.names = GraphNames.for_config(cfg, self.decoder_format)
 
     def encode(self, ids: np.ndarray, mask: np.ndarray) -> List[np.ndarray]:
         """ids, mask [B, S] int64 -> cross caches, 2L x [B, H, S, Dh] (key_0, value_0, ...)"""
@@ -198,7 +198,7 @@ class OnnxPair:
 
         Format 2: the past goes in at the start of a cache of P + 1 + SPARE_CAPACITY positions whose other
         positions hold noise, which the graph must ignore; present is the written part of its output."""
-        if self.format_version == 1:
+        if self.decoder_format == 1:
             feed = dict(zip(self.names.decoder_inputs, [tokens, mask] + list(past) + list(cross)))
             out = self.decoder.run(self.names.decoder_outputs, feed)
             return out[0], out[1:]
@@ -216,7 +216,7 @@ class OnnxPair:
                    cross: List[np.ndarray]) -> Tuple[np.ndarray, List[np.ndarray]]:
         """Formats 2, 3: tokens [R, 1], lengths int64 [R] (format 2: all alike, fed as one 0-d past_length), caches
         2L x [R, H, C, Dh] -> log_probs [R, V], present 2L x [R, H, C, Dh]."""
-        past_length = lengths if self.format_version >= 3 else np.array(lengths[0], dtype=np.int64)
+        past_length = lengths if self.decoder_format >= 3 else np.array(lengths[0], dtype=np.int64)
         feed = dict(zip(self.names.decoder_inputs, [tokens, mask, past_length] + list(caches) + list(cross)))
         out = self.decoder.run(self.names.decoder_outputs[:-1], feed)
         return out[0], out[1:]
@@ -455,7 +455,7 @@ def compare_graphs(model: Transformer, pair: OnnxPair, batch: ParityBatch,
     """Encoder outputs, then `steps` chained decoder steps (each side feeds back its own cache; both are
     fed the PyTorch argmax token). -> (encoder diff, log-prob diff, cache diff, agreeing argmax, steps*B)"""
     cfg = model.cfg
-    ref = reference(model, batch, pair.format_version >= 3, steps)
+    ref = reference(model, batch, pair.decoder_format >= 3, steps)
     ids, mask = batch_arrays(batch, cfg.pad_id)
     onnx_cross = pair.encode(ids.numpy(), mask.numpy())
     enc_diff = _max_diff(onnx_cross, ref.cross)
@@ -473,7 +473,7 @@ def compare_graphs(model: Transformer, pair: OnnxPair, batch: ParityBatch,
         agree += int((onnx_masked.argmax(axis=-1) == chain.tokens[t + 1][:, 0]).sum())
     beam_logp_diff, beam_cache_diff = compare_beam_steps(pair, ref, onnx_cross)
     logp_diff, cache_diff = max(logp_diff, beam_logp_diff), max(cache_diff, beam_cache_diff)
-    if pair.format_version >= 3:
+    if pair.decoder_format >= 3:
         ragged_logp_diff, ragged_cache_diff = compare_ragged_steps(pair, ref, onnx_cross)
         logp_diff, cache_diff = max(logp_diff, ragged_logp_diff), max(cache_diff, ragged_cache_diff)
     return enc_diff, logp_diff, cache_diff, agree, b * len(chain.log_probs)
@@ -542,12 +542,12 @@ def one_torch_thread():
                 torch.set_num_threads(before)
 
 
-def compute_references(model: Transformer, batches: List[ParityBatch], format_version: int) -> None:
+def compute_references(model: Transformer, batches: List[ParityBatch], decoder_format: int) -> None:
     """Each batch's Reference, computed now (measure's first call would): what the PyTorch side of every check of
-    graphs of `format_version` reads."""
+    graphs of `decoder_format` reads."""
     with one_torch_thread():
         for batch in batches:
-            reference(model, batch, format_version >= 3)
+            reference(model, batch, decoder_format >= 3)
 
 
 def measure(model: Transformer, pair: OnnxPair, batches: Optional[List[ParityBatch]] = None) -> ParityReport:

@@ -80,13 +80,13 @@ def stamp_encoder(model: ir.Model, full: Transformer) -> None:
     _stamp(model.graph, full, stacks, names.encoder_inputs, names.encoder_outputs)
 
 
-def stamp_decoder(model: ir.Model, full: Transformer, format_version: int) -> None:
+def stamp_decoder(model: ir.Model, full: Transformer, decoder_format: int) -> None:
     """The traced decoder step (of `truncated(full)`, any format) -> the graph of `full`, in place."""
     cfg = full.cfg
     stacks = [_Stack("model.decoder_layers.", traced_layers(cfg.decoder_layers), cfg.decoder_layers,
                      ("past_key_{}", "past_value_{}", "cross_key_{}", "cross_value_{}"),
                      ("present_key_{}", "present_value_{}"), True)]
-    names = GraphNames.for_config(cfg, format_version)
+    names = GraphNames.for_config(cfg, decoder_format)
     _stamp(model.graph, full, stacks, names.decoder_inputs, names.decoder_outputs)
 
 

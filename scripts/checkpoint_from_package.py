@@ -68,7 +68,7 @@ def _is_label(array: np.ndarray, total: int) -> bool:
     return bool(np.all(array == np.round(array)) and array.min() >= 1 and array.max() <= total)
 
 
-def _labelled_export(model: Transformer, opset: int, format_version: int,
+def _labelled_export(model: Transformer, opset: int, decoder_format: int,
                      fused: bool) -> Dict[str, Dict[str, np.ndarray]]:
     """The initializers of the labelled model's fp32 graphs, as the exporter writes them (fused: with its
     sibling-projection fusion, export/fuse.py; else without, as seq2onnx wrote them before it)."""
@@ -77,13 +77,13 @@ def _labelled_export(model: Transformer, opset: int, format_version: int,
         try:
             if not fused:
                 onnx_export._fuse_projections = lambda path, external=False: None
-            enc, dec = onnx_export.export_graphs(model, Path(tmp), opset=opset, format_version=format_version)
+            enc, dec = onnx_export.export_graphs(model, Path(tmp), opset=opset, decoder_format=decoder_format)
         finally:
             onnx_export._fuse_projections = keep
         return {"encoder": _initializers(enc), "decoder_step": _initializers(dec)}
 
 
-def recover_state(package_dir: Path, opset: int, format_version: int, cfg) -> Dict[str, torch.Tensor]:
+def recover_state(package_dir: Path, opset: int, decoder_format: int, cfg) -> Dict[str, torch.Tensor]:
     """-> the state_dict held by the package's fp32 graphs (module docstring)."""
     model = Transformer(cfg).float().eval()
     params = _label_parameters(model)
@@ -91,7 +91,7 @@ def recover_state(package_dir: Path, opset: int, format_version: int, cfg) -> Di
     flat = np.full(total, np.nan, dtype=np.float32)
     shipped = {graph: _initializers(package_dir / f"{graph}.onnx") for graph in GRAPHS}
     for fused in (True, False):     # packages exported before export/fuse.py hold the projections one by one
-        fresh = _labelled_export(model, opset, format_version, fused)
+        fresh = _labelled_export(model, opset, decoder_format, fused)
         if all(name in shipped[g] and shipped[g][name].shape == labels.shape
                for g in GRAPHS for name, labels in fresh[g].items() if _is_label(labels, total)):
             break
@@ -138,7 +138,7 @@ def recover(package_dir: Path, out: Path, parity_data: Optional[Path] = None) ->
     pkg.verify_variant("fp32")                      # the graphs' sha256
     manifest = pkg.manifest
     cfg = pkg.config
-    state = recover_state(package_dir, int(manifest["opset"]), decoder_format(int(manifest.get("format_version", 1))),
+    state = recover_state(package_dir, int(manifest["opset"]), decoder_format(int(manifest.get("decoder_format", 1))),
                           cfg)
     tokenizer_json = (package_dir / manifest["tokenizer"]).read_text(encoding="utf-8")
     source = manifest.get("source_checkpoint") or {}

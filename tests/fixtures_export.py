@@ -39,10 +39,10 @@ def package_graphs(package: Path, trace_decoder: bool = False) -> Callable[..., 
     config = read_package(package).config
 
     def export_graphs(model, out_dir: Path, opset: int = onnx_export.DEFAULT_OPSET,
-                      format_version: int = onnx_export.DECODER_FORMAT, external: bool = False,
+                      decoder_format: int = onnx_export.DECODER_FORMAT, external: bool = False,
                       meanwhile: Callable[[], None] = lambda: None) -> Tuple[Path, Path]:
         defaults = (onnx_export.DEFAULT_OPSET, onnx_export.DECODER_FORMAT)
-        assert model.cfg == config and (opset, format_version) == defaults, (
+        assert model.cfg == config and (opset, decoder_format) == defaults, (
             "package_graphs stands in for the export of the package's own model at the export's opset and format only")
         enc, dec = Path(out_dir) / onnx_export.ENCODER_FILE, Path(out_dir) / onnx_export.DECODER_FILE
         for path in (enc,) if trace_decoder else (enc, dec):     # weights inside, as a trace writes them
@@ -51,7 +51,7 @@ def package_graphs(package: Path, trace_decoder: bool = False) -> Callable[..., 
         if trace_decoder:
             import torch
             with torch.no_grad():                   # as export_graphs traces it
-                onnx_export._export_decoder(model.float().eval(), dec, opset, format_version, external=external)
+                onnx_export._export_decoder(model.float().eval(), dec, opset, decoder_format, external=external)
         meanwhile()
         return enc, dec
 

@@ -270,7 +270,7 @@ def test_parity_batches_measured_on_threads_give_the_figures_of_one_thread(fp32_
 
     batches = parity.parity_batches(tiny_model.cfg)
     threads = torch.get_num_threads()
-    parity.compute_references(tiny_model, batches, fp32_pair.format_version)
+    parity.compute_references(tiny_model, batches, fp32_pair.decoder_format)
     with ThreadPoolExecutor(2) as pool:
         first, second = (parity.measure_on(pool, tiny_model, fp32_pair, batches) for _ in range(2))
         assert first() == second() == parity.measure(tiny_model, fp32_pair, batches)
@@ -339,9 +339,9 @@ def test_spilled_reference_reads_back_what_was_written():
 def test_failed_parity_writes_nothing(tiny_checkpoint, tiny_package, tmp_path, monkeypatch, capsys):
     export = package_graphs(tiny_package)                     # the trace's graphs (fixtures_export.py)
 
-    def export_then_corrupt(model, out_dir, opset=onnx_export.DEFAULT_OPSET, format_version=onnx_export.DECODER_FORMAT,
+    def export_then_corrupt(model, out_dir, opset=onnx_export.DEFAULT_OPSET, decoder_format=onnx_export.DECODER_FORMAT,
                             external=False, meanwhile=lambda: None):
-        enc, dec = export(model, out_dir, opset, format_version, external, meanwhile)
+        enc, dec = export(model, out_dir, opset, decoder_format, external, meanwhile)
         graph = onnx.load(str(dec))
         weight = next(t for t in graph.graph.initializer if "output_projection" in t.name)
         values = onnx.numpy_helper.to_array(weight).copy()

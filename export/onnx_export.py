@@ -228,11 +228,11 @@ def _export_one(module: nn.Module, args: tuple, input_names: List[str], output_n
 @torch.no_grad()
 def export_graphs(model: Transformer, out_dir: Path, opset: int = DEFAULT_OPSET,
                   decoder_format: int = DECODER_FORMAT, external: bool = False,
-                  meanwhile: Callable[[], None] = lambda: None) -> Tuple[Path, Path]:
+                  meanwhile: Callable[[], None] = lambda: None, stamped: bool = True) -> Tuple[Path, Path]:
     """Write encoder.onnx and decoder_step.onnx (fp32, the decoder step of `decoder_format`) into out_dir, their
     weights inside, or in a data file beside each with `external` or past protobuf's limit (graph_files.py).
     Each graph is traced from the model's first two layers of each stack and stamped to all of them
-    (export/stamp.py; the whole model where it has no more). Both traces run in a child process on the second core
+    (export/stamp.py; the whole model where it has no more, or without `stamped`). Both traces run in a child process on the second core
     (export/beside.py) while this one runs `meanwhile` (the parity checks' PyTorch side: at OPUS-MT en-de's size about
     the CPU time of the two stamped traces).
 
@@ -246,23 +246,25 @@ def export_graphs(model: Transformer, out_dir: Path, opset: int = DEFAULT_OPSET,
     enc_path, dec_path = out_dir / ENCODER_FILE, out_dir / DECODER_FILE
 
     def traces() -> None:
-        _export_decoder(model, dec_path, opset, decoder_format, external=external)
-        _export_encoder(model, enc_path, opset, decoder_format, external)
+        _export_decoder(model, dec_path, opset, decoder_format, external=external, stamped=stamped)
+        _export_encoder(model, enc_path, opset, decoder_format, external, stamped)
 
     with beside(traces, "the traces"):
         meanwhile()
     return enc_path, dec_path
 
 
-def _export_encoder(model: Transformer, path: Path, opset: int, decoder_format: int, external: bool) -> Path:
+def _export_encoder(model: Transformer, path: Path, opset: int, decoder_format: int, external: bool,
+                    stamped: bool = True) -> Path:
     def one(m: Transformer, stamp_to: Optional[Callable[[Any], None]]) -> None:
         names = GraphNames.for_config(m.cfg, decoder_format)
         args, _ = trace_inputs(m.cfg, decoder_format=decoder_format)
         shapes, _ = _dynamic_shapes(m.cfg, decoder_format)
         _export_one(EncoderGraph(m), args, names.encoder_inputs, names.encoder_outputs, shapes, opset, path, stamp_to)
 
-    _stamped_or_whole(model, model.cfg.encoder_layers > stamp.TRACED_LAYERS or
-                      model.cfg.decoder_layers > stamp.TRACED_LAYERS, one, lambda g: stamp.stamp_encoder(g, model))
+    _stamped_or_whole(model, stamped and (model.cfg.encoder_layers > stamp.TRACED_LAYERS or
+                                          model.cfg.decoder_layers > stamp.TRACED_LAYERS),
+                      one, lambda g: stamp.stamp_encoder(g, model))
     _fuse_projections(path, external)
     return path
 
@@ -308,7 +310,7 @@ def fused_decoder_from_plain(plain: Path, path: Path, cfg: ModelConfig, external
 
 
 def _export_decoder(model: Transformer, path: Path, opset: int, decoder_format: int,
-                    step_type: type = FixedCacheStep, external: bool = False) -> Path:
+                    step_type: type = FixedCacheStep, external: bool = False, stamped: bool = True) -> Path:
     def one(m: Transformer, stamp_to: Optional[Callable[[Any], None]]) -> None:
         names = GraphNames.for_config(m.cfg, decoder_format)
         _, args = trace_inputs(m.cfg, decoder_format=decoder_format)
@@ -316,7 +318,7 @@ def _export_decoder(model: Transformer, path: Path, opset: int, decoder_format: 
         graph = STEP_GRAPHS[decoder_format](m, step_type) if decoder_format >= 2 else STEP_GRAPHS[1](m)
         _export_one(graph, args, names.decoder_inputs, names.decoder_outputs, shapes, opset, path, stamp_to)
 
-    _stamped_or_whole(model, model.cfg.decoder_layers > stamp.TRACED_LAYERS, one,
+    _stamped_or_whole(model, stamped and model.cfg.decoder_layers > stamp.TRACED_LAYERS, one,
                       lambda g: stamp.stamp_decoder(g, model, decoder_format))
     _fuse_projections(path, external)
     return path

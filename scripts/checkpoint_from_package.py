@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import re
 import tempfile
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -68,19 +69,39 @@ def _is_label(array: np.ndarray, total: int) -> bool:
     return bool(np.all(array == np.round(array)) and array.min() >= 1 and array.max() <= total)
 
 
-def _labelled_export(model: Transformer, opset: int, decoder_format: int,
-                     fused: bool) -> Dict[str, Dict[str, np.ndarray]]:
+def _labelled_export(model: Transformer, opset: int, decoder_format: int, fused: bool,
+                     stamped: bool) -> Dict[str, Dict[str, np.ndarray]]:
     """The initializers of the labelled model's fp32 graphs, as the exporter writes them (fused: with its
-    sibling-projection fusion, export/fuse.py; else without, as seq2onnx wrote them before it)."""
+    sibling-projection fusion, export/fuse.py; else without, as seq2onnx wrote them before it; stamped: layers
+    stamped from a trace of two, export/stamp.py, whose constants are named apart; else the whole model traced)."""
     keep = onnx_export._fuse_projections
     with tempfile.TemporaryDirectory(prefix="s2o-recover.") as tmp:
         try:
             if not fused:
                 onnx_export._fuse_projections = lambda path, external=False: None
-            enc, dec = onnx_export.export_graphs(model, Path(tmp), opset=opset, decoder_format=decoder_format)
+            enc, dec = onnx_export.export_graphs(model, Path(tmp), opset=opset, decoder_format=decoder_format,
+                                                 stamped=stamped)
         finally:
             onnx_export._fuse_projections = keep
         return {"encoder": _initializers(enc), "decoder_step": _initializers(dec)}
+
+
+def _named_as_shipped(fresh: Dict[str, np.ndarray], shipped: Dict[str, np.ndarray],
+                      total: int) -> Dict[str, np.ndarray]:
+    """`fresh` with the initializers that the exporter named by a counter (val_N: a constant, or a weight it folded,
+    e.g. transposed; the counter's value depends on what the process traced before) renamed to the shipped graph's
+    counter-named ones, pairing the float32 arrays of more than one element of both in the order both graphs hold
+    them, where their shapes agree one by one. A wrong pairing puts weights in the wrong place or changes a constant,
+    which the checks below and the parity check of the recovered model against the package's graphs refuse."""
+    def counted(arrays: Dict[str, np.ndarray]) -> List[str]:
+        return [n for n, v in arrays.items()
+                if re.fullmatch(r"val_\d+(\.\w+)?", n) and v.dtype == np.float32 and v.size > 1]
+    mine, theirs = counted(fresh), counted(shipped)
+    if not mine or len(mine) != len(theirs) or any(fresh[a].shape != shipped[b].shape for a, b in zip(mine, theirs)):
+        return fresh
+    renamed = dict(zip(mine, theirs))
+    kept = {n: v for n, v in fresh.items() if n not in renamed}
+    return {**kept, **{renamed[n]: fresh[n] for n in mine}}
 
 
 def recover_state(package_dir: Path, opset: int, decoder_format: int, cfg) -> Dict[str, torch.Tensor]:
@@ -90,8 +111,11 @@ def recover_state(package_dir: Path, opset: int, decoder_format: int, cfg) -> Di
     total = sum(p.numel() for p in params)
     flat = np.full(total, np.nan, dtype=np.float32)
     shipped = {graph: _initializers(package_dir / f"{graph}.onnx") for graph in GRAPHS}
-    for fused in (True, False):     # packages exported before export/fuse.py hold the projections one by one
-        fresh = _labelled_export(model, opset, decoder_format, fused)
+    # packages exported before export/fuse.py hold the projections one by one, and before export/stamp.py the whole
+    # model's trace
+    for stamped, fused in ((False, True), (False, False), (True, True), (True, False)):
+        fresh = _labelled_export(model, opset, decoder_format, fused, stamped)
+        fresh = {g: _named_as_shipped(fresh[g], shipped[g], total) for g in GRAPHS}
         if all(name in shipped[g] and shipped[g][name].shape == labels.shape
                for g in GRAPHS for name, labels in fresh[g].items() if _is_label(labels, total)):
             break

@@ -87,7 +87,7 @@ describe("the demo page in Chromium", { skip: SKIP && "SEQ2ONNX_SKIP_BROWSER=1: 
       change(dir, m);
       writeFileSync(path.join(dir, "manifest.json"), JSON.stringify(m));
     }
-    await runPython([{ op: "export_random", out: path.join(broken, "format-2"), format_version: 2 }]);
+    await runPython([{ op: "export_random", out: path.join(broken, "format-2"), decoder_format: 2 }]);
     srv = await startServer({ mounts: { "/test-packages/": broken } });
     browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS, timeout: PAGE_TIMEOUT_MS });
     page = await browser.newPage({ viewport: { width: 900, height: 780 } });

@@ -127,7 +127,7 @@ test("decoderPathFor names the graph that steps that many rows: the int8 few-row
   // a package exported with --few-rows (the shipped one has none: the export's default since issue #35)
   const work = mkdtempSync(path.join(tmpdir(), "few-rows-"));
   after(() => rmSync(work, { recursive: true, force: true }));
-  const [{ path: dir }] = await runPython([{ op: "export_random", out: path.join(work, "model"), format_version: 3, few_rows: true }]);
+  const [{ path: dir }] = await runPython([{ op: "export_random", out: path.join(work, "model"), decoder_format: 3, few_rows: true }]);
   const translator = await Translator.load(dir, { computeType: "int8", intraThreads: 1, onWarning: () => {} });
   const { engine } = translator;
   assert.ok(engine.fewRows !== null, "the int8 variant has a few-rows step this onnxruntime runs");

@@ -70,7 +70,7 @@ describe("a format_version 2 package (fixed-capacity cache), exported in this ru
   after(() => rmSync(work, { recursive: true, force: true }));
 
   test("greedy and beam 4, fp32 and int8, the cache growing from 16 to 64 positions", async () => {
-    const [{ path: dir }] = await runPython([{ op: "export_random", out: path.join(work, "model"), format_version: 2 }]);
+    const [{ path: dir }] = await runPython([{ op: "export_random", out: path.join(work, "model"), decoder_format: 2 }]);
     const texts = [...(await numberTexts(NUMBERS.filter((n) => n % 25 === 0), ["canonical"])), ...ODD_LINES];
     const py = await runPython(CONFIGS.map(([computeType, o]) => translate({ model: dir, compute_type: computeType, texts, options: pythonOptions(o) })));
     for (const [k, [computeType, options]] of CONFIGS.entries()) {

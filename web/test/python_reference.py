@@ -183,7 +183,7 @@ def export_random(job: Dict[str, Any]) -> Dict[str, Any]:
     checkpoint = out.parent / f"{out.name}.pt"
     save_checkpoint(make_checkpoint(config, Transformer(config).state_dict(), tokenizer, 0, 0, {}, {}), checkpoint)
     run_export(ExportOptions(checkpoint=checkpoint, out_dir=out, int8=True, int8_validation=False,
-                             format_version=job.get("format_version", 2), few_rows=job.get("few_rows", False)))
+                             decoder_format=job.get("decoder_format", 2), few_rows=job.get("few_rows", False)))
     return {"path": str(out)}
 
 
